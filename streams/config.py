@@ -1,0 +1,183 @@
+"""Settings: one frozen object, read from ``KAFKAGEN_*`` environment variables, overridable by CLI flags.
+
+Precedence (highest first): CLI flags, environment variables, ``.env`` is not read, defaults.
+Nested groups use ``__`` in the environment and ``.`` on the command line::
+
+    KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS=broker:9092      --kafka.bootstrap-servers broker:9092
+    KAFKAGEN_S3__BUCKET=my-bucket                      --s3.bucket my-bucket
+    KAFKAGEN_GENERATION__MAX_TOKENS=8192               --generation.max-tokens 8192
+
+Secrets (Kafka SASL password, S3 secret key) are :class:`pydantic.SecretStr`: their ``repr``
+and ``str`` print ``**********``, so logging a settings object never leaks them.
+Settings are parsed by pydantic-settings (https://docs.pydantic.dev/latest/concepts/pydantic_settings/).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict
+
+from streams.errors import ConfigError
+
+ENV_PREFIX = "KAFKAGEN_"
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(BaseModel):
+    """How every Kafka client connects. Security settings pass through to aiokafka unchanged
+    (aiokafka ``AIOKafkaClient`` arguments of the same names)."""
+
+    model_config = _FROZEN
+
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="comma-separated host:port list")
+    client_id: str = Field("kafkagen", description="client id prefix seen in broker logs")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = Field(None, description="path of a PEM CA bundle for TLS")
+    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
+    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    max_message_bytes: int = Field(
+        4 * 1024 * 1024,
+        description="largest record in bytes: the topics' max.message.bytes and the clients' request "
+        "and fetch sizes are all set from this one value",
+        gt=0,
+    )
+
+
+class TopicSettings(BaseModel):
+    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`."""
+
+    model_config = _FROZEN
+
+    prompts: str = "prompts"
+    completions: str = "completions"
+    errors: str = Field("errors", description="the dead-letter topic: ErrorRecords")
+    producer_progress: str = Field(
+        "kafkagen-producer-progress", description="compacted topic: the prompt producer's resume points"
+    )
+    partitions: int = Field(7, gt=0, description="partitions of prompts/completions/errors")
+    replication_factor: int = Field(1, gt=0)
+
+
+class S3Settings(BaseModel):
+    """Where the sink writes. Addressing is path-style (works with SeaweedFS, MinIO and AWS)."""
+
+    model_config = _FROZEN
+
+    endpoint_url: str | None = Field("http://127.0.0.1:8333", description="None means AWS itself")
+    region: str = "us-east-1"
+    bucket: str = "kafkagen"
+    prefix: str = "runs"
+    access_key_id: str = "kafkagen"
+    secret_access_key: SecretStr = SecretStr("kafkagen-secret")
+
+
+class GenerationSettings(BaseModel):
+    """Default generation parameters; any PromptRecord may override them per record.
+
+    ``max_tokens`` counts reasoning **and** answer tokens together (SGLang
+    ``max_completion_tokens`` semantics, shared/notes/sglang-api.md), so it must leave room for both.
+    """
+
+    model_config = _FROZEN
+
+    model: str = Field("default", description="the `model` field sent to the server")
+    max_tokens: int = Field(4096, gt=0, description="tokens: reasoning + answer")
+    temperature: float = Field(0.6, ge=0.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"enable_thinking": True},
+        description="SGLang chat template switches; thinking is on unless turned off here",
+    )
+    separate_reasoning: bool = True
+
+
+class Settings(BaseSettings):
+    """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``.
+
+    Raises:
+        ConfigError: from :func:`load_settings` when a value is malformed.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="ignore",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        nested_model_default_partial_update=True,
+    )
+
+    run_id: str = Field("default", description="names this generation run in S3 keys and exports")
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicSettings = TopicSettings()
+    s3: S3Settings = S3Settings()
+    generation: GenerationSettings = GenerationSettings()
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_is_key_safe(cls, value: str) -> str:
+        if not value or any(c in value for c in "/+ \t\n") or value.startswith("."):
+            raise ValueError("run_id must be non-empty and contain no '/', '+', or whitespace")
+        return value
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def load_settings(
+    cls: type[SettingsT] = Settings,  # type: ignore[assignment]
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str | None = None,
+) -> SettingsT:
+    """Build a settings object from the environment, then CLI flags in ``argv``.
+
+    Args:
+        cls: :class:`Settings` or an entry point's subclass adding its own fields.
+        argv: command-line arguments without the program name; ``None`` reads no flags.
+        prog: program name shown in ``--help``.
+
+    Raises:
+        ConfigError: a value is malformed; the message names the setting and its env variable.
+        SystemExit: on ``--help`` or an unknown flag (argparse behaviour).
+    """
+    try:
+        if argv is None:
+            return cls()
+        source: CliSettingsSource[SettingsT] = CliSettingsSource(
+            cls, cli_prog_name=prog, cli_kebab_case=True, cli_implicit_flags=True
+        )
+        return CliApp.run(cls, cli_args=list(argv), cli_settings_source=source)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = ["invalid settings:"]
+    for err in exc.errors():
+        path = [str(p) for p in err["loc"]]
+        env = ENV_PREFIX + "__".join(p.upper() for p in path)
+        flag = "--" + ".".join(p.replace("_", "-") for p in path)
+        lines.append(f"  {'.'.join(path)}: {err['msg']} (set {env} or {flag})")
+    return "\n".join(lines)
+
+
+def aws_environment() -> dict[str, str]:
+    """Environment variables every process that talks to S3 gets.
+
+    ``AWS_EC2_METADATA_DISABLED=true`` stops botocore probing 169.254.169.254 for
+    credentials (shared/notes/local-stack.md): no traffic may leave the machine.
+    """
+    return {"AWS_EC2_METADATA_DISABLED": "true"}
+
+
+os.environ.update(aws_environment())

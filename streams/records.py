@@ -1,0 +1,227 @@
+"""Record schemas: the only definitions of what travels on kafkagen's topics.
+
+Every record is a :class:`msgspec.Struct` encoded as JSON (UTF-8), so any Kafka tool
+(``kafka-console-consumer``, kcat) can read it. Every record carries ``schema_version``
+and a stable ``id``: the prompt's id, shared by its completion and error records, which is
+also the Kafka message key. Readers ignore fields they do not know (forward compatible);
+``schema_version`` is bumped when a field changes meaning or is removed.
+
+Topics and their record types:
+
+=================  ====================  ==========================
+topic              key                   value
+=================  ====================  ==========================
+prompts            id (UTF-8)            :class:`PromptRecord`
+completions        id                    :class:`CompletionRecord`
+errors (DLT)       id                    :class:`ErrorRecord`
+=================  ====================  ==========================
+
+Units: token counts are tokens of the served model's tokenizer; times are seconds
+(``float``); timestamps are Unix epoch seconds (``float``, UTC).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+SCHEMA_VERSION: Final = 1
+
+FinishReason = Literal["stop", "length", "tool_calls", "abort", "content_filter", "function_call"]
+"""OpenAI/SGLang ``finish_reason`` values (shared/notes/sglang-api.md)."""
+
+
+class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+    """Base of the wire records: frozen, keyword-only, unknown fields ignored on decode."""
+
+
+class GenerationParams(_Record, frozen=True, kw_only=True, omit_defaults=True):
+    """Per-record generation overrides. ``None`` means "use the consumer's configured default".
+
+    Sent to ``/v1/chat/completions`` under the same names (SGLang accepts all of them;
+    ``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``chat_template_kwargs`` and
+    ``separate_reasoning`` are SGLang extensions to the OpenAI API).
+    """
+
+    max_tokens: int | None = None
+    """tokens: reasoning + answer together (SGLang counts both against this budget)."""
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    """tokens: the server will not stop before this many."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """e.g. ``{"enable_thinking": true}``; per-request values beat the server's defaults."""
+    separate_reasoning: bool | None = None
+
+    def as_request_fields(self) -> dict[str, Any]:
+        """The non-``None`` fields as a dict, ready to merge into a request body."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+class PromptMetadata(_Record, frozen=True, kw_only=True):
+    """Where a prompt came from: enough to point a user back at the input line."""
+
+    source: str
+    """input file name or URI as given (``-`` for stdin)."""
+    line: int
+    """1-based line number in ``source`` (record index for a JSON array file)."""
+    tags: list[str] = []
+    extra: dict[str, Any] = {}
+    """free-form fields from the input row the user asked to keep (e.g. a reference answer)."""
+
+
+class PromptRecord(_Record, frozen=True, kw_only=True):
+    """One prompt on the prompts topic.
+
+    ``messages`` is OpenAI chat format: a list of ``{"role": "system"|"user"|"assistant"|"tool",
+    "content": str | list[part], ...}`` dicts, assistant turns possibly with ``tool_calls``,
+    tool turns with ``tool_call_id``. ``tools`` is the OpenAI ``tools`` list of
+    ``{"type": "function", "function": {"name", "description", "parameters": <JSON Schema>}}``.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    params: GenerationParams = GenerationParams()
+    metadata: PromptMetadata
+    run_id: str | None = None
+    """the run that published it; a replay under a new run id re-publishes with its own."""
+    attempt: int = 0
+    """0 for the first publication; incremented by each re-publish of the same id."""
+
+
+class Usage(_Record, frozen=True, kw_only=True):
+    """Token usage as the server reported it (OpenAI ``usage``; ``reasoning_tokens`` is SGLang's)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    """reasoning + answer tokens."""
+    reasoning_tokens: int = 0
+    cached_tokens: int | None = None
+    """prompt tokens served from the prefix cache (SGLang ``--enable-cache-report``)."""
+
+
+class Timings(_Record, frozen=True, kw_only=True):
+    """How long a generation took, in seconds, and when (Unix epoch seconds)."""
+
+    queued_s: float
+    """from the record being fetched from Kafka to its request being sent."""
+    latency_s: float
+    """from the request being sent to the full response arriving."""
+    started_at: float
+    finished_at: float
+
+
+class SourceOffset(_Record, frozen=True, kw_only=True):
+    """The Kafka position of the prompt a completion or error answers."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class CompletionRecord(_Record, frozen=True, kw_only=True):
+    """One finished generation on the completions topic, self-contained: it carries its prompt.
+
+    ``content`` is always a string (``""`` when empty, as SGLang returns it);
+    ``reasoning_content`` is ``None`` when the server returned no reasoning.
+    ``quality`` lists the quality flags raised (see :mod:`consumers.quality`).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    run_id: str
+    attempt: int = 0
+    prompt: PromptRecord
+    content: str
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str
+    usage: Usage
+    timings: Timings
+    server: str
+    """base URL of the inference server that generated it."""
+    model: str
+    """served model name as the server reported it."""
+    params: dict[str, Any]
+    """the generation parameters actually sent (defaults merged with the record's overrides)."""
+    quality: list[str] = []
+    source: SourceOffset | None = None
+    consumer: str | None = None
+    """the consumer instance id that produced it."""
+
+
+ErrorStage = Literal["produce", "generate", "sink", "export"]
+
+
+class ErrorRecord(_Record, frozen=True, kw_only=True):
+    """A prompt that could not be completed, on the dead-letter topic. Never silently dropped.
+
+    ``prompt`` is ``None`` only when the input bytes could not be decoded at all; then ``raw``
+    holds them (decoded as UTF-8 with replacement characters) for inspection.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    run_id: str | None = None
+    attempt: int = 0
+    prompt: PromptRecord | None = None
+    raw: str | None = None
+    stage: ErrorStage
+    error_type: str
+    """the exception class name or error kind, e.g. ``FatalRequestError``."""
+    message: str
+    status: int | None = None
+    """HTTP status from the inference server, when there was one."""
+    retriable: bool = False
+    """whether the last failure was of a retriable kind (retries were exhausted)."""
+    attempts: int = 1
+    """how many times the request was sent before giving up."""
+    server: str | None = None
+    source: SourceOffset | None = None
+    at: float = 0.0
+    """Unix epoch seconds when the record was dead-lettered."""
+
+
+AnyRecord = PromptRecord | CompletionRecord | ErrorRecord
+RecordT = TypeVar("RecordT", PromptRecord, CompletionRecord, ErrorRecord)
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
+    cls: msgspec.json.Decoder(cls) for cls in (PromptRecord, CompletionRecord, ErrorRecord)
+}
+
+
+class RecordDecodeError(ValueError):
+    """Bytes that are not a valid record of the expected type. The message says which field is wrong."""
+
+
+def encode(record: AnyRecord) -> bytes:
+    """Encode a record as compact UTF-8 JSON bytes (the Kafka message value)."""
+    return _encoder.encode(record)
+
+
+def decode(data: bytes | str, cls: type[RecordT]) -> RecordT:
+    """Decode JSON bytes into a record of type ``cls``.
+
+    Raises:
+        RecordDecodeError: not JSON, not UTF-8, or a field is missing or of the wrong type;
+            the message is msgspec's, naming the field path (e.g. ``$.messages[0]``).
+    """
+    try:
+        result: RecordT = _decoders[cls].decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise RecordDecodeError(f"not a valid {cls.__name__}: {exc}") from None
+    return result
+
+
+def key_of(record_id: str) -> bytes:
+    """The Kafka message key for a record id: its UTF-8 bytes."""
+    return record_id.encode("utf-8")
