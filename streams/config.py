@@ -99,6 +99,25 @@ class GenerationSettings(BaseModel):
     separate_reasoning: bool = True
 
 
+class StackSettings(BaseModel):
+    """The local stack (``python -m streams.stack``): where it keeps its files and how it sizes
+    the llama.cpp servers. Its addresses are not set here: Kafka listens on the port of the
+    first ``kafka.bootstrap_servers`` entry, S3 on the port of ``s3.endpoint_url`` and one
+    llama-server on each loopback URL of ``servers``, so clients and stack cannot disagree."""
+
+    model_config = _FROZEN
+
+    home: str = Field(".local", description="folder for data, logs and pid files (relative to cwd)")
+    cache: str = Field(
+        ".local/cache", description="downloaded Kafka jars; stacks with other homes share it (relative to cwd)"
+    )
+    kafka_heap: str = Field("768m", description="JVM -Xmx of the local broker")
+    llm_parallel: int = Field(4, gt=0, description="llama-server --parallel: slots per server")
+    llm_context: int = Field(8192, gt=0, description="llama-server -c: tokens, shared by its slots")
+    llm_threads: int = Field(1, gt=0, description="llama-server -t: CPU threads per server")
+    ready_timeout_s: float = Field(120.0, gt=0, description="seconds to wait for each service")
+
+
 class Settings(BaseSettings):
     """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``.
 
@@ -121,6 +140,11 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     s3: S3Settings = S3Settings()
     generation: GenerationSettings = GenerationSettings()
+    servers: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
+        description="inference server base URLs (SGLang, or llama.cpp locally), one consumer each",
+    )
+    stack: StackSettings = StackSettings()
 
     @field_validator("run_id")
     @classmethod

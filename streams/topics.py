@@ -1,0 +1,103 @@
+"""Topic names, layouts and configs, and the admin helper that creates them.
+
+The one place that says how each kafkagen topic is configured:
+
+================  ==========  ====================================================================
+topic             cleanup     why
+================  ==========  ====================================================================
+prompts           delete      ``retention.ms=-1`` (kept forever): prompts are replayed to re-generate
+                              under a new run or consumer group, so they must outlive any run.
+completions       delete      ``retention.ms=-1``: the sink can be re-run, and the export can be
+                              rebuilt from the topic; delete a topic explicitly when done.
+errors (DLT)      delete      ``retention.ms=-1``: dead letters are re-published after a fix.
+producer progress compact     one record per input file (key = file identity): the latest resume
+                              point wins; compaction keeps the topic small.
+================  ==========  ====================================================================
+
+Every topic gets ``max.message.bytes`` from ``KafkaSettings.max_message_bytes`` (a prompt with
+tool schemas or a long completion with its reasoning can exceed Kafka's 1 MiB default).
+Topic semantics: Apache Kafka topic configs reference (``retention.ms``, ``cleanup.policy``,
+``max.message.bytes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from streams.config import Settings
+from streams.errors import ConfigError
+from streams.kafka import client_kwargs
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic's layout: name, partition count (int), replication factor and configs."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
+    """Specs of kafkagen's topics keyed by role: ``prompts``, ``completions``, ``errors``,
+    ``producer_progress``."""
+    t = settings.topics
+    common = {"max.message.bytes": str(settings.kafka.max_message_bytes)}
+    keep = {**common, "cleanup.policy": "delete", "retention.ms": "-1"}
+    return {
+        "prompts": TopicSpec(t.prompts, t.partitions, t.replication_factor, keep),
+        "completions": TopicSpec(t.completions, t.partitions, t.replication_factor, keep),
+        "errors": TopicSpec(t.errors, t.partitions, t.replication_factor, keep),
+        "producer_progress": TopicSpec(
+            t.producer_progress, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}
+        ),
+    }
+
+
+async def ensure_topics(
+    settings: Settings, specs: list[TopicSpec], *, timeout_s: float = 30.0
+) -> dict[str, int]:
+    """Create the topics in ``specs`` that do not exist yet; leave existing ones as they are.
+
+    Returns:
+        topic name → its actual partition count (which may differ from the spec for a topic that
+        existed before; callers decide whether that matters).
+
+    Raises:
+        ConfigError: a topic could not be created or described (the broker's error code is named,
+            e.g. 3 = unknown topic after a rejected create).
+        aiokafka.errors.KafkaError, asyncio.TimeoutError: the broker could not be reached within
+            ``timeout_s`` seconds.
+    """
+    admin = AIOKafkaAdminClient(
+        **client_kwargs(settings.kafka, role="admin"), request_timeout_ms=int(timeout_s * 1000)
+    )
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            new = [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs) for s in missing
+            ]
+            # Another process may create it between our list and create: that is fine.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(new)
+        described = await admin.describe_topics([s.name for s in specs])
+        counts: dict[str, int] = {}
+        for topic in described:
+            if topic.get("error_code", 0) not in (0, None):
+                raise ConfigError(
+                    f"topic {topic.get('topic')!r} could not be created or described: "
+                    f"Kafka error code {topic['error_code']}"
+                )
+            counts[topic["topic"]] = len(topic["partitions"])
+        return counts
+    finally:
+        await admin.close()

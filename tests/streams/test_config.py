@@ -1,0 +1,71 @@
+"""Settings: environment, CLI overrides, frozen objects, masked secrets, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from streams.config import Settings, load_settings
+from streams.errors import ConfigError
+from streams.kafka import client_kwargs
+
+
+def test_defaults_match_the_local_stack() -> None:
+    s = Settings()
+    assert s.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert s.topics.partitions == 7
+    assert s.generation.max_tokens == 4096
+    assert s.generation.chat_template_kwargs == {"enable_thinking": True}
+
+
+def test_environment_then_cli_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", "broker-a:9092,broker-b:9092")
+    monkeypatch.setenv("KAFKAGEN_GENERATION__MAX_TOKENS", "8192")
+    monkeypatch.setenv("KAFKAGEN_TOPICS__PARTITIONS", "14")
+    s = load_settings(Settings, ["--generation.max-tokens", "256", "--run-id", "replay-2"], prog="t")
+    assert s.kafka.bootstrap_servers == "broker-a:9092,broker-b:9092"  # from the environment
+    assert s.topics.partitions == 14
+    assert s.generation.max_tokens == 256  # the flag beats the environment
+    assert s.run_id == "replay-2"
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings()
+    with pytest.raises(ValidationError):
+        s.run_id = "other"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        s.kafka.bootstrap_servers = "x:1"  # type: ignore[misc]
+
+
+def test_secrets_never_print(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAFKAGEN_KAFKA__SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("KAFKAGEN_KAFKA__SASL_USERNAME", "svc")
+    monkeypatch.setenv("KAFKAGEN_KAFKA__SASL_PASSWORD", "hunter2-kafka")
+    monkeypatch.setenv("KAFKAGEN_S3__SECRET_ACCESS_KEY", "hunter2-s3")
+    s = Settings()
+    for text in (repr(s), str(s), s.model_dump_json()):
+        assert "hunter2" not in text
+    # ...but the clients get the real values.
+    kwargs = client_kwargs(s.kafka, role="test")
+    assert kwargs["sasl_plain_password"] == "hunter2-kafka"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert kwargs["security_protocol"] == "SASL_SSL"
+    assert "ssl_context" in kwargs
+    assert s.s3.secret_access_key.get_secret_value() == "hunter2-s3"
+
+
+def test_bad_value_names_the_setting_and_how_to_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_TOPICS__PARTITIONS", "zero")
+    with pytest.raises(ConfigError) as info:
+        load_settings(Settings, [], prog="t")
+    message = str(info.value)
+    assert "topics.partitions" in message
+    assert "KAFKAGEN_TOPICS__PARTITIONS" in message
+    assert "--topics.partitions" in message
+
+
+@pytest.mark.parametrize("run_id", ["", "a/b", "a+b", "a b", ".hidden"])
+def test_run_id_must_be_safe_in_s3_keys(run_id: str) -> None:
+    with pytest.raises(ConfigError, match="run_id"):
+        load_settings(Settings, ["--run-id", run_id], prog="t")
