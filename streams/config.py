@@ -99,6 +99,62 @@ class GenerationSettings(BaseModel):
     separate_reasoning: bool = True
 
 
+class ProducerSettings(BaseModel):
+    """The prompt producer (``python -m producers.prompts``)."""
+
+    model_config = _FROZEN
+
+    key_by: Literal["id", "prefix"] = Field(
+        "id",
+        description="partition key: the record id (even spread) or a hash of the shared prefix "
+        "(system prompt + tools) so prompts sharing a prefix reach the same server's prefix cache",
+    )
+    checkpoint_every: int = Field(
+        2000, gt=0, description="lines between resume points written to the progress topic"
+    )
+
+
+class ConsumerSettings(BaseModel):
+    """Generation consumers (``python -m consumers.generate``): one per inference server."""
+
+    model_config = _FROZEN
+
+    group: str = Field("kafkagen-generate", description="consumer group id on the prompts topic")
+    max_in_flight: int = Field(256, gt=0, description="hard cap on requests in flight per server")
+    standing_queue: int = Field(4, ge=0, description="requests kept waiting on the server beyond its slots")
+    max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
+    backoff_initial_s: float = Field(1.0, gt=0, description="seconds before the first retry")
+    backoff_max_s: float = Field(60.0, gt=0, description="cap on one backoff wait, seconds")
+    request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")
+    commit_interval_s: float = Field(5.0, gt=0, description="seconds between offset commits")
+    down_after_failures: int = Field(3, gt=0, description="consecutive failures that mark the server down")
+    down_grace_s: float = Field(
+        60.0, gt=0, description="seconds a server may stay down before its consumer leaves the group"
+    )
+    hang_timeout_s: float = Field(
+        600.0, gt=0, description="seconds with requests in flight and none finishing: the server is hung"
+    )
+    shutdown_deadline_s: float = Field(60.0, gt=0, description="seconds SIGTERM waits for in-flight work")
+    session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
+
+
+class SinkSettings(BaseModel):
+    """The S3 sink agent (``python -m sinks.s3``)."""
+
+    model_config = _FROZEN
+
+    group: str = Field("kafkagen-sink", description="faust app id, hence the sink's consumer group")
+    flush_records: int = Field(1000, gt=0, description="records per S3 object (deterministic rotation)")
+    flush_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, description="uncompressed bytes per S3 object (deterministic rotation)"
+    )
+    idle_flush_s: float = Field(10.0, gt=0, description="seconds of silence before the tail is flushed")
+    multipart_threshold_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="objects at least this large are sent as multipart uploads"
+    )
+
+
 class StackSettings(BaseModel):
     """The local stack (``python -m streams.stack``): where it keeps its files and how it sizes
     the llama.cpp servers. Its addresses are not set here: Kafka listens on the port of the
@@ -109,7 +165,8 @@ class StackSettings(BaseModel):
 
     home: str = Field(".local", description="folder for data, logs and pid files (relative to cwd)")
     cache: str = Field(
-        ".local/cache", description="downloaded Kafka jars; stacks with other homes share it (relative to cwd)"
+        ".local/cache",
+        description="downloaded Kafka jars; stacks with other homes share it (relative to cwd)",
     )
     kafka_heap: str = Field("768m", description="JVM -Xmx of the local broker")
     llm_parallel: int = Field(4, gt=0, description="llama-server --parallel: slots per server")
@@ -144,6 +201,9 @@ class Settings(BaseSettings):
         default_factory=lambda: ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
         description="inference server base URLs (SGLang, or llama.cpp locally), one consumer each",
     )
+    producer: ProducerSettings = ProducerSettings()
+    consumer: ConsumerSettings = ConsumerSettings()
+    sink: SinkSettings = SinkSettings()
     stack: StackSettings = StackSettings()
 
     @field_validator("run_id")
