@@ -1,0 +1,99 @@
+"""Server health verdicts and the retry backoff: pure policy, no I/O.
+
+A consumer owns one server. It must stop sending when that server is down or hung (so
+prompts do not burn their bounded retries on a dead server), keep watching it, resume when
+it can generate again, and give its partitions to healthy consumers if it stays down past a
+grace period. The verdicts:
+
+* **down**: ``down_after_failures`` consecutive retriable failures (connection refused,
+  timeouts, 5xx), or an explicit :meth:`ServerHealth.mark_down` (e.g. hung);
+* **hung**: requests in flight and none finished (success or failure) for ``hang_timeout_s``
+  seconds: SGLang can keep answering ``/health`` while nothing completes
+  (shared/notes/sglang-api.md, "requests hanging while /health says 200");
+* **leave**: down for longer than ``down_grace_s`` seconds.
+
+Times are seconds from any monotonic clock, passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """Thresholds: a count of failures and durations in seconds."""
+
+    down_after_failures: int = 3
+    down_grace_s: float = 60.0
+    hang_timeout_s: float = 600.0
+
+
+class ServerHealth:
+    """Tracks one server's consecutive failures, progress and down time."""
+
+    def __init__(self, config: HealthConfig, now: float) -> None:
+        self.config = config
+        self.consecutive_failures = 0
+        self.down_since: float | None = None
+        self.down_reason = ""
+        self.last_progress = now
+
+    @property
+    def is_down(self) -> bool:
+        return self.down_since is not None
+
+    def record_success(self, now: float) -> None:
+        """A request finished with a usable answer (or a non-retriable verdict from the server)."""
+        self.consecutive_failures = 0
+        self.last_progress = now
+
+    def record_failure(self, now: float, reason: str) -> bool:
+        """A retriable failure. Returns True when the server is (now) down."""
+        self.consecutive_failures += 1
+        self.last_progress = now
+        if self.down_since is None and self.consecutive_failures >= self.config.down_after_failures:
+            self.mark_down(now, f"{self.consecutive_failures} consecutive failures, last: {reason}")
+        return self.is_down
+
+    def mark_down(self, now: float, reason: str) -> None:
+        """Declare the server down (idempotent: the first ``down_since`` is kept)."""
+        if self.down_since is None:
+            self.down_since = now
+            self.down_reason = reason
+
+    def mark_up(self, now: float) -> None:
+        """The server generated again (a health probe passed)."""
+        self.down_since = None
+        self.down_reason = ""
+        self.consecutive_failures = 0
+        self.last_progress = now
+
+    def hung(self, now: float, in_flight: int) -> bool:
+        """True when requests are in flight and nothing finished for ``hang_timeout_s`` seconds."""
+        return in_flight > 0 and now - self.last_progress >= self.config.hang_timeout_s
+
+    def should_leave(self, now: float) -> bool:
+        """True when the server has been down for longer than ``down_grace_s`` seconds."""
+        return self.down_since is not None and now - self.down_since >= self.config.down_grace_s
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter ("full jitter" halved: uniform in [d/2, d]), in seconds.
+
+    ``delay(1)`` is the wait after the first failure: ``initial_s``; each further attempt doubles
+    it up to ``max_s``. Jitter spreads retries of many prompts so a recovering server is not hit
+    by all of them at once.
+    """
+
+    initial_s: float = 1.0
+    max_s: float = 60.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the ``attempt``-th failed send (1-based)."""
+        if attempt < 1:
+            raise ValueError(f"attempt is 1-based, got {attempt}")
+        ceiling = min(self.max_s, self.initial_s * 2.0 ** (attempt - 1))
+        return (rng or random).uniform(ceiling / 2, ceiling)

@@ -1,0 +1,622 @@
+"""Tests of the SGLang-API simulator over real sockets on 127.0.0.1.
+
+Time runs 10–1000× faster than real time, so every test takes well under a second.
+Latency checks read the simulator's ``X-Simulator-*-Seconds`` headers (simulated
+seconds), which do not depend on wall-clock jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from consumers.simulator import (
+    DEFAULT_PROFILE,
+    FaultConfig,
+    SimulatedServer,
+    SimulatorProfile,
+    plan_output,
+    request_seed,
+)
+from consumers.simulator.__main__ import main as cli_main
+from streams.errors import ConfigError
+
+pytestmark = pytest.mark.timeout(10)
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = replace(DEFAULT_PROFILE, name="test", warmup_s=0.0)
+"""The default profile without warm-up (run at time_scale 1000)."""
+
+
+def steady(**changes: Any) -> SimulatorProfile:
+    """Exactly 100 tokens/s per request, no batch slowdown, no prefill or warm-up time, and
+    outputs that always run to ``max_tokens``."""
+    profile = replace(
+        DEFAULT_PROFILE,
+        name="steady",
+        thinking_median_tokens=1e9,
+        no_thinking_median_tokens=1e9,
+        decode_tok_s_min=100.0,
+        decode_tok_s_max=100.0,
+        batch_slowdown=0.0,
+        prefill_tok_s=1e12,
+        warmup_s=0.0,
+    )
+    return replace(profile, **changes)
+
+
+def chat(content: str = "Tell me something.", **extra: Any) -> dict[str, Any]:
+    return {"model": "qwen3", "messages": [{"role": "user", "content": content}], **extra}
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        yield http
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SimulatedServer]:
+    async with SimulatedServer(FAST, time_scale=10_000, port=0) as simulator:
+        yield simulator
+
+
+async def post_chat(http: httpx.AsyncClient, server: SimulatedServer, body: dict[str, Any]) -> httpx.Response:
+    return await http.post(f"{server.url}/v1/chat/completions", json=body)
+
+
+async def ok_chat(http: httpx.AsyncClient, server: SimulatedServer, body: dict[str, Any]) -> dict[str, Any]:
+    response = await post_chat(http, server, body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+async def wait_until(check: Callable[[], bool], within_s: float = 2.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def e2e_s(response: httpx.Response) -> float:
+    return float(response.headers["X-Simulator-E2E-Seconds"])
+
+
+def queue_s(response: httpx.Response) -> float:
+    return float(response.headers["X-Simulator-Queue-Seconds"])
+
+
+# -- response shape --------------------------------------------------------------------
+
+
+async def test_thinking_response_has_reasoning_split_and_usage(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    body = await ok_chat(client, server, chat(rid="shape-1"))  # no max_tokens: budget is the context
+
+    assert body["id"] == "shape-1"
+    assert body["object"] == "chat.completion"
+    assert body["model"] == "qwen3"
+    assert isinstance(body["created"], int)
+    [choice] = body["choices"]
+    message, usage = choice["message"], body["usage"]
+    assert choice["index"] == 0
+    assert choice["finish_reason"] == "stop"
+    assert message["role"] == "assistant"
+    assert "tool_calls" not in message
+    assert message["content"] and message["reasoning_content"]
+    n_reasoning, n_answer = len(message["reasoning_content"].split()), len(message["content"].split())
+    assert usage["reasoning_tokens"] == n_reasoning
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": n_reasoning}
+    assert usage["completion_tokens"] == n_reasoning + n_answer
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert 0 < usage["prompt_tokens"] < 20
+
+
+async def test_thinking_off_answers_without_reasoning(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    for extra in ({"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}):
+        body = await ok_chat(client, server, chat(rid="off", **extra))
+        message, usage = body["choices"][0]["message"], body["usage"]
+        assert message["reasoning_content"] is None
+        assert message["content"]
+        assert usage["reasoning_tokens"] == 0
+        assert usage["completion_tokens_details"] is None
+        assert usage["completion_tokens"] == len(message["content"].split())
+
+
+async def test_default_thinking_comes_from_the_profile(client: httpx.AsyncClient) -> None:
+    profile = replace(FAST, default_enable_thinking=False)
+    async with SimulatedServer(profile, time_scale=1000) as server:
+        body = await ok_chat(client, server, chat(rid="d"))
+        assert body["choices"][0]["message"]["reasoning_content"] is None
+        body = await ok_chat(client, server, chat(rid="d", chat_template_kwargs={"enable_thinking": True}))
+        assert body["choices"][0]["message"]["reasoning_content"]
+
+
+async def test_separate_reasoning_false_keeps_the_think_block_in_content(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    body = await ok_chat(client, server, chat(rid="sep", separate_reasoning=False))
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"] is None
+    assert message["content"].startswith("<think>\n")
+    assert "\n</think>\n\n" in message["content"]
+
+
+async def test_output_is_deterministic_per_rid_or_messages(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    first = await ok_chat(client, server, chat(rid="same"))
+    again = await ok_chat(client, server, chat("different prompt, same rid", rid="same"))
+    other = await ok_chat(client, server, chat(rid="other"))
+    assert first["choices"] == again["choices"]
+    assert first["usage"]["completion_tokens"] == again["usage"]["completion_tokens"]
+    assert first["choices"] != other["choices"]
+
+    no_rid = await ok_chat(client, server, chat("no rid"))
+    no_rid_again = await ok_chat(client, server, chat("no rid"))
+    no_rid_other = await ok_chat(client, server, chat("no rid, other messages"))
+    assert no_rid["choices"] == no_rid_again["choices"]
+    assert no_rid["id"] != no_rid_again["id"]
+    assert no_rid["choices"] != no_rid_other["choices"]
+
+
+async def test_max_tokens_cuts_the_output_with_finish_reason_length(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    body = await ok_chat(client, server, chat(rid="short", max_tokens=20))
+    choice, usage = body["choices"][0], body["usage"]
+    assert choice["finish_reason"] == "length"
+    assert usage["completion_tokens"] == 20
+    # The budget ran out inside the reasoning: Qwen3's parser puts it all in reasoning_content.
+    assert choice["message"]["content"] == ""
+    assert usage["reasoning_tokens"] == 20 == len(choice["message"]["reasoning_content"].split())
+
+    # max_completion_tokens wins over max_tokens; both count reasoning and answer together.
+    body = await ok_chat(client, server, chat(rid="short", max_tokens=20, max_completion_tokens=7))
+    assert body["usage"]["completion_tokens"] == 7
+
+    full = await ok_chat(client, server, chat(rid="short"))
+    cut = full["usage"]["reasoning_tokens"] + 3
+    body = await ok_chat(client, server, chat(rid="short", max_tokens=cut))
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert (
+        body["choices"][0]["message"]["reasoning_content"]
+        == full["choices"][0]["message"]["reasoning_content"]
+    )
+    assert len(body["choices"][0]["message"]["content"].split()) == 3
+
+
+async def test_tools_give_tool_calls_with_json_arguments(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    body = await ok_chat(client, server, chat(rid="t", tools=[WEATHER_TOOL], tool_choice="required"))
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] == ""
+    [call] = choice["message"]["tool_calls"]
+    assert call["type"] == "function"
+    assert call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    arguments = json.loads(call["function"]["arguments"])
+    assert isinstance(arguments["city"], str)
+    assert set(arguments) <= {"city", "days"}
+
+    finishes = []
+    for i in range(30):
+        body = await ok_chat(client, server, chat(rid=f"auto-{i}", tools=[WEATHER_TOOL], max_tokens=30000))
+        finishes.append(body["choices"][0]["finish_reason"])
+    assert "tool_calls" in finishes and "stop" in finishes
+
+    body = await ok_chat(client, server, chat(rid="t", tools=[WEATHER_TOOL], tool_choice="none"))
+    assert "tool_calls" not in body["choices"][0]["message"]
+
+
+# -- request errors --------------------------------------------------------------------
+
+
+async def test_duplicate_in_flight_rid_is_rejected(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(), time_scale=10) as server:
+        first = asyncio.create_task(post_chat(client, server, chat(rid="dup", max_tokens=100)))  # 0.1 s wall
+        await wait_until(lambda: server.stats().running == 1)
+
+        duplicate = await post_chat(client, server, chat(rid="dup", max_tokens=5))
+
+        assert duplicate.status_code == 400
+        assert duplicate.json()["message"] == "Duplicate request ID detected: dup"
+        assert (await first).status_code == 200
+        assert (await post_chat(client, server, chat(rid="dup", max_tokens=5))).status_code == 200
+        assert server.stats().requests_rejected == 1
+
+
+async def test_too_long_prompt_is_rejected(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    response = await post_chat(client, server, chat("word " * 30_000))  # ~37,500 tokens > 32,768
+    assert response.status_code == 400
+    assert "longer than the model's context length (32768 tokens)" in response.json()["message"]
+
+    response = await post_chat(client, server, chat("word " * 4_000, max_tokens=30_000))  # 5,000 + 30,000
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("Requested token count exceeds the model's maximum context")
+
+    response = await post_chat(client, server, {"messages": []})
+    assert response.status_code == 400
+    assert server.stats().requests_rejected == 3
+    assert server.stats().requests_received == 0
+
+
+# -- batching model --------------------------------------------------------------------
+
+
+def test_per_request_rate_falls_with_batch_size_and_throughput_rises_sublinearly() -> None:
+    profile = DEFAULT_PROFILE
+    assert profile.per_request_rate(1) == pytest.approx(245.0)
+    assert profile.per_request_rate(16) == pytest.approx(245.0 / 1.75)
+    throughputs = [profile.total_throughput(b) for b in range(1, 17)]
+    assert all(b > a for a, b in itertools.pairwise(throughputs))
+    assert throughputs[15] < 16 * throughputs[0]
+
+
+async def test_continuous_batching_queues_beyond_max_running_requests(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(max_running_requests=2), time_scale=10) as server:
+        finished: list[str] = []
+
+        async def run(rid: str) -> httpx.Response:
+            response = await post_chat(client, server, chat(rid=rid, max_tokens=100))  # 1 s simulated
+            finished.append(rid)
+            return response
+
+        async def metrics() -> str:
+            return (await client.get(f"{server.url}/metrics")).text
+
+        first = [asyncio.create_task(run(rid)) for rid in ("a", "b")]
+        await wait_until(lambda: server.stats().running == 2)
+        later = [asyncio.create_task(run(rid)) for rid in ("c", "d")]
+        await wait_until(lambda: server.stats().queued == 2)
+        text = await metrics()
+        assert metric(text, "sglang:num_running_reqs") == 2
+        assert metric(text, "sglang:num_queue_reqs") == 2
+        assert metric(text, "sglang:gen_throughput") == pytest.approx(200.0)
+
+        a, b = await asyncio.gather(*first)
+        c, d = await asyncio.gather(*later)
+
+        assert set(finished[:2]) == {"a", "b"}
+        assert queue_s(a) == queue_s(b) == 0
+        assert e2e_s(a) == pytest.approx(1.0, abs=1e-6)
+        for queued in (c, d):
+            assert 0.5 < queue_s(queued) <= 1.0  # waited for a slot
+            assert e2e_s(queued) == pytest.approx(queue_s(queued) + 1.0, abs=1e-6)
+        stats = server.stats()
+        assert (stats.requests_started, stats.requests_finished, stats.running) == (4, 4, 0)
+        assert 0 < stats.mean_running <= 2
+
+
+async def test_requests_sharing_the_batch_decode_slower(client: httpx.AsyncClient) -> None:
+    # alpha = 1: two running requests each decode at half speed.
+    async with SimulatedServer(steady(batch_slowdown=1.0), time_scale=20) as server:
+        alone = await post_chat(client, server, chat(rid="alone", max_tokens=50))
+        assert e2e_s(alone) == pytest.approx(0.5, abs=1e-6)
+        await asyncio.gather(*(client.get(f"{server.url}/health") for _ in range(2)))  # open 2 connections
+        x, y = await asyncio.gather(*(post_chat(client, server, chat(rid=r, max_tokens=50)) for r in "xy"))
+        # With y arriving d seconds after x, both take exactly 1 - d (x alone for d, then both at half speed).
+        assert e2e_s(x) == pytest.approx(e2e_s(y), abs=1e-5)
+        assert 0.75 < e2e_s(x) <= 1.0 + 1e-6
+
+
+async def test_first_request_after_start_is_slow(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(warmup_s=3.0), time_scale=100) as server:
+        first = await post_chat(client, server, chat(rid="w1", max_tokens=10))
+        second = await post_chat(client, server, chat(rid="w2", max_tokens=10))
+        assert e2e_s(first) == pytest.approx(3.1, abs=1e-6)
+        assert e2e_s(second) == pytest.approx(0.1, abs=1e-6)
+
+
+async def test_client_disconnect_aborts_the_request_and_frees_its_slot(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(max_running_requests=1), time_scale=100) as server:
+        with pytest.raises(httpx.ReadTimeout):  # 10,000 tokens would take 1 s of wall time
+            await client.post(
+                f"{server.url}/v1/chat/completions", json=chat(rid="gone", max_tokens=10_000), timeout=0.1
+            )
+        await wait_until(lambda: server.stats().running == 0, within_s=1.0)  # polled every 4 s simulated
+        assert server.stats().requests_aborted == 1
+
+        after = await post_chat(client, server, chat(rid="next", max_tokens=10))
+        assert after.status_code == 200
+        assert queue_s(after) == 0
+        assert (
+            metric((await client.get(f"{server.url}/metrics")).text, "sglang:num_aborted_requests_total") == 1
+        )
+
+
+async def test_abort_request_endpoint_ends_the_request_with_abort(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(), time_scale=10) as server:
+        pending = asyncio.create_task(post_chat(client, server, chat(rid="stop-me", max_tokens=1000)))
+        await wait_until(lambda: server.stats().generation_tokens_total >= 5)
+        assert (await client.post(f"{server.url}/abort_request", json={"rid": "stop-me"})).status_code == 200
+        body = (await pending).json()
+        assert body["choices"][0]["finish_reason"] == "abort"
+        assert 5 <= body["usage"]["completion_tokens"] < 1000
+
+
+# -- health, info, metrics ---------------------------------------------------------------
+
+
+async def test_health_is_503_while_starting(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(replace(FAST, startup_s=20.0), time_scale=200) as server:  # 0.1 s wall
+        assert (await client.get(f"{server.url}/health")).status_code == 503
+        assert (await client.get(f"{server.url}/health_generate")).status_code == 503
+        assert (await post_chat(client, server, chat())).status_code == 503
+        await asyncio.sleep(0.12)
+        assert (await client.get(f"{server.url}/health")).status_code == 200
+        assert (await client.get(f"{server.url}/health_generate")).status_code == 200
+        assert (await post_chat(client, server, chat())).status_code == 200
+
+
+async def test_server_and_model_info(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    info = (await client.get(f"{server.url}/server_info")).json()
+    assert info["max_running_requests"] == 16
+    assert info["context_length"] == 32768
+    assert info["max_req_input_len"] == 32767
+    assert info["max_total_num_tokens"] > 32768
+    assert info["reasoning_parser"] == "qwen3"
+    assert info["version"].endswith("-simulator")
+    assert info["internal_states"][0]["last_gen_throughput"] == 0.0
+    model = (await client.get(f"{server.url}/model_info")).json()
+    assert model["model_path"] == model["served_model_name"] == DEFAULT_PROFILE.model_path
+    assert model["reasoning_parser"] == "qwen3"
+    assert model["tool_call_parser"] == "qwen25"
+    models = (await client.get(f"{server.url}/v1/models")).json()
+    assert models["data"][0]["id"] == DEFAULT_PROFILE.served_model_name
+
+
+async def test_metrics_are_prometheus_text(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    body = await ok_chat(client, server, chat(rid="m", max_tokens=30))
+    response = await client.get(f"{server.url}/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    for name, kind in [
+        ("sglang:num_running_reqs", "gauge"),
+        ("sglang:num_queue_reqs", "gauge"),
+        ("sglang:gen_throughput", "gauge"),
+        ("sglang:generation_tokens_total", "counter"),
+        ("sglang:num_aborted_requests_total", "counter"),
+    ]:
+        assert f"# TYPE {name} {kind}" in text
+    assert metric(text, "sglang:generation_tokens_total") == body["usage"]["completion_tokens"] == 30
+    assert metric(text, "sglang:num_running_reqs") == 0
+
+
+# -- faults ----------------------------------------------------------------------------
+
+
+async def test_503_burst_then_recovery(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(FAST, time_scale=200) as server:
+        control = f"{server.url}/simulator/faults"
+        state = (await client.post(control, json={"error_503_count": 2})).json()
+        assert state["state"]["error_503_remaining"] == 2
+
+        statuses = [(await post_chat(client, server, chat(max_tokens=5))).status_code for _ in range(3)]
+        assert statuses == [503, 503, 200]
+
+        await client.post(control, json={"error_503_for_s": 20.0})  # 0.1 s wall
+        assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 503
+        assert (await client.get(f"{server.url}/health")).status_code == 200  # overload is not ill health
+        await asyncio.sleep(0.12)
+        assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
+        assert server.stats().requests_rejected == 3
+
+
+async def test_hang_keeps_health_but_fails_health_generate_and_requests(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(FAST, time_scale=400) as server:  # health check timeout 20 s = 0.05 s wall
+        await client.post(f"{server.url}/simulator/faults", json={"hang": True})
+
+        assert (await client.get(f"{server.url}/health")).status_code == 200
+        assert (await client.get(f"{server.url}/health_generate")).status_code == 503
+        stuck = asyncio.create_task(post_chat(client, server, chat(rid="stuck", max_tokens=5)))
+        await asyncio.sleep(0.1)  # 40 s simulated: 5 tokens would take 0.02 s
+        assert not stuck.done()
+        assert server.stats().running == 1
+        assert server.stats().generation_tokens_total == 0
+
+        await client.delete(f"{server.url}/simulator/faults")
+        assert (await stuck).status_code == 200
+        assert (await client.get(f"{server.url}/health_generate")).status_code == 200
+
+
+async def test_slow_factor_multiplies_decode_time(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(), time_scale=100) as server:
+        normal = await post_chat(client, server, chat(rid="s", max_tokens=50))
+        server.set_faults(slow_factor=3.0)
+        slow = await post_chat(client, server, chat(rid="s", max_tokens=50))
+        assert e2e_s(normal) == pytest.approx(0.5, abs=1e-6)
+        assert e2e_s(slow) == pytest.approx(1.5, abs=1e-6)
+
+
+async def test_degenerate_thinking_off_answers_ok(client: httpx.AsyncClient) -> None:
+    faults = FaultConfig(degenerate_thinking_off=True)
+    async with SimulatedServer(FAST, faults=faults, time_scale=1000) as server:
+        body = await ok_chat(client, server, chat(chat_template_kwargs={"enable_thinking": True}))
+        choice = body["choices"][0]
+        assert choice["message"]["content"] == "OK."
+        assert choice["message"]["reasoning_content"] is None
+        assert choice["finish_reason"] == "stop"
+        assert body["usage"]["reasoning_tokens"] == 0
+
+
+async def test_reasoning_eats_the_budget(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    server.set_faults(reasoning_eats_budget=True)
+    body = await ok_chat(client, server, chat(max_tokens=64, chat_template_kwargs={"enable_thinking": True}))
+    choice, usage = body["choices"][0], body["usage"]
+    assert choice["message"]["content"] == ""
+    assert choice["finish_reason"] == "length"
+    assert usage["reasoning_tokens"] == usage["completion_tokens"] == 64
+
+
+async def test_abort_rate_ends_requests_with_abort(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    server.set_faults(abort_rate=1.0)
+    full = 200
+    body = await ok_chat(client, server, chat(max_tokens=full))
+    assert body["choices"][0]["finish_reason"] == "abort"
+    assert body["usage"]["completion_tokens"] < full
+    stats = server.stats()
+    assert (stats.requests_aborted, stats.requests_finished) == (1, 0)
+
+    server.set_faults(abort_rate=0.0)
+    assert (await ok_chat(client, server, chat(max_tokens=full)))["choices"][0]["finish_reason"] == "length"
+
+
+async def test_repetition_loops_an_ngram_until_the_budget(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    server.set_faults(repetition=True)
+    body = await ok_chat(
+        client, server, chat(max_tokens=300, chat_template_kwargs={"enable_thinking": False})
+    )
+    words = body["choices"][0]["message"]["content"].split()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert len(words) == body["usage"]["completion_tokens"] == 300
+    period = next(n for n in range(1, 7) if all(words[i] == words[i + n] for i in range(len(words) - n)))
+    assert period >= 3
+
+
+async def test_crash_drops_connections_and_restart_recovers(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(), time_scale=10) as server:
+        in_flight = asyncio.create_task(post_chat(client, server, chat(rid="lost", max_tokens=1000)))
+        await wait_until(lambda: server.stats().running == 1)
+
+        response = await client.post(f"{server.url}/simulator/faults", json={"crash_after_s": 0})
+        assert response.status_code == 200
+        await asyncio.wait_for(server.wait_crashed(), timeout=2)
+
+        assert server.crashed
+        with pytest.raises(httpx.TransportError):
+            await in_flight
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"{server.url}/health")
+
+        port = server.port
+        await server.restart()
+        assert server.port == port
+        assert not server.crashed
+        assert (await post_chat(client, server, chat(rid="back", max_tokens=5))).status_code == 200
+
+
+async def test_crash_after_requests(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(FAST, faults=FaultConfig(crash_after_requests=1), time_scale=1000) as server:
+        assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
+        with pytest.raises(httpx.TransportError):
+            await post_chat(client, server, chat(max_tokens=5))
+        await asyncio.wait_for(server.wait_crashed(), timeout=2)
+
+
+async def test_draining_answers_503_everywhere(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    server.set_faults(draining=True)
+    assert (await client.get(f"{server.url}/health")).status_code == 503
+    assert (await client.get(f"{server.url}/health_generate")).status_code == 503
+    assert (await post_chat(client, server, chat())).status_code == 503
+
+
+async def test_fault_control_rejects_unknown_or_bad_fields(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    control = f"{server.url}/simulator/faults"
+    assert (await client.post(control, json={"explode": True})).status_code == 400
+    assert (await client.post(control, json={"hang": "yes"})).status_code == 400
+    assert (await client.post(control, json={"abort_rate": 2})).status_code == 400
+    assert (await client.get(control)).json()["faults"] == FaultConfig().to_dict()
+    with pytest.raises(ConfigError):
+        server.set_faults(slow_factor=0)
+
+
+# -- configuration, output model, CLI ----------------------------------------------------
+
+
+def test_only_loopback_addresses_are_accepted() -> None:
+    with pytest.raises(ConfigError):
+        SimulatedServer(host="0.0.0.0")
+    with pytest.raises(ConfigError):
+        SimulatorProfile(max_running_requests=0)
+
+
+def test_output_lengths_follow_the_profile() -> None:
+    lengths, shares = [], []
+    for i in range(200):
+        plan = plan_output(
+            DEFAULT_PROFILE, seed=request_seed(f"r{i}", []), enable_thinking=True, budget=32_000
+        )
+        lengths.append(plan.completion_tokens)
+        shares.append(len(plan.reasoning) / plan.completion_tokens)
+        assert DEFAULT_PROFILE.decode_tok_s_min <= plan.base_rate <= DEFAULT_PROFILE.decode_tok_s_max
+    assert 1400 < statistics.median(lengths) < 2300
+    assert min(shares) >= 0.55 and max(shares) <= 0.95
+    off = [
+        plan_output(DEFAULT_PROFILE, seed=i, enable_thinking=False, budget=32_000).completion_tokens
+        for i in range(200)
+    ]
+    assert 220 < statistics.median(off) < 400
+
+
+def test_cli_rejects_bad_fault_json() -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--faults", "{not json"])
+    assert exit_info.value.code == 2
+    assert cli_main(["--host", "0.0.0.0", "--port", "0"]) == 2
+
+
+def test_cli_prints_url_and_exits_1_on_crash() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "consumers.simulator",
+            "--port=0",
+            "--time-scale=100",
+            '--faults={"crash_after_s": 10}',  # 0.1 s wall
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=8,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "simulator" in result.stdout
+    assert "http://127.0.0.1:" in result.stdout
+    assert "crashed" in result.stderr
