@@ -110,7 +110,19 @@ class ProducerSettings(BaseModel):
         "(system prompt + tools) so prompts sharing a prefix reach the same server's prefix cache",
     )
     checkpoint_every: int = Field(
-        2000, gt=0, description="lines between resume points written to the progress topic"
+        20000,
+        gt=0,
+        description="input lines per Kafka transaction; each commit also writes the resume point to the "
+        "progress topic (bigger: faster, more re-sent after a crash)",
+    )
+    checkpoint_interval_s: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a transaction may stay open before it is committed early (slow inputs); "
+        "must stay well under the 60 s transaction timeout",
+    )
+    max_records_per_s: float | None = Field(
+        None, gt=0, description="publish at most this many records per second (None: no limit)"
     )
 
 
@@ -253,6 +265,36 @@ def _describe(exc: ValidationError) -> str:
         flag = "--" + ".".join(p.replace("_", "-") for p in path)
         lines.append(f"  {'.'.join(path)}: {err['msg']} (set {env} or {flag})")
     return "\n".join(lines)
+
+
+def settings_to_env(settings: BaseSettings, prefix: str = ENV_PREFIX) -> dict[str, str]:
+    """The environment variables that reproduce ``settings`` in a child process.
+
+    Nested groups become ``PREFIX_GROUP__FIELD``; lists and dicts are JSON; ``None`` is left
+    out. Secrets are written in clear (the child needs them): pass the result only to
+    ``subprocess`` environments, never to a log.
+    """
+    import json
+
+    env: dict[str, str] = {}
+
+    def walk(obj: BaseModel, path: list[str]) -> None:
+        for name in type(obj).model_fields:
+            value = getattr(obj, name)
+            key = "__".join([*path, name]).upper()
+            if isinstance(value, BaseModel):
+                walk(value, [*path, name])
+            elif isinstance(value, SecretStr):
+                env[prefix + key] = value.get_secret_value()
+            elif isinstance(value, (list, dict)):
+                env[prefix + key] = json.dumps(value)
+            elif isinstance(value, bool):
+                env[prefix + key] = "true" if value else "false"
+            elif value is not None:
+                env[prefix + key] = str(value)
+
+    walk(settings, [])
+    return env
 
 
 def aws_environment() -> dict[str, str]:

@@ -89,15 +89,22 @@ async def ensure_topics(
             # Another process may create it between our list and create: that is fine.
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)
-        described = await admin.describe_topics([s.name for s in specs])
-        counts: dict[str, int] = {}
-        for topic in described:
-            if topic.get("error_code", 0) not in (0, None):
+        # A just-created topic can be missing from metadata for a moment (error 3,
+        # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or time runs out.
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            described = await admin.describe_topics([s.name for s in specs])
+            failed = [t for t in described if t.get("error_code", 0) not in (0, None)]
+            if not failed:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                topic = failed[0]
                 raise ConfigError(
                     f"topic {topic.get('topic')!r} could not be created or described: "
                     f"Kafka error code {topic['error_code']}"
                 )
-            counts[topic["topic"]] = len(topic["partitions"])
+            await asyncio.sleep(0.1)
+        counts = {t["topic"]: len(t["partitions"]) for t in described}
         return counts
     finally:
         await admin.close()

@@ -69,3 +69,26 @@ def test_bad_value_names_the_setting_and_how_to_set_it(monkeypatch: pytest.Monke
 def test_run_id_must_be_safe_in_s3_keys(run_id: str) -> None:
     with pytest.raises(ConfigError, match="run_id"):
         load_settings(Settings, ["--run-id", run_id], prog="t")
+
+
+def test_settings_round_trip_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import SecretStr
+
+    from streams.config import settings_to_env
+
+    original = load_settings(
+        Settings, ["--run-id", "r7", "--generation.max-tokens", "321", "--topics.partitions", "3"], prog="t"
+    )
+    original = original.model_copy(
+        update={
+            "servers": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+            "s3": original.s3.model_copy(update={"secret_access_key": SecretStr("s3cr3t")}),
+        }
+    )
+    env = settings_to_env(original)
+    assert env["KAFKAGEN_GENERATION__MAX_TOKENS"] == "321"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    rebuilt = Settings()
+    assert rebuilt.model_dump() == original.model_dump()
+    assert rebuilt.s3.secret_access_key.get_secret_value() == "s3cr3t"

@@ -1,0 +1,145 @@
+"""Helpers for tests that run real processes against the local Kafka: publish prompts, read
+topics back, and start/kill kafkagen processes with a test's settings."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from streams.config import Settings, settings_to_env
+from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
+from streams.records import (
+    CompletionRecord,
+    ErrorRecord,
+    GenerationParams,
+    PromptMetadata,
+    PromptRecord,
+    decode,
+    encode,
+    key_of,
+)
+from streams.topics import ensure_topics, topic_specs
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord)
+
+
+def make_prompt(i: int, *, max_tokens: int | None = None, content: str | None = None) -> PromptRecord:
+    """A small chat prompt with id ``p-<i>``."""
+    return PromptRecord(
+        id=f"p-{i:05d}",
+        messages=[{"role": "user", "content": content or f"Question number {i}: what is {i} + {i}?"}],
+        params=GenerationParams(max_tokens=max_tokens),
+        metadata=PromptMetadata(source="test", line=i + 1),
+    )
+
+
+async def publish(
+    settings: Settings, prompts: Sequence[PromptRecord], *, partition: int | None = None
+) -> None:
+    """Create the kafkagen topics and publish ``prompts`` keyed by id."""
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]])
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        for p in prompts:
+            await producer.send(specs["prompts"].name, encode(p), key=key_of(p.id), partition=partition)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def partitions_of(settings: Settings, topic: str) -> list[int]:
+    """Partition numbers of ``topic`` (empty when it does not exist)."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="test-admin"))
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
+
+
+async def read_topic(settings: Settings, topic: str, cls: type[T]) -> list[T]:
+    """Every committed record of ``topic`` (read_committed, from the beginning to the end offsets)."""
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await consumer.start()
+    try:
+        parts = await partitions_of(settings, topic)
+        tps = [TopicPartition(topic, p) for p in parts]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        out: list[T] = []
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < end[tp] for tp in tps])
+
+        async with asyncio.timeout(60):
+            while await behind():
+                batch = await consumer.getmany(timeout_ms=500)
+                for records in batch.values():
+                    out += [decode(r.value or b"", cls) for r in records]
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def committed(settings: Settings, group: str, topic: str) -> dict[int, int | None]:
+    """The group's committed offset per partition of ``topic``."""
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
+    await consumer.start()
+    try:
+        parts = await partitions_of(settings, topic)
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(parts)}
+    finally:
+        await consumer.stop()
+
+
+def spawn(
+    args: Sequence[str], settings: Settings, log: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``python <args>`` in the repository with ``settings`` in its environment."""
+    env = {**os.environ, **settings_to_env(settings), **(extra_env or {})}
+    out: IO[bytes] = log.open("ab")
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+    )
+
+
+def sigkill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` and reap it."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+async def wait_for(
+    check: Callable[[], bool] | Callable[[], object], *, timeout_s: float, what: str, interval_s: float = 0.25
+) -> None:
+    """Poll ``check`` (sync or async) until it returns truthy.
+
+    Raises:
+        AssertionError: ``timeout_s`` seconds passed; the message says ``what`` was awaited.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        await asyncio.sleep(interval_s)
