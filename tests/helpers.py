@@ -34,12 +34,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord)
 
 
-def make_prompt(i: int, *, max_tokens: int | None = None, content: str | None = None) -> PromptRecord:
+def make_prompt(
+    i: int, *, max_tokens: int | None = None, min_tokens: int | None = None, content: str | None = None
+) -> PromptRecord:
     """A small chat prompt with id ``p-<i>``."""
     return PromptRecord(
         id=f"p-{i:05d}",
         messages=[{"role": "user", "content": content or f"Question number {i}: what is {i} + {i}?"}],
-        params=GenerationParams(max_tokens=max_tokens),
+        params=GenerationParams(max_tokens=max_tokens, min_tokens=min_tokens),
         metadata=PromptMetadata(source="test", line=i + 1),
     )
 
@@ -84,6 +86,7 @@ async def read_topic(settings: Settings, topic: str, cls: type[T]) -> list[T]:
         await consumer.seek_to_beginning(*tps)
         end = await consumer.end_offsets(tps)
         out: list[T] = []
+
         async def behind() -> bool:
             return any([await consumer.position(tp) < end[tp] for tp in tps])
 

@@ -213,6 +213,7 @@ def plan_output(
     seed: int,
     enable_thinking: bool,
     budget: int,
+    min_tokens: int = 0,
     tools: Sequence[Any] = (),
     tool_choice: object = "auto",
     faults: FaultConfig | None = None,
@@ -225,6 +226,8 @@ def plan_output(
         seed: per-request seed (:func:`request_seed`); same seed, same plan.
         enable_thinking: resolved ``chat_template_kwargs.enable_thinking``.
         budget: ``max_tokens`` (reasoning and answer together), tokens.
+        min_tokens: SGLang ``min_tokens``: the output is at least this long (still capped by
+            ``budget``), tokens.
         tools: the request's ``tools``.
         tool_choice: the request's ``tool_choice`` ("auto", "none", "required" or a named function).
         faults: output-shaping faults (degenerate, reasoning eats budget, repetition);
@@ -236,7 +239,7 @@ def plan_output(
     rng = random.Random(seed)
     base_rate = rng.uniform(profile.decode_tok_s_min, profile.decode_tok_s_max)
     median = profile.thinking_median_tokens if enable_thinking else profile.no_thinking_median_tokens
-    length = max(1, round(rng.lognormvariate(math.log(median), profile.length_sigma)))
+    length = max(1, min_tokens, round(rng.lognormvariate(math.log(median), profile.length_sigma)))
     share = rng.uniform(profile.reasoning_share_min, profile.reasoning_share_max)
     tool = _pick_tool(rng, tools, tool_choice, profile.tool_call_fraction)
     # Separate streams: a shorter budget gives an exact prefix of the longer output.

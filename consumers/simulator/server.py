@@ -51,6 +51,7 @@ class _ChatRequest:
     model: str | None
     messages: list[Any]
     max_tokens: int | None
+    min_tokens: int
     enable_thinking: bool
     separate_reasoning: bool
     tools: list[Any]
@@ -78,6 +79,9 @@ def _parse_chat(body: object, profile: SimulatorProfile) -> _ChatRequest:
         raise _BadRequest("'max_tokens' / 'max_completion_tokens' must be an integer.")
     if max_tokens is not None and max_tokens < 0:
         raise _BadRequest("max_new_tokens must be at least 0.")
+    min_tokens = body.get("min_tokens", 0)
+    if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
+        raise _BadRequest("'min_tokens' must be a non-negative integer.")
     template_kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(template_kwargs, dict):
         raise _BadRequest("'chat_template_kwargs' must be an object.")
@@ -101,6 +105,7 @@ def _parse_chat(body: object, profile: SimulatorProfile) -> _ChatRequest:
         model=model if isinstance(model, str) else None,
         messages=messages,
         max_tokens=max_tokens,
+        min_tokens=min_tokens,
         enable_thinking=enable_thinking,
         separate_reasoning=separate_reasoning,
         tools=tools,
@@ -582,6 +587,7 @@ class SimulatedServer:
             self.profile,
             seed=request_seed(chat.rid, chat.messages, self.profile.seed),
             enable_thinking=chat.enable_thinking,
+            min_tokens=chat.min_tokens,
             budget=chat.max_tokens if chat.max_tokens is not None else context - prompt_tokens - 1,
             tools=chat.tools if self.profile.tool_call_parser is not None else (),
             tool_choice=chat.tool_choice,

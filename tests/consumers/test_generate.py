@@ -1,0 +1,254 @@
+"""The generation consumer as a real process against real Kafka and the SGLang-API simulator:
+crash recovery (SIGKILL), dead letters, retries, server crash and hang, scaling."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from consumers.simulator import SimulatedServer
+from streams.config import Settings
+from streams.records import CompletionRecord, ErrorRecord
+from tests.helpers import committed, make_prompt, publish, read_topic, sigkill, spawn, wait_for
+
+TIME_SCALE = 20.0
+"""Simulated seconds per wall second: a 300-token answer takes ~0.06 s."""
+
+
+@pytest.fixture
+def cs(settings: Settings) -> Settings:
+    """Settings with short group timings and fast failure detection for tests."""
+    consumer = settings.consumer.model_copy(
+        update={
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 500,
+            "commit_interval_s": 0.3,
+            "down_after_failures": 3,
+            "down_grace_s": 3.0,
+            "hang_timeout_s": 4.0,
+            "backoff_initial_s": 0.1,
+            "backoff_max_s": 0.5,
+            "shutdown_deadline_s": 10.0,
+            "group": f"gen-{settings.run_id}",
+        }
+    )
+    return settings.model_copy(update={"consumer": consumer})
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatedServer]:
+    async with SimulatedServer(time_scale=TIME_SCALE) as server:
+        yield server
+
+
+class Fleet:
+    """Consumer processes of one test; all are SIGKILLed at the end."""
+
+    def __init__(self, settings: Settings, logs: Path) -> None:
+        self.settings = settings
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, server: str) -> subprocess.Popen[bytes]:
+        proc = spawn(
+            ["-m", "consumers.generate", "--server", server, "--instance-id", name],
+            self.settings,
+            self.logs / f"{name}.log",
+        )
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        sigkill(self.procs.pop(name))
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def fleet(cs: Settings, tmp_path: Path) -> AsyncIterator[Fleet]:
+    f = Fleet(cs, tmp_path)
+    yield f  # type: ignore[misc]
+    f.stop_all()
+
+
+async def completions(s: Settings) -> list[CompletionRecord]:
+    return await read_topic(s, s.topics.completions, CompletionRecord)
+
+
+async def errors(s: Settings) -> list[ErrorRecord]:
+    return await read_topic(s, s.topics.errors, ErrorRecord)
+
+
+async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[Counter[str], Counter[str]]:
+    """Wait until every id has a completion or error record; return (completion, error) counts by id."""
+    counts: list[tuple[Counter[str], Counter[str]]] = []
+
+    async def check() -> bool:
+        c = Counter(r.id for r in await completions(s))
+        e = Counter(r.id for r in await errors(s))
+        counts.append((c, e))
+        return ids <= set(c) | set(e)
+
+    await wait_for(check, timeout_s=timeout_s, what=f"{len(ids)} prompts to finish", interval_s=0.5)
+    return counts[-1]
+
+
+async def test_happy_path_writes_one_completion_per_prompt_and_commits(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet
+) -> None:
+    prompts = [make_prompt(i, max_tokens=400) for i in range(60)]
+    await publish(cs, prompts)
+    proc = fleet.start("c0", sim.url)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=90)
+    assert not failed
+    assert set(done.values()) == {1}
+    records = await completions(cs)
+    by_id = {r.id: r for r in records}
+    sample = by_id["p-00007"]
+    assert sample.prompt.messages == prompts[7].messages
+    assert sample.usage.completion_tokens > 0
+    assert sample.server == sim.url
+    assert sample.model == "Qwen/Qwen3-8B"
+    assert sample.params["chat_template_kwargs"] == {"enable_thinking": True}
+    assert sample.params["max_tokens"] == 400
+    assert sample.source is not None and sample.source.topic == cs.topics.prompts
+    # Graceful stop commits everything.
+    proc.terminate()
+    assert proc.wait(30) == 0
+    offsets = await committed(cs, cs.consumer.group, cs.topics.prompts)
+    assert sum(o or 0 for o in offsets.values()) == 60
+
+
+async def test_sigkill_with_a_slow_first_record_loses_nothing(
+    cs: Settings,
+    sim: SimulatedServer,
+    fleet: Fleet,
+) -> None:
+    """One partition: offset 0 is slow, the rest fast. After the fast ones are written, SIGKILL:
+    nothing was committed past offset 0, so a restart generates the slow one too."""
+    one = cs.model_copy(update={"topics": cs.topics.model_copy(update={"partitions": 1})})
+    fleet.settings = one
+    slow = make_prompt(0, max_tokens=30000).model_copy() if False else make_prompt(0)
+    slow = type(slow)(
+        id=slow.id,
+        messages=slow.messages,
+        metadata=slow.metadata,
+        params=type(slow.params)(max_tokens=20000, min_tokens=19000),
+    )
+    fast = [make_prompt(i, max_tokens=200) for i in range(1, 16)]
+    await publish(one, [slow, *fast])
+    fleet.start("c0", sim.url)
+
+    async def fast_done() -> bool:
+        return {p.id for p in fast} <= {r.id for r in await completions(one)}
+
+    await wait_for(fast_done, timeout_s=60, what="the fast prompts")
+    assert "p-00000" not in {r.id for r in await completions(one)}
+    await asyncio.sleep(1.0)  # a few commit intervals: the commit must still stop at offset 0
+    assert await committed(one, one.consumer.group, one.topics.prompts) in ({0: 0}, {0: None})
+    fleet.kill("c0")
+
+    fleet.start("c0", sim.url)
+    done, failed = await wait_all_done(one, {slow.id, *(p.id for p in fast)}, timeout_s=120)
+    assert not failed
+    assert done[slow.id] >= 1
+    duplicates = sum(n - 1 for n in done.values())
+    assert duplicates <= len(fast), "only the uncommitted fast prompts may be generated again"
+
+
+async def test_400_is_dead_lettered_and_503_burst_is_retried(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet
+) -> None:
+    too_long = make_prompt(999, content="word " * 200_000)  # over the simulated 32k context
+    prompts = [make_prompt(i, max_tokens=200) for i in range(30)]
+    await publish(cs, [too_long])
+    fleet.start("c0", sim.url)
+    await wait_all_done(cs, {too_long.id}, timeout_s=60)
+    async with httpx.AsyncClient() as client:
+        resp = await client.post(f"{sim.url}/simulator/faults", json={"error_503_count": 12})
+        assert resp.status_code == 200
+    await publish(cs, prompts)
+    done, failed = await wait_all_done(cs, {too_long.id, *(p.id for p in prompts)}, timeout_s=90)
+    assert set(failed) == {too_long.id}
+    assert {p.id for p in prompts} <= set(done)
+    [dead] = await errors(cs)
+    assert dead.status == 400
+    assert dead.retriable is False
+    assert dead.attempts == 1
+    assert dead.prompt is not None and dead.prompt.id == too_long.id
+    assert "context length" in dead.message
+    assert sim.stats().requests_rejected >= 12  # the 503s were really served and retried
+
+
+async def _two_server_failover(cs: Settings, fleet: Fleet, fault: dict[str, object]) -> None:
+    async with SimulatedServer(time_scale=TIME_SCALE) as a, SimulatedServer(time_scale=TIME_SCALE) as b:
+        prompts = [make_prompt(i, max_tokens=3000) for i in range(140)]
+        await publish(cs, prompts)
+        fleet.start("ca", a.url)
+        fleet.start("cb", b.url)
+
+        async def some_done() -> bool:
+            return len({r.id for r in await completions(cs)}) >= 20
+
+        await wait_for(some_done, timeout_s=60, what="the first completions")
+        async with httpx.AsyncClient() as client:
+            await client.post(f"{a.url}/simulator/faults", json=fault)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        assert not failed
+        assert set(done) == {p.id for p in prompts}
+
+
+async def test_crashed_server_partitions_move_to_the_other_consumer(cs: Settings, fleet: Fleet) -> None:
+    await _two_server_failover(cs, fleet, {"crash_after_s": 0})
+
+
+async def test_hung_server_is_detected_and_its_partitions_move(cs: Settings, fleet: Fleet) -> None:
+    await _two_server_failover(cs, fleet, {"hang": True})
+
+
+async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet
+) -> None:
+    prompts = [make_prompt(i, max_tokens=2000) for i in range(120)]
+    await publish(cs, prompts)
+    fleet.start("c0", sim.url)
+
+    async def some_done() -> bool:
+        return len(await completions(cs)) >= 40
+
+    await wait_for(some_done, timeout_s=90, what="40 completions")
+    fleet.kill("c0")
+    fleet.start("c0", sim.url)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120)
+    assert not failed
+    duplicates = sum(n - 1 for n in done.values())
+    window = 16 + cs.consumer.standing_queue  # simulator slots + standing queue
+    assert duplicates <= window
+
+
+async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fleet: Fleet) -> None:
+    async with SimulatedServer(time_scale=TIME_SCALE) as a, SimulatedServer(time_scale=TIME_SCALE) as b:
+        prompts = [make_prompt(i, max_tokens=2000) for i in range(150)]
+        await publish(cs, prompts)
+        fleet.start("ca", a.url)
+
+        async def some_done() -> bool:
+            return len(await completions(cs)) >= 30
+
+        await wait_for(some_done, timeout_s=90, what="30 completions")
+        fleet.start("cb", b.url)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        assert not failed
+        assert b.stats().requests_finished > 0, "the second consumer took over partitions"
+        duplicates = sum(n - 1 for n in done.values())
+        assert duplicates <= 2 * (16 + cs.consumer.standing_queue)
