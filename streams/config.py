@@ -152,11 +152,17 @@ class ConsumerSettings(BaseModel):
 
 
 class SinkSettings(BaseModel):
-    """The S3 sink agent (``python -m sinks.s3``)."""
+    """The S3 sink (``python -m sinks.s3``; design and guarantees in :mod:`sinks.s3`).
+
+    The sink's Kafka consumer group is ``<group>.<run_id>``: its committed offsets must describe
+    the same stream as the run's S3 folder, because the sink resumes from the further of the two.
+    """
 
     model_config = _FROZEN
 
-    group: str = Field("kafkagen-sink", description="faust app id, hence the sink's consumer group")
+    group: str = Field(
+        "kafkagen-sink", description="faust app id and consumer group prefix; the run id is appended"
+    )
     flush_records: int = Field(1000, gt=0, description="records per S3 object (deterministic rotation)")
     flush_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="uncompressed bytes per S3 object (deterministic rotation)"
@@ -165,6 +171,21 @@ class SinkSettings(BaseModel):
     multipart_threshold_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="objects at least this large are sent as multipart uploads"
     )
+    compression_level: int = Field(3, ge=1, le=22, description="zstd level of the objects")
+    poll_records: int = Field(
+        500, gt=0, description="records per Kafka poll; bounds what is held beyond a batch per partition"
+    )
+    retry_initial_s: float = Field(0.5, gt=0, description="seconds before the first S3 retry")
+    retry_max_s: float = Field(10.0, gt=0, description="cap on one S3 retry wait, seconds")
+    shutdown_deadline_s: float = Field(
+        30.0, gt=0, description="seconds SIGTERM waits for uploads in flight to finish and commit"
+    )
+    instance_id: str | None = Field(
+        None, description="static group membership id (Kafka KIP-345): a restart rejoins at once"
+    )
+    session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
+    rebalance_timeout_ms: int = Field(30000, gt=0, description="Kafka group rebalance timeout (ms)")
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
 
 
 class StackSettings(BaseModel):

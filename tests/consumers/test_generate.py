@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -75,9 +75,9 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(cs: Settings, tmp_path: Path) -> AsyncIterator[Fleet]:
+def fleet(cs: Settings, tmp_path: Path) -> Iterator[Fleet]:
     f = Fleet(cs, tmp_path)
-    yield f  # type: ignore[misc]
+    yield f
     f.stop_all()
 
 
