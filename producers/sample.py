@@ -1,0 +1,87 @@
+"""``python -m producers.sample``: draw the bundled demo prompt file from the public prompt sets.
+
+Writes chat-format JSON Lines (``{"id", "messages", "tools"?, "source", "reference"?}``) drawn
+deterministically (evenly spaced rows) from ``data/gsm8k/test.jsonl``, ``data/mt_bench/question.jsonl``
+and the two BFCL files, converted with :mod:`producers.formats` (so BFCL tools are already JSON
+Schema). ``source`` names the upstream file and line; ``reference`` is GSM8K's answer or MT-Bench's
+reference when there is one. The licenses and attribution are in ``data/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from producers.formats import FormatName, MappingOptions, normalise
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+DEMO_FILE = DATA / "prompts" / "demo.jsonl"
+"""The prompt file the main job publishes by default."""
+
+
+def _rows(path: Path) -> list[tuple[int, dict[str, object]]]:
+    with path.open("rb") as f:
+        return [(n, json.loads(line)) for n, line in enumerate(f, start=1) if line.strip()]
+
+
+def _spaced(rows: list[tuple[int, dict[str, object]]], count: int) -> list[tuple[int, dict[str, object]]]:
+    if count <= 0:
+        return []
+    step = max(1, len(rows) // count)
+    return rows[::step][:count]
+
+
+def draw(gsm8k: int, mt_bench: int, bfcl: int) -> Iterator[dict[str, object]]:
+    """Yield demo rows: ``gsm8k`` GSM8K questions, ``mt_bench`` MT-Bench first turns and ``bfcl``
+    tool-calling prompts (half from simple_python, half from multiple)."""
+    sets: list[tuple[str, MappingOptions, int, str]] = [
+        (
+            "gsm8k/test.jsonl",
+            MappingOptions(prompt_field="question", keep_fields=("answer",)),
+            gsm8k,
+            "gsm8k",
+        ),
+        ("mt_bench/question.jsonl", MappingOptions(format=FormatName.MT_BENCH), mt_bench, "mt_bench"),
+        ("bfcl/BFCL_v4_simple_python.json", MappingOptions(format=FormatName.BFCL), bfcl - bfcl // 2, "bfcl"),
+        ("bfcl/BFCL_v4_multiple.json", MappingOptions(format=FormatName.BFCL), bfcl // 2, "bfcl"),
+    ]
+    for rel, options, count, prefix in sets:
+        path = DATA / rel
+        for line, row in _spaced(_rows(path), count):
+            record = normalise(row, source=rel, line=line, options=options)
+            # Rows without an id of their own (GSM8K) are named by their upstream line number.
+            rid = f"{prefix}-{line}" if ":" in record.id else f"{prefix}-{record.id}"
+            out: dict[str, object] = {"id": rid, "messages": record.messages}
+            if record.tools:
+                out["tools"] = record.tools
+            out["source"] = f"data/{rel}:{line}"
+            extra = record.metadata.extra
+            reference = extra.get("answer") or extra.get("reference")
+            if reference:
+                out["reference"] = reference
+            yield out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the demo prompt file. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m producers.sample", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEMO_FILE, help=f"output file (default {DEMO_FILE})")
+    parser.add_argument("--gsm8k", type=int, default=40, help="GSM8K questions (default 40)")
+    parser.add_argument("--mt-bench", type=int, default=30, help="MT-Bench questions (default 30)")
+    parser.add_argument("--bfcl", type=int, default=30, help="BFCL tool-calling prompts (default 30)")
+    args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with args.out.open("w", encoding="utf-8") as f:
+        for row in draw(args.gsm8k, args.mt_bench, args.bfcl):
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    print(f"wrote {n} prompts to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
