@@ -128,6 +128,15 @@ class ServerClient:
         self.info = await self._read_info(kind)
         return self.info
 
+    async def describe(self, *, wait_s: float = 30.0) -> ServerInfo:
+        """Read what the server is (as :meth:`discover`) without waiting for it to generate.
+
+        Raises:
+            RetriableServerError: the server did not answer within ``wait_s`` seconds.
+        """
+        self.info = await self._read_info(await self._probe_kind(time.monotonic() + wait_s))
+        return self.info
+
     async def _probe_kind(self, deadline: float) -> ServerKind:
         while True:
             for path, kind in (

@@ -145,7 +145,7 @@ class GenerationConsumer:
         self.settings = settings
         self.cfg = settings.consumer
         self.server_url = server_url.rstrip("/")
-        self.group = group or self.cfg.group
+        self.group = group or group_id(settings)
         self.instance_id = instance_id or default_instance_id(self.server_url)
         self.topics = topic_specs(settings)
         self.prompts_topic = self.topics["prompts"].name
@@ -315,6 +315,11 @@ class GenerationConsumer:
         for records in batch.values():
             for record in records:
                 self._start(record)
+        # The fetch position moves past transaction markers (the prompt producer is transactional),
+        # which are never returned as records: declare it so commits can reach the log end.
+        for tp in consumer.assignment():
+            if tp.partition in self.tracker.assigned:
+                self.tracker.advance(tp.partition, await consumer.position(tp))
         self.metrics.in_flight.set(self.in_flight)
         self.metrics.window.set(self.window.size)
 
@@ -681,6 +686,12 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.owner.on_assigned(assigned)
 
 
+def group_id(settings: Settings) -> str:
+    """The generation consumers' group id: ``<consumer.group>.<run_id>``. One group per run, so a
+    new run id replays the prompts topic from the start (a replay) and a re-run resumes."""
+    return f"{settings.consumer.group}.{settings.run_id}"
+
+
 def default_instance_id(server_url: str) -> str:
     """A static-membership id stable per host and server: ``<hostname>-<server host>-<port>``."""
     tail = re.sub(r"[^A-Za-z0-9]+", "-", server_url.split("://", 1)[-1]).strip("-")
@@ -700,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--server", required=True, help="the inference server's base URL, e.g. http://127.0.0.1:30000"
     )
-    parser.add_argument("--group", help="consumer group id (default: consumer.group)")
+    parser.add_argument("--group", help="consumer group id (default: <consumer.group>.<run id>)")
     parser.add_argument(
         "--instance-id", help="static membership id (default: <hostname>-<server host>-<port>)"
     )

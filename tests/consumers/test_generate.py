@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from consumers.generate import group_id
 from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from streams.records import CompletionRecord, ErrorRecord
@@ -35,7 +36,6 @@ def cs(settings: Settings) -> Settings:
             "backoff_initial_s": 0.1,
             "backoff_max_s": 0.5,
             "shutdown_deadline_s": 10.0,
-            "group": f"gen-{settings.run_id}",
         }
     )
     return settings.model_copy(update={"consumer": consumer})
@@ -125,7 +125,7 @@ async def test_happy_path_writes_one_completion_per_prompt_and_commits(
     # Graceful stop commits everything.
     proc.terminate()
     assert proc.wait(30) == 0
-    offsets = await committed(cs, cs.consumer.group, cs.topics.prompts)
+    offsets = await committed(cs, group_id(cs), cs.topics.prompts)
     assert sum(o or 0 for o in offsets.values()) == 60
 
 
@@ -155,7 +155,7 @@ async def test_sigkill_with_a_slow_first_record_loses_nothing(
     await wait_for(fast_done, timeout_s=60, what="the fast prompts")
     assert "p-00000" not in {r.id for r in await completions(one)}
     await asyncio.sleep(1.0)  # a few commit intervals: the commit must still stop at offset 0
-    assert await committed(one, one.consumer.group, one.topics.prompts) in ({0: 0}, {0: None})
+    assert await committed(one, group_id(one), one.topics.prompts) in ({0: 0}, {0: None})
     fleet.kill("c0")
 
     fleet.start("c0", sim.url)
