@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what is missing (venv, Kafka jars, SeaweedFS,
+# llama.cpp, the model), starts the local stack, runs lint, type checks and pytest, and always
+# stops the stack again (set KAFKAGEN_KEEP_STACK=1 to leave it running). Extra arguments go to
+# pytest, e.g. `bash scripts/test.sh tests/consumers -k offsets`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash scripts/setup-env.sh
+VENV="${KAFKAGEN_VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
+export AWS_EC2_METADATA_DISABLED=true
+
+log() { printf '[test %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+stop_stack() { [ "${KAFKAGEN_KEEP_STACK:-0}" = 1 ] || "$PY" -m streams.stack down || true; }
+trap stop_stack EXIT
+
+log "starting the local stack"
+"$PY" -m streams.stack up
+log "lint and type checks"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+"$VENV/bin/mypy" streams producers consumers sinks tests bench
+log "pytest"
+"$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"
+log "done"
