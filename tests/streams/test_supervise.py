@@ -1,0 +1,41 @@
+"""supervisord supervision: programs get the environment, restart after SIGKILL, stop on shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from streams.supervise import Program, Supervisor
+
+
+def _wait(check: object, timeout_s: float = 20.0) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_program_restarts_after_sigkill_and_stops_on_shutdown(tmp_path: Path) -> None:
+    script = "import os, time; print('token', os.environ['KAFKAGEN_TEST_VALUE'], flush=True); time.sleep(300)"
+    supervisor = Supervisor(tmp_path / "sv", {"KAFKAGEN_TEST_VALUE": 'a "quoted" 100% value'})
+    supervisor.start([Program("sleeper", (sys.executable, "-c", script), stop_wait_s=5)], cwd=tmp_path)
+    try:
+        _wait(lambda: supervisor.states().get("sleeper") == "RUNNING")
+        first = supervisor.pid("sleeper")
+        assert first > 0
+        os.kill(first, signal.SIGKILL)
+        _wait(lambda: supervisor.pid("sleeper") not in (0, first))
+        second = supervisor.pid("sleeper")
+        log = (supervisor.log_dir / "sleeper.log").read_text()
+        assert log.count('token a "quoted" 100% value') >= 2  # started twice, environment intact
+        assert "100% value" not in supervisor.conf.read_text()  # settings are not written to disk
+    finally:
+        supervisor.shutdown()
+    assert not supervisor.running()
+    assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
