@@ -112,7 +112,7 @@ class ProducerSettings(BaseModel):
     checkpoint_every: int = Field(
         20000,
         gt=0,
-        description="input lines per Kafka transaction; each commit also writes the resume point to the "
+        description="records per Kafka transaction; each commit also writes the resume point to the "
         "progress topic (bigger: faster, more re-sent after a crash)",
     )
     checkpoint_interval_s: float = Field(
