@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumers.client import ServerClient
@@ -143,7 +144,13 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
     deadline = time.monotonic() + timeout_s if timeout_s else None
     try:
         while True:
-            progress = await _progress(settings)
+            try:
+                progress = await _progress(settings)
+            except (TimeoutError, KafkaError, OSError) as exc:  # e.g. the broker restarting
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {settings.run_id}: Kafka unreachable: {exc}") from None
+                await asyncio.sleep(2.0)
+                continue
             occupancy = await _mean_running(clients)
             if occupancy is not None and progress.generated < progress.prompts_end:
                 samples.append(occupancy)

@@ -1,0 +1,177 @@
+"""The main job end to end (``python -m streams.run``) on real prompts, the real local stack and
+llama.cpp servers: the happy path, chaos (SIGKILL of a consumer, the sink and a llama-server at
+random moments) and a Kafka restart mid-run. Each checks the exported dataset holds every prompt
+id exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zstandard
+
+from producers.sample import DEMO_FILE
+from streams.stack import LocalStack
+from streams.supervise import Supervisor
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _start_run(run_id: str, prompts: Path, log: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAGEN_")}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streams.run",
+            "--run-id",
+            run_id,
+            "--prompts",
+            str(prompts),
+            "--no-progress",
+            "--timeout",
+            "600",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _dataset_ids(dataset: Path) -> Counter[str]:
+    ids: Counter[str] = Counter()
+    for shard in sorted(dataset.glob("*.jsonl.zst")):
+        with zstandard.open(shard, "rt", encoding="utf-8") as f:
+            ids.update(json.loads(line)["id"] for line in f if line.strip())
+    return ids
+
+
+def _input_ids(prompts: Path) -> set[str]:
+    return {json.loads(line)["id"] for line in prompts.read_text().splitlines() if line.strip()}
+
+
+def _finish(proc: subprocess.Popen[str], log: Path, local_stack: LocalStack, run_id: str) -> dict[str, Any]:
+    rc = proc.wait(700)
+    output = log.read_text()
+    assert rc == 0, output[-4000:]
+    dataset = local_stack.home / "datasets" / run_id
+    manifest: dict[str, Any] = json.loads((dataset / "manifest.json").read_text())
+    manifest["_output"] = output
+    manifest["_dataset"] = dataset
+    return manifest
+
+
+def _assert_exactly_once(manifest: dict[str, Any], expected: set[str]) -> None:
+    ids = _dataset_ids(manifest["_dataset"])
+    assert set(ids) == expected
+    assert max(ids.values()) == 1, "an id appears twice in the dataset"
+    assert manifest["missing"]["count"] == 0
+    assert manifest["expected"]["ids"] == len(expected)
+    assert manifest["records"]["ids"] == len(expected)
+
+
+def _subset(tmp_path: Path, step: int) -> Path:
+    lines = DEMO_FILE.read_text().splitlines()[::step]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_happy_path_on_the_bundled_real_prompts(
+    local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
+) -> None:
+    run_id = f"e2e-happy-{unique}"
+    log = tmp_path / "run.log"
+    manifest = _finish(_start_run(run_id, DEMO_FILE, log), log, local_stack, run_id)
+    expected = _input_ids(DEMO_FILE)
+    assert len(expected) == 100
+    _assert_exactly_once(manifest, expected)
+    tokens = manifest["tokens"]
+    assert tokens["prompt"] > 0
+    assert tokens["completion"] > 0
+    # The printed summary is the manifest's.
+    out = manifest["_output"]
+    assert re.search(rf"^  completions  {manifest['records']['completions']}$", out, re.M)
+    assert re.search(rf"^  errors       {manifest['records']['errors']}$", out, re.M)
+    assert f"completion {tokens['completion']}," in out
+    assert json.dumps(manifest["by_finish_reason"], sort_keys=True) in out
+    # Tool-calling prompts kept their tools and the completions carry the prompt.
+    with zstandard.open(next(manifest["_dataset"].glob("completions-*.jsonl.zst")), "rt") as f:
+        rows = [json.loads(line) for line in f]
+    assert any(r["prompt"]["tools"] for r in rows)
+    assert all(r["usage"]["completion_tokens"] > 0 for r in rows)
+
+
+def test_chaos_sigkill_consumer_sink_and_llm_server(
+    local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
+) -> None:
+    run_id = f"e2e-chaos-{unique}"
+    prompts = _subset(tmp_path, 2)  # 50 prompts
+    log = tmp_path / "run.log"
+    proc = _start_run(run_id, prompts, log)
+    supervisor = Supervisor(local_stack.home / "runs" / run_id)
+    seed = random.randrange(1_000_000)
+    rng = random.Random(seed)
+    print(f"chaos seed {seed}")
+    deadline = time.monotonic() + 120
+    while not (
+        supervisor.running()
+        and set(supervisor.states()) >= {"generate-0", "sink"}
+        and (supervisor.home / "logs" / "sink.log").exists()
+    ):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    killed: list[str] = []
+    for target in rng.sample(["generate-0", "sink", "llm"], 3):
+        time.sleep(rng.uniform(3, 12))
+        if proc.poll() is not None:
+            break
+        if target == "llm":
+            name = local_stack.names(["llm"])[1]
+            assert local_stack.processes.kill(name)
+            time.sleep(rng.uniform(1, 5))
+            local_stack.up(["llm"])  # restart it
+        else:
+            pid = supervisor.pid(target)
+            assert pid > 0
+            psutil.Process(pid).kill()  # supervisord restarts it
+        killed.append(target)
+    assert len(killed) == 3, f"the run ended before all kills: {killed}\n{log.read_text()[-3000:]}"
+    manifest = _finish(proc, log, local_stack, run_id)
+    _assert_exactly_once(manifest, _input_ids(prompts))
+    print(f"chaos duplicates dropped by the export: {manifest['duplicates']['records_dropped']}")
+
+
+def test_kafka_restart_mid_run(
+    local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
+) -> None:
+    run_id = f"e2e-kafka-{unique}"
+    prompts = _subset(tmp_path, 3)  # 34 prompts
+    log = tmp_path / "run.log"
+    proc = _start_run(run_id, prompts, log)
+    deadline = time.monotonic() + 180
+    completions = local_stack.home / "runs" / run_id / "logs" / "generate-0.log"
+    # Wait until generation is under way (a consumer reported completions), then restart Kafka.
+    while not (completions.exists() and re.search(r"completions [1-9]", completions.read_text())):
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    assert local_stack.processes.stop("kafka")
+    time.sleep(3)
+    local_stack.up(["kafka"])
+    manifest = _finish(proc, log, local_stack, run_id)
+    _assert_exactly_once(manifest, _input_ids(prompts))
+
