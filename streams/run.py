@@ -92,7 +92,11 @@ def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
             "chat_template_kwargs": {**gen.chat_template_kwargs, "enable_thinking": thinking},
         }
     )
-    return settings.model_copy(update={"topics": topics, "servers": servers, "generation": generation})
+    # Static membership for the sink: a restarted sink gets its partitions back at once.
+    sink = settings.sink.model_copy(update={"instance_id": settings.sink.instance_id or f"{run}-sink"})
+    return settings.model_copy(
+        update={"topics": topics, "servers": servers, "generation": generation, "sink": sink}
+    )
 
 
 async def _offsets(settings: Settings, group: str | None, topics: Sequence[str]) -> tuple[int, int]:

@@ -1,0 +1,311 @@
+"""``python -m sinks.s3`` as a subprocess against the real Kafka and SeaweedFS: SIGKILLs at
+deterministic points, racing writers, an S3 outage, the idle tail, and a corrupt record.
+
+Every test checks the guarantee itself: per partition the objects cover every offset exactly
+once (metadata start/end, line offsets, SHA-256) and the export yields exactly the produced ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sinks.layout import decode_line, run_prefix
+from sinks.s3 import group_id
+from streams.config import Settings, settings_to_env
+from streams.records import ErrorRecord, decode
+from streams.stack import LocalStack
+from tests.sinks.support import (
+    REPO_ROOT,
+    SinkProcess,
+    assert_exact_coverage,
+    client,
+    committed,
+    create_topics,
+    end_offsets,
+    produce,
+    produce_run,
+    sink_settings,
+    stored_objects,
+    wait_all_written,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.s3]
+
+N = 900
+
+
+def run_export(settings: Settings, dest: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    """``python -m sinks.export --run <run> --to <dest>`` with ``settings``; (status, manifest, stdout)."""
+    env = {**os.environ, **settings_to_env(settings)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sinks.export", "--run", settings.run_id, "--to", str(dest), *extra],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    manifest_path = dest / "manifest.json"
+    assert manifest_path.exists(), proc.stdout + proc.stderr
+    return proc.returncode, json.loads(manifest_path.read_text()), proc.stdout
+
+
+def snapshot(settings: Settings) -> dict[str, str]:
+    """key → ETag of every object of the run's completions folder."""
+    return {o.key: o.etag for o in stored_objects(settings, settings.topics.completions, read=False)}
+
+
+def dangling_uploads(settings: Settings) -> list[str]:
+    resp = client(settings).list_multipart_uploads(
+        Bucket=settings.s3.bucket, Prefix=run_prefix(settings.s3.prefix, settings.run_id)
+    )
+    return [u["Key"] for u in resp.get("Uploads", [])]
+
+
+def assert_export_is_exact(settings: Settings, dest: Path, n: int) -> dict[str, Any]:
+    status, manifest, out = run_export(settings, dest)
+    assert status == 0, out
+    assert manifest["records"] == {"ids": n, "completions": n, "errors": 0}
+    assert manifest["missing"]["count"] == 0 and manifest["unexpected"]["count"] == 0
+    assert manifest["duplicates"]["records_dropped"] == 0
+    assert manifest["source"]["offset_overlaps"] == [] and manifest["source"]["offset_gaps"] == []
+    assert sum(s["records"] for s in manifest["shards"] if s["kind"] == "completions") == n
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("pause", "sink"),
+    [
+        pytest.param("mid_batch:2", {}, id="mid-batch"),
+        pytest.param("during_upload:2", {"multipart_threshold_bytes": 1}, id="during-multipart-upload"),
+        pytest.param("after_upload:2", {}, id="between-upload-and-commit"),
+    ],
+)
+async def test_sigkill_then_restart_covers_every_offset_exactly_once(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, pause: str, sink: dict[str, object]
+) -> None:
+    cfg = sink_settings(settings, **sink)
+    await create_topics(cfg)
+    await produce_run(cfg, range(N))
+    ends = await end_offsets(cfg, cfg.topics.completions)
+    log = tmp_path / "sink.log"
+
+    first = SinkProcess(cfg, log, pause=pause)
+    try:
+        marker = await first.wait_paused(timeout_s=60)
+    finally:
+        first.kill()
+    before = snapshot(cfg)
+    commits = await committed(cfg, cfg.topics.completions)
+    key_match = re.search(r"key=(\S+)", marker)
+    if pause.startswith("during_upload"):
+        assert key_match is not None
+        assert key_match[1] not in before, "a half-done multipart upload must not be visible"
+        assert key_match[1] in dangling_uploads(cfg)
+    if pause.startswith("after_upload"):
+        assert key_match is not None
+        assert key_match[1] in before, "the object was uploaded before the kill"
+        obj = next(o for o in stored_objects(cfg, cfg.topics.completions) if o.key == key_match[1])
+        assert (commits[obj.partition] or 0) <= obj.meta.start_offset, "its offsets were not committed"
+
+    second = SinkProcess(cfg, log)
+    try:
+        await wait_all_written(cfg, second, cfg.topics.completions, ends, timeout_s=90)
+        assert second.stop() == 0
+    finally:
+        second.kill()
+    objects = stored_objects(cfg, cfg.topics.completions)
+    assert_exact_coverage(objects, ends)
+    after = {o.key: o.etag for o in objects}
+    assert {k: after.get(k) for k in before} == before, "objects written before the kill were never rewritten"
+    assert dangling_uploads(cfg) == []
+    assert "already exists" not in second.output(), "the restart resumed from S3, not by colliding"
+    if pause.startswith("after_upload"):
+        assert key_match is not None
+        obj = next(o for o in objects if o.key == key_match[1])
+        assert f"at offset {obj.meta.end_offset + 1} (S3 next {obj.meta.end_offset + 1}" in second.output()
+    assert_export_is_exact(cfg, tmp_path / "export", N)
+
+
+async def test_two_writers_racing_on_one_folder_never_overlap(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Two sinks in different groups write the same run folder with different batch sizes: the
+    conditional create makes every start offset a single object and the loser skips past it."""
+    cfg_a = sink_settings(settings, flush_records=100, instance_id="sink-a")
+    cfg_b = sink_settings(
+        settings, flush_records=70, instance_id="sink-b", group=f"{settings.sink.group}-rival"
+    )
+    assert group_id(cfg_a) != group_id(cfg_b)
+    await create_topics(cfg_a)
+    a = SinkProcess(cfg_a, tmp_path / "a.log")
+    b = SinkProcess(cfg_b, tmp_path / "b.log")
+    try:
+        for proc in (a, b):
+            await proc.wait_for_log("recovered", count=6, timeout_s=60)
+        await produce_run(cfg_a, range(600))
+        ends = await end_offsets(cfg_a, cfg_a.topics.completions)
+        await wait_all_written(cfg_a, a, cfg_a.topics.completions, ends, timeout_s=90)
+        await wait_all_written(cfg_b, b, cfg_b.topics.completions, ends, timeout_s=90)
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        a.kill()
+        b.kill()
+    assert_exact_coverage(stored_objects(cfg_a, cfg_a.topics.completions), ends)
+    assert "already exists" in a.output() + b.output(), "the writers did collide at least once"
+    assert_export_is_exact(cfg_a, tmp_path / "export", 600)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def own_s3(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
+    """A SeaweedFS of this test's own (own home, own ports), so stopping it disturbs nobody."""
+    for _ in range(50):
+        port = random.randrange(21000, 26000)
+        internal = (port, port + 1000, port + 1007, port + 555)
+        if all(_free(p) and _free(p + 10000) for p in internal):
+            break
+    else:
+        pytest.fail("no free ports for an own S3")
+    own = settings.model_copy(
+        update={
+            "s3": settings.s3.model_copy(update={"endpoint_url": f"http://127.0.0.1:{port}"}),
+            "stack": settings.stack.model_copy(update={"home": str(tmp_path / "stack")}),
+        }
+    )
+    stack = LocalStack(own)
+    stack.up(["s3"])
+    try:
+        yield stack
+    finally:
+        stack.down(["s3"])
+
+
+async def test_s3_down_for_30_s_loses_nothing(
+    kafka: str, settings: Settings, own_s3: LocalStack, tmp_path: Path
+) -> None:
+    cfg = sink_settings(own_s3.settings, retry_max_s=2.0)
+    await create_topics(cfg)
+    await produce_run(cfg, range(300))
+    first_ends = await end_offsets(cfg, cfg.topics.completions)
+    sink = SinkProcess(cfg, tmp_path / "sink.log")
+    try:
+        await wait_all_written(cfg, sink, cfg.topics.completions, first_ends, timeout_s=60)
+        down_at = time.monotonic()
+        own_s3.processes.stop("s3")
+        await produce_run(cfg, range(300, 600))
+        ends = await end_offsets(cfg, cfg.topics.completions)
+        await sink.wait_for_log("failed (attempt 2)", timeout_s=30)
+        while time.monotonic() - down_at < 30:
+            assert sink.proc.poll() is None, "the sink must wait for S3, not exit"
+            assert await committed(cfg, cfg.topics.completions) == first_ends, "nothing committed without S3"
+            await asyncio.sleep(2)
+        own_s3.up(["s3"])
+        await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=90)
+        assert sink.stop() == 0
+    finally:
+        sink.kill()
+    assert_exact_coverage(stored_objects(cfg, cfg.topics.completions), ends)
+    assert_export_is_exact(cfg, tmp_path / "export", 600)
+
+
+async def test_the_tail_is_flushed_after_the_idle_timeout_and_a_restart_writes_nothing(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    idle = 2.0
+    cfg = sink_settings(settings, idle_flush_s=idle, flush_records=100)
+    await create_topics(cfg)
+    log = tmp_path / "sink.log"
+    sink = SinkProcess(cfg, log)
+    try:
+        await sink.wait_for_log("recovered", count=6, timeout_s=60)
+        await produce_run(cfg, range(7))
+        produced_at = time.monotonic()
+        ends = await end_offsets(cfg, cfg.topics.completions)
+        await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=idle + 10)
+        elapsed = time.monotonic() - produced_at
+        assert idle * 0.9 <= elapsed <= idle + 3.0, f"tail written {elapsed:.1f} s after the last record"
+        assert sink.stop() == 0
+    finally:
+        sink.kill()
+    written = snapshot(cfg)
+    assert_exact_coverage(stored_objects(cfg, cfg.topics.completions), ends)
+
+    again = SinkProcess(cfg, log)
+    try:
+        await again.wait_for_log("recovered", count=6, timeout_s=60)
+        await asyncio.sleep(idle * 2 + 1)
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    assert snapshot(cfg) == written
+    assert "wrote " not in again.output()
+    assert_export_is_exact(cfg, tmp_path / "export", 7)
+
+
+async def test_a_corrupt_record_is_reported_with_its_offset_and_the_rest_is_written(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    cfg = sink_settings(settings)
+    await create_topics(cfg)
+    await produce_run(cfg, range(40))
+    bad = {
+        b"\xff\xfe garbage {": await produce(
+            cfg, cfg.topics.completions, [(b"bad-1", b"\xff\xfe garbage {")], partition=0
+        ),
+        b'{"id": "x"}': await produce(cfg, cfg.topics.completions, [(b"bad-2", b'{"id": "x"}')], partition=1),
+    }
+    await produce_run(cfg, range(40, 80))
+    ends = await end_offsets(cfg, cfg.topics.completions)
+    sink = SinkProcess(cfg, tmp_path / "sink.log")
+    try:
+        await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=60)
+        assert sink.stop() == 0
+    finally:
+        sink.kill()
+    objects = stored_objects(cfg, cfg.topics.completions)
+    assert_exact_coverage(objects, ends)
+    errors = {}
+    for obj in objects:
+        for raw, kind in zip(obj.lines, obj.kinds, strict=True):
+            if kind == "undecodable":
+                line = decode_line(raw)
+                errors[(line.partition, line.offset)] = (line, decode(bytes(line.value), ErrorRecord))
+    assert len(errors) == 2 and sum(kind == "completion" for o in objects for kind in o.kinds) == 80
+    for value, [(partition, offset)] in bad.items():
+        line, error = errors[(partition, offset)]
+        assert error.source is not None and (error.source.partition, error.source.offset) == (
+            partition,
+            offset,
+        )
+        assert error.stage == "sink" and "not a valid CompletionRecord" in error.message
+        assert line.raw_b64 is not None and base64.b64decode(line.raw_b64) == value
+
+    status, manifest, out = run_export(cfg, tmp_path / "export")
+    assert status == 0, out
+    assert manifest["records"] == {"ids": 82, "completions": 80, "errors": 2}
+    assert manifest["source"]["lines_by_kind"] == {"completion": 80, "undecodable": 2}
+    assert manifest["errors_by_type"] == {"sink:RecordDecodeError": 2}
+    assert manifest["missing"]["count"] == 0 and manifest["unexpected"]["ids"] == ["bad-1", "bad-2"]
