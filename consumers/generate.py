@@ -59,6 +59,7 @@ from consumers.health import Backoff, HealthConfig, ServerHealth
 from consumers.offsets import OffsetTracker
 from consumers.quality import quality_flags
 from consumers.window import WindowConfig, WindowPolicy
+from streams import logs
 from streams.config import Settings, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
 from streams.kafka import consumer_kwargs, producer_kwargs
@@ -718,8 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     parser.add_argument("--settings-help", action="store_true", help="list every settings flag")
     args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logs.configure()
     try:
         settings = load_settings(Settings, ["--help"] if args.settings_help else rest, prog=parser.prog)
     except KafkagenError as exc:

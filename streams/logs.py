@@ -1,0 +1,44 @@
+"""Logging set-up shared by kafkagen's processes.
+
+aiokafka logs every failed metadata or connection attempt, about 700 lines a second while a
+broker restarts; :class:`RepeatFilter` lets one copy of a repeated message through per interval
+and says how many it held back, so a Kafka outage does not bury the rest of a log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RepeatFilter(logging.Filter):
+    """Pass a given (logger, message template) at most once per ``interval_s`` seconds."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last {self.interval_s:.0f} s)"
+        return True
+
+
+def configure(level: int = logging.INFO) -> None:
+    """Log to stderr with timestamps; quiet httpx's per-request lines; de-duplicate aiokafka's."""
+    logging.basicConfig(level=level, format=FORMAT)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RepeatFilter())

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from streams.logs import RepeatFilter
+
+
+def _record(msg: str) -> logging.LogRecord:
+    return logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, msg, None, None)
+
+
+def test_repeats_are_held_back_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr("streams.logs.time.monotonic", lambda: now[0])
+    f = RepeatFilter(interval_s=10)
+    assert f.filter(_record("Unable connect to %s"))
+    assert not f.filter(_record("Unable connect to %s"))
+    assert not f.filter(_record("Unable connect to %s"))
+    assert f.filter(_record("another message"))
+    now[0] = 110.0
+    again = _record("Unable connect to %s")
+    assert f.filter(again)
+    assert "and 2 more like it" in str(again.msg)
