@@ -14,6 +14,7 @@ topic              key                   value
 prompts            id (UTF-8)            :class:`PromptRecord`
 completions        id                    :class:`CompletionRecord`
 errors (DLT)       id                    :class:`ErrorRecord`
+producer progress  progress key (JSON)   :class:`ProgressRecord`
 =================  ====================  ==========================
 
 Units: token counts are tokens of the served model's tokenizer; times are seconds
@@ -190,12 +191,44 @@ class ErrorRecord(_Record, frozen=True, kw_only=True):
     """Unix epoch seconds when the record was dead-lettered."""
 
 
-AnyRecord = PromptRecord | CompletionRecord | ErrorRecord
-RecordT = TypeVar("RecordT", PromptRecord, CompletionRecord, ErrorRecord)
+class ProgressRecord(_Record, frozen=True, kw_only=True):
+    """The resume point of one input, the value on the compacted progress topic.
+
+    Written in the same Kafka transaction as the records it accounts for; its key is the progress
+    key ``["<prompts topic>", "<run id>", "<input identity>"]`` (see :mod:`producers.prompts`).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    input: str
+    """the input's identity: resolved path, ``s3://`` URI, or ``stdin:<sha256 of its head>``."""
+    source: str
+    """the input as given on the command line (``metadata.source`` of its records)."""
+    topic: str
+    run_id: str
+    line: int
+    """1-based: every line up to this one is published (in this or an earlier transaction) or bad."""
+    offset: int
+    """bytes of the (decompressed) input up to and including ``line``."""
+    digest: str
+    """SHA-256 (hex) of those ``offset`` bytes; a line over the length limit counts its first bytes only."""
+    published: int
+    """records published from lines ``1..line``, all runs together."""
+    done: bool = False
+    """``line`` is the input's last line."""
+    options: dict[str, Any] = {}
+    """the mapping options the records were made with (``producers.prompts.options_fingerprint``)."""
+    at: float = 0.0
+    """Unix epoch seconds of the commit."""
+
+
+AnyRecord = PromptRecord | CompletionRecord | ErrorRecord | ProgressRecord
+
+
+RecordT = TypeVar("RecordT", PromptRecord, CompletionRecord, ErrorRecord, ProgressRecord)
 
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
-    cls: msgspec.json.Decoder(cls) for cls in (PromptRecord, CompletionRecord, ErrorRecord)
+    cls: msgspec.json.Decoder(cls) for cls in (PromptRecord, CompletionRecord, ErrorRecord, ProgressRecord)
 }
 
 

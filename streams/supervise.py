@@ -152,4 +152,3 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise StackError(f"timed out after {timeout_s:.0f} s waiting for {what}")
             time.sleep(0.2)
-

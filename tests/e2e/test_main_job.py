@@ -174,4 +174,3 @@ def test_kafka_restart_mid_run(
     local_stack.up(["kafka"])
     manifest = _finish(proc, log, local_stack, run_id)
     _assert_exactly_once(manifest, _input_ids(prompts))
-

@@ -34,7 +34,7 @@ def test_settings_are_frozen() -> None:
     with pytest.raises(ValidationError):
         s.run_id = "other"  # type: ignore[misc]
     with pytest.raises(ValidationError):
-        s.kafka.bootstrap_servers = "x:1"  # type: ignore[misc]
+        s.kafka.bootstrap_servers = "x:1"
 
 
 def test_secrets_never_print(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,9 @@ def test_each_server_answers_a_chat_completion(llm: list[str], index: int) -> No
     assert len(llm) == 2, "the default local stack runs two llama-server instances"
     body = {
         "model": "gemma-3-270m-it",
-        "messages": [{"role": "user", "content": "Natalia sold clips to 48 of her friends. How many is that?"}],
+        "messages": [
+            {"role": "user", "content": "Natalia sold clips to 48 of her friends. How many is that?"}
+        ],
         "max_tokens": 16,
         "temperature": 0.0,
     }

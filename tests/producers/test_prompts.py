@@ -1,0 +1,479 @@
+"""The prompt producer against the real broker: bundled formats, exactly once across a SIGKILL,
+bad lines, compressed files, stdin and S3 inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from producers.formats import MappingOptions, parse_line
+from producers.prompts import IdIndex, main, partition_for
+from streams.config import Settings
+from streams.kafka import consumer_kwargs
+from streams.records import ProgressRecord, PromptMetadata, PromptRecord, decode, key_of
+from streams.storage import s3_client
+from streams.topics import ensure_topics, topic_specs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.kafka
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def flags(settings: Settings) -> list[str]:
+    """The CLI flags that point the producer at this test's broker, topics and run."""
+    return [
+        "--kafka.bootstrap-servers",
+        settings.kafka.bootstrap_servers,
+        "--topics.prompts",
+        settings.topics.prompts,
+        "--topics.producer-progress",
+        settings.topics.producer_progress,
+        "--topics.partitions",
+        str(settings.topics.partitions),
+        "--run-id",
+        settings.run_id,
+        "--no-progress",
+    ]
+
+
+async def run_main(settings: Settings, *args: str) -> int:
+    """``main()`` in a worker thread (it runs its own event loop), as the command line would."""
+    return await asyncio.to_thread(main, [*args, *flags(settings)])
+
+
+def spawn(
+    settings: Settings, *args: str, cwd: Path, stdin: Any = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "producers.prompts", *args, *flags(settings)],
+        cwd=cwd,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
+def run_cli(settings: Settings, *args: str, cwd: Path, input: bytes | None = None) -> tuple[int, str]:
+    """Run the producer as a process; returns its exit status and stderr."""
+    proc = spawn(settings, *args, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
+    _, err = proc.communicate(input, timeout=60)
+    return proc.returncode, err.decode()
+
+
+async def read_all(
+    settings: Settings,
+    topic: str,
+    *,
+    partitions: int | None = None,
+    isolation: str = "read_committed",
+    visible_now: bool = False,
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of ``topic`` up to its high watermarks now. With ``read_committed`` that waits
+    for the last transactions' markers (a commit returns before they are written) and for open
+    transactions to end; ``visible_now`` reads only up to the last stable offsets instead."""
+    count = settings.topics.partitions if partitions is None else partitions
+    tps = [TopicPartition(topic, p) for p in range(count)]
+    base = consumer_kwargs(settings.kafka, group_id=None)
+    probe = AIOKafkaConsumer(**{**base, "isolation_level": "read_uncommitted"})
+    consumer = AIOKafkaConsumer(**{**base, "isolation_level": isolation})
+    await probe.start()
+    await consumer.start()
+    try:
+        end = await (consumer if visible_now else probe).end_offsets(tps)
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        got: list[ConsumerRecord[bytes, bytes]] = []
+        async with asyncio.timeout(30):
+            while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
+                for messages in (await consumer.getmany(*tps, timeout_ms=200)).values():
+                    got += messages
+        return got
+    finally:
+        await consumer.stop()
+        await probe.stop()
+
+
+async def prompts_on_topic(settings: Settings) -> list[PromptRecord]:
+    records = await read_all(settings, settings.topics.prompts)
+    for r in records:
+        assert r.value is not None
+        assert r.key == key_of(decode(r.value, PromptRecord).id), "the Kafka key is the record id"
+    return [decode(r.value or b"", PromptRecord) for r in records]
+
+
+def expected_records(path: Path, source: str, options: MappingOptions) -> list[PromptRecord]:
+    """What the producer must publish for ``path``: every non-blank line through parse_line."""
+    lines = path.read_bytes().splitlines()
+    return [
+        parse_line(raw, source=source, line=n, options=options)
+        for n, raw in enumerate(lines, 1)
+        if raw.strip()
+    ]
+
+
+def write_chat_rows(path: Path, n: int, *, prefix: str | None = "k", pad: int = 200) -> list[bytes]:
+    rows = []
+    for i in range(n):
+        row: dict[str, Any] = {"messages": [{"role": "user", "content": f"Question {i}: {'x' * pad}?"}]}
+        if prefix is not None:
+            row["id"] = f"{prefix}-{i:05d}"
+        rows.append(json.dumps(row).encode())
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    return rows
+
+
+# --- pure parts --------------------------------------------------------------------------------
+
+
+def test_id_index_remembers_where_each_id_was_first_seen_across_growth() -> None:
+    index = IdIndex(capacity=16)
+    for i in range(20_000):
+        assert index.add(f"id-{i}", i + 7) is None
+    assert len(index) == 20_000
+    assert index.add("id-0", 999) == 7
+    assert index.add("id-19999", 999) == 20_006
+    assert index.add("new", 1) is None
+    assert len(index) == 20_001
+
+
+def test_prefix_partitioning_groups_records_by_system_prompt_and_tools() -> None:
+    def rec(i: int, system: str | None, tools: list[dict[str, Any]] | None = None) -> PromptRecord:
+        messages = [{"role": "user", "content": f"q{i}"}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
+        return PromptRecord(
+            id=f"r{i}", messages=messages, tools=tools, metadata=PromptMetadata(source="t", line=i)
+        )
+
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for system, tools in (("You are A.", None), ("You are B.", None), (None, tool), ("You are A.", tool)):
+        parts = {partition_for(rec(i, system, tools), key_of(f"r{i}"), 7, "prefix") for i in range(50)}
+        assert len(parts) == 1, (system, tools)
+    # Without a shared prefix the id decides, like the default partitioner: spread.
+    assert len({partition_for(rec(i, None), key_of(f"r{i}"), 7, "prefix") for i in range(50)}) == 7
+    assert {partition_for(rec(i, "S"), key_of(f"r{i}"), 7, "id") for i in range(50)} == set(range(7))
+
+
+# --- bundled formats ---------------------------------------------------------------------------
+
+
+async def test_gsm8k_with_prompt_field_becomes_one_record_per_question(
+    kafka: str, settings: Settings, sample_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sample_data / "gsm8k" / "test.jsonl"
+    rc = await run_main(settings, str(path), "--prompt-field", "question", "--keep-field", "answer")
+    assert rc == 0
+    assert "summary: published 1319, skipped 0" in capsys.readouterr().err
+    got = await prompts_on_topic(settings)
+    options = MappingOptions(prompt_field="question", keep_fields=("answer",), run_id=settings.run_id)
+    expected = expected_records(path, str(path), options)
+    assert sorted(got, key=lambda r: r.metadata.line) == expected
+    first = next(r for r in got if r.id == "test.jsonl:1")
+    assert first.messages[0]["content"].startswith("Janet\u2019s ducks lay 16 eggs per day.")
+    assert first.metadata.extra["answer"].endswith("#### 18")
+    assert first.run_id == settings.run_id
+
+
+async def test_mt_bench_and_bfcl_files_in_one_run(
+    kafka: str, settings: Settings, sample_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [
+        sample_data / "mt_bench" / "question.jsonl",
+        sample_data / "bfcl" / "BFCL_v4_simple_python.json",
+        sample_data / "bfcl" / "BFCL_v4_multiple.json",
+    ]
+    assert await run_main(settings, *map(str, files)) == 0
+    assert "summary: published 680, skipped 0 (already published by an earlier run), bad 0" in (
+        capsys.readouterr().err
+    )
+    records = await read_all(settings, settings.topics.prompts)
+    got = {
+        decode(r.value or b"", PromptRecord).id: (r.partition, decode(r.value or b"", PromptRecord))
+        for r in records
+    }
+    options = MappingOptions(run_id=settings.run_id)
+    expected = [rec for f in files for rec in expected_records(f, str(f), options)]
+    assert len(records) == len(got) == len(expected) == 680
+    for rec in expected:
+        partition, record = got[rec.id]
+        assert record == rec
+        assert partition == partition_for(rec, key_of(rec.id), settings.topics.partitions, "id")
+    assert len({p for p, _ in got.values()}) == settings.topics.partitions
+
+    mt = got["81"][1]
+    assert mt.messages == [{"role": "user", "content": mt.metadata.extra["turns"][0]}]
+    assert len(mt.metadata.extra["turns"]) == 2 and mt.metadata.extra["category"] == "writing"
+    bfcl = got["multiple_0"][1]
+    assert bfcl.tools is not None and len(bfcl.tools) > 1
+    dumped = json.dumps([r.tools for _, r in got.values() if r.tools])
+    assert '"type": "dict"' not in dumped and '"type": "object"' in dumped
+    assert bfcl.tools[0]["function"]["parameters"]["type"] == "object"
+
+
+async def test_key_by_prefix_puts_a_shared_system_prompt_on_one_partition(
+    kafka: str, settings: Settings, tmp_path: Path
+) -> None:
+    path = tmp_path / "prefixed.jsonl"
+    rows = []
+    for i in range(90):
+        messages = [{"role": "user", "content": f"question {i}"}]
+        if i % 3:
+            messages.insert(0, {"role": "system", "content": f"You are assistant {i % 3}."})
+        rows.append(json.dumps({"id": f"q{i}", "messages": messages}))
+    path.write_text("\n".join(rows) + "\n")
+    assert await run_main(settings, str(path), "--key-by", "prefix") == 0
+    by_system: dict[str | None, set[int]] = {}
+    for r in await read_all(settings, settings.topics.prompts):
+        record = decode(r.value or b"", PromptRecord)
+        system = record.messages[0]["content"] if record.messages[0]["role"] == "system" else None
+        by_system.setdefault(system, set()).add(r.partition)
+    assert len(by_system["You are assistant 1."]) == 1
+    assert len(by_system["You are assistant 2."]) == 1
+    assert len(by_system[None]) > 1, "records without a shared prefix are spread by id"
+
+
+# --- exactly once across a SIGKILL ------------------------------------------------------------
+
+
+async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
+    kafka: str, settings: Settings, tmp_path: Path
+) -> None:
+    n = 4000
+    path = tmp_path / "big.jsonl"
+    write_chat_rows(path, n)
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
+    slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "2500"]
+    proc = spawn(settings, str(path), *slow, cwd=tmp_path)
+
+    # Watch the committed resume points and every record sent (read_uncommitted); kill the producer
+    # mid-file while records of its open transaction are already in the log.
+    progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    sent = AIOKafkaConsumer(
+        **{**consumer_kwargs(settings.kafka, group_id=None), "isolation_level": "read_uncommitted"}
+    )
+    await progress.start()
+    await sent.start()
+    committed = seen = 0
+    try:
+        progress_tp = TopicPartition(settings.topics.producer_progress, 0)
+        prompt_tps = [TopicPartition(settings.topics.prompts, p) for p in range(settings.topics.partitions)]
+        progress.assign([progress_tp])
+        sent.assign(prompt_tps)
+        await progress.seek_to_beginning(progress_tp)
+        await sent.seek_to_beginning(*prompt_tps)
+
+        async def poll() -> None:
+            nonlocal committed, seen
+            for messages in (await progress.getmany(timeout_ms=30)).values():
+                for m in messages:
+                    committed = decode(m.value or b"", ProgressRecord).published
+            seen += sum(len(v) for v in (await sent.getmany(timeout_ms=30)).values())
+
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the producer never reached the middle of the file"
+            assert proc.poll() is None, f"the producer ended before it was killed ({committed=}, {seen=})"
+            await poll()
+            if committed >= n * 0.4 and seen > committed:
+                os.kill(proc.pid, signal.SIGSTOP)  # freeze it, then look again: a commit may have landed
+                for _ in range(5):
+                    await poll()
+                if seen > committed:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+                os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        await progress.stop()
+        await sent.stop()
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    assert n * 0.4 <= committed < n
+
+    # The killed transaction stays open (until the broker's timeout or a new producer of the same
+    # transactional id): read_committed readers see exactly the committed lines meanwhile.
+    visible = [r.key for r in await read_all(settings, settings.topics.prompts, visible_now=True)]
+    assert sorted(visible) == [f"k-{i:05d}".encode() for i in range(committed)], "exactly the committed lines"
+    in_log = await read_all(settings, settings.topics.prompts, isolation="read_uncommitted")
+    assert len(in_log) > committed, "records of the killed transaction are in the log, uncommitted"
+
+    rc, err = run_cli(settings, str(path), cwd=tmp_path)
+    assert rc == 0, err
+    assert f"continuing after line {committed}" in err
+    assert f"summary: published {n - committed}, skipped {committed} " in err
+    counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
+    assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
+    assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
+    assert len(await read_all(settings, settings.topics.prompts, isolation="read_uncommitted")) > n
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def bad_fixture(path: Path) -> dict[int, tuple[str | None, str]]:
+    """A file with every kind of bad line; returns {line: (id or None, reason fragment)}."""
+    lines: list[bytes] = [
+        json.dumps({"id": "good-1", "prompt": "What is 2 + 2?"}).encode(),  # 1
+        b"",  # 2: blank, skipped
+        b'{"id": "broken", "prompt": ',  # 3
+        b'{"id": "latin1", "prompt": "caf\xe9"}',  # 4
+        json.dumps({"id": "no-fields"}).encode(),  # 5
+        json.dumps({"id": "typed", "messages": "hello"}).encode(),  # 6
+        json.dumps({"id": "empty", "messages": []}).encode(),  # 7
+        json.dumps({"id": "good-1", "prompt": "again"}).encode(),  # 8
+        json.dumps({"id": "huge", "prompt": "x" * 80_000}).encode(),  # 9: record over 64 KiB
+        json.dumps({"id": "endless", "prompt": "y" * 300_000}).encode(),  # 10: line over 256 KiB
+        b"   \t",  # 11: blank
+        json.dumps({"id": "empty-text", "prompt": "  "}).encode(),  # 12
+        json.dumps([1, 2]).encode(),  # 13
+        json.dumps({"id": "good-2", "messages": [{"role": "user", "content": "Hi"}]}).encode(),  # 14
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return {
+        3: (None, "invalid JSON"),
+        4: (None, "not valid UTF-8: byte 0xe9"),
+        5: ("no-fields", "cannot tell this row's format"),
+        6: ("typed", "messages is a string"),
+        7: ("empty", "messages is empty"),
+        8: ("good-1", "duplicate id, first seen at line 1"),
+        9: ("huge", "over the prompts topic's limit of 65536 bytes"),
+        10: (None, "over the 262144-byte limit"),
+        12: ("empty-text", "prompt is an empty string"),
+        13: (None, "row is an array"),
+    }
+
+
+async def test_every_kind_of_bad_line_is_reported_and_good_lines_arrive(
+    kafka: str, settings: Settings, tmp_path: Path
+) -> None:
+    path = tmp_path / "mixed.jsonl"
+    bad = bad_fixture(path)
+    small = ["--kafka.max-message-bytes", "65536"]
+    rc, err = run_cli(settings, "mixed.jsonl", *small, cwd=tmp_path)
+    assert rc == 1, err
+    assert "Traceback" not in err
+    report = tmp_path / "bad-lines.jsonl"
+    rows = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [r["line"] for r in rows] == sorted(bad)
+    for row in rows:
+        record_id, reason = bad[row["line"]]
+        assert row["file"] == "mixed.jsonl"
+        assert reason in row["reason"], row
+        assert row.get("id") == record_id, row
+        assert f"bad line mixed.jsonl:{row['line']}: " in err
+    assert "summary: published 2, skipped 0 (already published by an earlier run), bad 10" in err
+    assert sorted(r.id for r in await prompts_on_topic(settings)) == ["good-1", "good-2"]
+
+    # Re-run with --allow-bad: nothing new to publish, the same report, exit 0.
+    report.unlink()
+    rc, err = run_cli(settings, "mixed.jsonl", *small, "--allow-bad", cwd=tmp_path)
+    assert rc == 0, err
+    assert "summary: published 0, skipped 2 (already published by an earlier run), bad 10" in err
+    assert [json.loads(line) for line in report.read_text().splitlines()] == rows
+    assert len(await prompts_on_topic(settings)) == 2
+
+
+async def test_missing_inputs_and_json_arrays_exit_2_without_traceback(
+    kafka: str, settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, err = run_cli(settings, "nope.jsonl", cwd=tmp_path)
+    assert (rc, err.strip()) == (2, "error: nope.jsonl: no such file")
+    assert await run_main(settings, str(tmp_path / "*.none")) == 2
+    assert "no file matches this pattern" in capsys.readouterr().err
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"prompt": "a"}, {"prompt": "b"}], indent=1))
+    assert await run_main(settings, str(array)) == 2
+    err = capsys.readouterr().err
+    assert "is a JSON array, not JSON Lines" in err and "Traceback" not in err
+    assert not (tmp_path / "bad-lines.jsonl").exists()
+
+
+async def test_grown_file_resumes_changed_file_is_refused(
+    kafka: str, settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "grow.jsonl"
+    rows = write_chat_rows(path, 40)
+    path.write_bytes(b"\n".join(rows[:30]) + b"\n")
+    assert await run_main(settings, str(path)) == 0
+    path.write_bytes(b"\n".join(rows) + b"\n")  # 10 lines appended
+    assert await run_main(settings, str(path)) == 0
+    assert "summary: published 10, skipped 30" in capsys.readouterr().err
+    assert sorted(r.id for r in await prompts_on_topic(settings)) == [f"k-{i:05d}" for i in range(40)]
+
+    edited = [*rows[:4], rows[4].replace(b"Question", b"Query"), *rows[5:]]
+    path.write_bytes(b"\n".join(edited) + b"\n")
+    assert await run_main(settings, str(path)) == 2
+    assert "its first 40 lines differ from the ones published" in capsys.readouterr().err
+    assert await run_main(settings, str(path), "--tag", "new") == 2
+    assert "with other mapping options (tags: [] then, ['new'] now)" in capsys.readouterr().err
+    assert await run_main(settings, str(path), "--from-scratch") == 0
+    assert len(await prompts_on_topic(settings)) == 80, "--from-scratch publishes everything again"
+
+
+# --- compressed files, stdin, S3 ---------------------------------------------------------------
+
+
+async def test_gzip_zstd_and_stdin_inputs(kafka: str, settings: Settings, tmp_path: Path) -> None:
+    plain = tmp_path / "rows.jsonl"
+    rows = write_chat_rows(plain, 50, prefix=None)
+    data = plain.read_bytes()
+    (tmp_path / "rows.jsonl.gz").write_bytes(gzip.compress(data))
+    (tmp_path / "rows.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    assert await run_main(settings, str(tmp_path / "rows.jsonl.*"), "--tag", "t1") == 0
+
+    stdin_data = zstandard.ZstdCompressor().compress(data)  # compression is detected on stdin too
+    rc, err = run_cli(settings, "-", "--tag", "t1", cwd=tmp_path, input=stdin_data)
+    assert rc == 0, err
+    assert "summary: published 50," in err
+    rc, err = run_cli(settings, "-", "--tag", "t1", cwd=tmp_path, input=stdin_data)
+    assert "summary: published 0, skipped 50 " in err, "the same stdin stream is recognised"
+
+    got = {r.id: r for r in await prompts_on_topic(settings)}
+    assert len(got) == 150
+    contents = [json.loads(row)["messages"] for row in rows]
+    for name, source in (("rows.jsonl.gz", str(tmp_path / "rows.jsonl.gz")), ("stdin", "-")):
+        for i, messages in enumerate(contents, 1):
+            record = got[f"{name}:{i}"]
+            assert record.messages == messages
+            assert (record.metadata.source, record.metadata.line, record.metadata.tags) == (source, i, ["t1"])
+    assert got["rows.jsonl.zst:50"].messages == contents[49]
+
+
+async def test_s3_objects_by_uri_and_glob(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bucket, prefix = settings.s3.bucket, settings.s3.prefix
+    client = s3_client(settings.s3)
+    rows = write_chat_rows(tmp_path / "a.jsonl", 30, prefix="s3a")
+    client.put_object(Bucket=bucket, Key=f"{prefix}/in/a.jsonl", Body=b"\n".join(rows) + b"\n")
+    more = write_chat_rows(tmp_path / "b.jsonl", 20, prefix="s3b")
+    body = zstandard.ZstdCompressor().compress(b"\n".join(more) + b"\n")
+    client.put_object(Bucket=bucket, Key=f"{prefix}/in/b.jsonl.zst", Body=body)
+    s3_flags = ["--s3.endpoint-url", s3, "--s3.bucket", bucket]
+
+    assert await run_main(settings, f"s3://{bucket}/{prefix}/in/*.jsonl*", *s3_flags) == 0
+    got = {r.id: r for r in await prompts_on_topic(settings)}
+    assert sorted(got) == [f"s3a-{i:05d}" for i in range(30)] + [f"s3b-{i:05d}" for i in range(20)]
+    assert got["s3b-00019"].metadata.source == f"s3://{bucket}/{prefix}/in/b.jsonl.zst"
+    assert got["s3a-00000"].messages == json.loads(rows[0])["messages"]
+
+    capsys.readouterr()
+    assert await run_main(settings, f"s3://{bucket}/{prefix}/in/missing.jsonl", *s3_flags) == 2
+    assert "missing.jsonl: no such S3 object" in capsys.readouterr().err
