@@ -71,7 +71,7 @@ class ProcessManager:
         """The live process recorded for ``name``, or ``None`` (no pid file, dead, or pid reused)."""
         path = self.pid_path(name)
         try:
-            pid_text, _, marker = path.read_text().partition("\n")
+            pid_text, marker, *_ = [*path.read_text().splitlines(), "", ""]
             pid = int(pid_text)
         except (OSError, ValueError):
             return None
@@ -85,6 +85,14 @@ class ProcessManager:
             return proc
         except psutil.Error:
             return None
+
+    def recorded_ports(self, name: str) -> tuple[int, ...]:
+        """The ports the recorded process of ``name`` was started with (empty if unknown)."""
+        try:
+            lines = self.pid_path(name).read_text().splitlines()
+        except OSError:
+            return ()
+        return tuple(int(p) for p in lines[2].split()) if len(lines) > 2 else ()
 
     def status(self, name: str) -> ProcessStatus:
         proc = self.process(name)
@@ -102,6 +110,13 @@ class ProcessManager:
         """
         existing = self.process(spec.name)
         if existing is not None:
+            ports = self.recorded_ports(spec.name)
+            if ports and ports != spec.ports:  # pid files of older versions record no ports
+                raise StackError(
+                    f"{spec.name} is already running (pid {existing.pid}) on port(s) "
+                    f"{', '.join(map(str, ports)) or '?'}, not {', '.join(map(str, spec.ports))} as now "
+                    f"configured; stop it first: python -m streams.stack down"
+                )
             return existing.pid, False
         for port in spec.ports:
             owner = port_owner(port)
@@ -131,7 +146,8 @@ class ProcessManager:
         finally:
             log.close()
         created = psutil.Process(proc.pid).create_time()
-        self.pid_path(spec.name).write_text(f"{proc.pid}\n{created:.2f}\n")
+        port_list = " ".join(map(str, spec.ports))
+        self.pid_path(spec.name).write_text(f"{proc.pid}\n{created:.2f}\n{port_list}\n")
         return proc.pid, True
 
     def stop(self, name: str, timeout_s: float = 30.0) -> bool:

@@ -10,6 +10,15 @@ from streams.errors import ConfigError
 from streams.kafka import client_kwargs
 
 
+@pytest.fixture(autouse=True)
+def _no_kafkagen_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about defaults and precedence: the caller's KAFKAGEN_* variables must not leak in."""
+    import os
+
+    for key in [k for k in os.environ if k.startswith("KAFKAGEN_")]:
+        monkeypatch.delenv(key)
+
+
 def test_defaults_match_the_local_stack() -> None:
     s = Settings()
     assert s.kafka.bootstrap_servers == "127.0.0.1:9092"

@@ -136,3 +136,12 @@ def test_cli_rejects_unknown_service(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_pom_pins_the_same_kafka_version() -> None:
     assert f"<kafka.version>{KAFKA_VERSION}</kafka.version>" in POM.read_text()
+
+
+def test_a_running_service_on_other_ports_is_not_taken_for_the_configured_one(own_stack: LocalStack) -> None:
+    own_stack.up(["s3"])
+    moved = own_stack.settings.model_copy(
+        update={"s3": own_stack.settings.s3.model_copy(update={"endpoint_url": "http://127.0.0.1:28433"})}
+    )
+    with pytest.raises(StackError, match=r"s3 is already running .* on port\(s\) 28333"):
+        LocalStack(moved).up(["s3"])
