@@ -451,6 +451,7 @@ class GenerationConsumer:
             tool_calls=result.tool_calls,
             tools_offered=bool(prompt.tools),
             thinking_requested=thinking,
+            prompt_text=_last_user_text(prompt),
         )
         params = {k: v for k, v in body.items() if k not in ("messages", "tools", "rid", "stream")}
         completion = CompletionRecord(
@@ -685,6 +686,19 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self.owner.on_assigned(assigned)
+
+
+def _last_user_text(prompt: PromptRecord) -> str | None:
+    """The text of the prompt's last user message (text parts joined), or None."""
+    for message in reversed(prompt.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return None
+    return None
 
 
 def group_id(settings: Settings) -> str:

@@ -37,9 +37,11 @@ from typing import Any, Final
 
 __all__ = [
     "DEGENERATE_FLAGS",
+    "TEMPLATE_TOKENS",
     "QualityConfig",
     "QualityFlag",
     "degenerate",
+    "echoes",
     "quality_flags",
     "repeated_ngram_ratio",
     "tokenize",
@@ -55,6 +57,8 @@ class QualityFlag(StrEnum):
     TRUNCATED = "truncated"
     REPETITION_LOOP = "repetition_loop"
     MALFORMED_TOOL_CALL = "malformed_tool_call"
+    TEMPLATE_LEAK = "template_leak"
+    ECHOED_PROMPT = "echoed_prompt"
 
 
 DEGENERATE_FLAGS: Final = frozenset(
@@ -63,6 +67,8 @@ DEGENERATE_FLAGS: Final = frozenset(
         QualityFlag.REASONING_ATE_BUDGET,
         QualityFlag.REPETITION_LOOP,
         QualityFlag.MALFORMED_TOOL_CALL,
+        QualityFlag.TEMPLATE_LEAK,
+        QualityFlag.ECHOED_PROMPT,
     }
 )
 """Flags that make a completion unusable as a training/eval example (see :func:`degenerate`)."""
@@ -168,6 +174,36 @@ def _tool_call_ok(call: Any) -> bool:
     return isinstance(parsed, dict)
 
 
+TEMPLATE_TOKENS: Final = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<|start_header_id|>",
+    "<|eot_id|>",
+    "<|endoftext|>",
+)
+"""Chat-template control tokens (ChatML/Qwen, Gemma, Llama 3) that never belong in an answer: seen in
+content, they mean the server applied the wrong chat template or the model ran past its turn."""
+
+_ECHO_MIN_CHARS: Final = 24
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def echoes(content: str, prompt_text: str) -> bool:
+    """True when ``content`` starts by repeating ``prompt_text`` (the last user message), whitespace
+    and case aside. Prompts shorter than 24 characters are never judged (a short answer may
+    legitimately repeat a short question)."""
+    prompt = _normalised(prompt_text)
+    if len(prompt) < _ECHO_MIN_CHARS:
+        return False
+    head = _normalised(content)[: len(prompt) + 16]
+    return prompt[: max(_ECHO_MIN_CHARS, len(prompt) * 3 // 4)] in head
+
+
 def quality_flags(
     *,
     content: str,
@@ -176,6 +212,7 @@ def quality_flags(
     tool_calls: list[dict[str, Any]] | None,
     tools_offered: bool,
     thinking_requested: bool,
+    prompt_text: str | None = None,
     config: QualityConfig = QualityConfig(),
 ) -> list[str]:
     """The quality flags of one completion, as the server returned it, in :class:`QualityFlag` order.
@@ -187,6 +224,7 @@ def quality_flags(
         tool_calls: ``message.tool_calls`` as parsed by the server, or ``None``.
         tools_offered: whether the request carried a non-empty ``tools`` list.
         thinking_requested: whether the request asked for thinking (``enable_thinking``).
+        prompt_text: the last user message's text, to detect an answer that echoes it.
         config: repetition thresholds.
 
     Returns:
@@ -211,6 +249,10 @@ def quality_flags(
         any(not _tool_call_ok(call) for call in tool_calls or ()) or _TOOL_CALL_TAG in content
     ):
         flags.append(QualityFlag.MALFORMED_TOOL_CALL)
+    if any(token in content or token in (reasoning_content or "") for token in TEMPLATE_TOKENS):
+        flags.append(QualityFlag.TEMPLATE_LEAK)
+    if prompt_text and echoes(content, prompt_text):
+        flags.append(QualityFlag.ECHOED_PROMPT)
     return [flag.value for flag in flags]
 
 
@@ -219,7 +261,9 @@ def degenerate(flags: Iterable[str]) -> bool:
 
     Unusable: no answer (``empty_content``, ``reasoning_ate_budget``), a looping answer or
     reasoning trace (``repetition_loop``: the dataset keeps reasoning traces, and a looping
-    one is poison for training), or a tool call nobody can execute (``malformed_tool_call``).
+    one is poison for training), a tool call nobody can execute (``malformed_tool_call``),
+    chat-template tokens in the answer (``template_leak``) or an answer that parrots the
+    question (``echoed_prompt``).
     Still usable, only flagged: ``truncated`` with a non-empty answer (a long answer cut at
     the budget may be complete enough and is the user's call) and ``thinking_missing`` (the
     answer exists; the flag points at a server or template switch that is off). Unknown flag
