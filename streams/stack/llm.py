@@ -17,6 +17,9 @@ from streams.errors import ConfigError, StackError
 from streams.stack.process import ServiceSpec
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+CHAT_TEMPLATE = Path(__file__).with_name("gemma.jinja")
+"""Gemma's turn format: the bundled GGUF has no chat template, and llama.cpp's ChatML fallback makes
+the model answer with ``<|im_start|>`` tokens."""
 
 
 def llama_server_binary() -> str:
@@ -76,6 +79,9 @@ def llm_spec(port: int, stack: StackSettings) -> ServiceSpec:
         llama_server_binary(),
         "--model",
         str(model_path()),
+        "--jinja",
+        "--chat-template-file",
+        str(CHAT_TEMPLATE),
         "--alias",
         "gemma-3-270m-it",
         "--host",

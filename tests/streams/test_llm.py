@@ -35,3 +35,15 @@ def test_servers_expose_slots_and_metrics(llm: list[str]) -> None:
         assert props["total_slots"] == 4
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
         assert "llamacpp:requests_processing" in metrics
+
+
+def test_servers_use_gemmas_turn_format(llm: list[str]) -> None:
+    """Not llama.cpp's ChatML fallback, which made Gemma answer with <|im_start|> tokens."""
+    body = {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
+    }
+    prompt = httpx.post(f"{llm[0]}/apply-template", json=body, timeout=10).json()["prompt"]
+    assert prompt.endswith(
+        "<start_of_turn>user\nBe brief.\n\nWhat is 2+3?<end_of_turn>\n<start_of_turn>model\n"
+    )
+    assert "<|im_start|>" not in prompt
