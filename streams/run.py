@@ -65,6 +65,8 @@ class Progress:
     results_end: int = 0
     in_s3: int = 0
     load_samples: list[float] = field(default_factory=list)
+    already_done: bool = False
+    """the run was complete before this invocation generated anything (a re-run)."""
 
     @property
     def done(self) -> bool:
@@ -142,8 +144,11 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
     clients = [ServerClient(u, settings.generation) for u in settings.servers]
     for client in clients:
         await client.describe()
-    gen_bar = tqdm(desc="generated", unit="prompt", disable=not show, dynamic_ncols=True)
-    s3_bar = tqdm(desc="in S3    ", unit="record", disable=not show, dynamic_ncols=True)
+    # Kafka offsets, not records: the producer's transaction markers add one offset per partition
+    # and transaction, so the totals run a little above the prompt count.
+    gen_bar = tqdm(desc="generated", unit="offset", disable=not show, dynamic_ncols=True)
+    s3_bar = tqdm(desc="in S3    ", unit="offset", disable=not show, dynamic_ncols=True)
+    first = True
     samples: list[float] = []
     deadline = time.monotonic() + timeout_s if timeout_s else None
     try:
@@ -167,7 +172,9 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
                 bar.refresh()
             if progress.done:
                 progress.load_samples = samples
+                progress.already_done = first
                 return progress
+            first = False
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {settings.run_id} not done after {timeout_s:.0f} s: {progress}")
             await asyncio.sleep(1.0)
@@ -182,7 +189,14 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def summary(manifest: dict[str, Any], wall_s: float, occupancy: float | None, dataset: str) -> str:
+def summary(
+    manifest: dict[str, Any],
+    wall_s: float,
+    occupancy: float | None,
+    dataset: str,
+    *,
+    already_done: bool = False,
+) -> str:
     """The closing summary, from the export's ``manifest.json`` (see :mod:`sinks.export`)."""
     m = manifest
     records, tokens = m["records"], m["tokens"]
@@ -197,8 +211,14 @@ def summary(manifest: dict[str, Any], wall_s: float, occupancy: float | None, da
         f"  duplicates   {m['duplicates']['records_dropped']} records dropped by the export",
         f"  tokens       prompt {tokens['prompt']}, completion {tokens['completion']}, "
         f"reasoning {tokens['reasoning']}",
-        f"  tokens/s     {tokens['completion'] / max(wall_s, 1e-9):.1f} (completion tokens / wall time)",
     ]
+    if already_done:
+        lines[1] = (
+            f"run {m['run_id']}: already complete (nothing generated now; re-exported in {wall_s:.0f} s)"
+        )
+    else:
+        rate = tokens["completion"] / max(wall_s, 1e-9)
+        lines.append(f"  tokens/s     {rate:.1f} (completion tokens / wall time)")
     if occupancy is not None:
         lines.append(
             f"  slots busy   {occupancy:.0%} (mean running requests / server slots while generating)"
@@ -339,7 +359,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         occupancy = (
             (sum(progress.load_samples) / len(progress.load_samples)) if progress.load_samples else None
         )
-        say(summary(manifest, time.monotonic() - started, occupancy, dataset))
+        wall = time.monotonic() - started
+        say(summary(manifest, wall, occupancy, dataset, already_done=progress.already_done))
         return 0
     finally:
         if not args.keep_running:

@@ -248,9 +248,9 @@ class Engine:
 
     def cancel(self, job: Job, reason: str) -> bool:
         """Abort a waiting or running job, freeing its slot. ``False`` if it had already ended."""
+        self.sync()  # first: catching up may complete the job (then it is in neither list)
         if job.state in ("completed", "cancelled"):
             return False
-        self.sync()
         if job.state == "running":
             self._running.remove(job)
         else:
