@@ -716,7 +716,8 @@ def default_instance_id(server_url: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m consumers.generate --server URL [--group G] [--instance-id ID] [--metrics-port P]``
     plus any settings flag (``--generation.max-tokens 8192``, ``--kafka.bootstrap-servers ...``).
-    Returns the exit status: 0 after a graceful stop, 1 on a fatal error."""
+    Returns the exit status: 0 after a graceful stop, 1 on a fatal error, 2 on bad settings, 3 when
+    Kafka cannot be reached at start."""
     parser = argparse.ArgumentParser(
         prog="python -m consumers.generate",
         description="Generation consumer: one per inference server (SGLang or OpenAI-compatible).",
@@ -754,6 +755,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkagenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KafkaError as exc:  # unreachable at start; later outages are retried
+        print(
+            f"error: Kafka at {settings.kafka.bootstrap_servers}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 3
     return 0
 
 

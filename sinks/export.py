@@ -24,7 +24,7 @@ Two passes over the objects keep memory to the id index (about 100 bytes per id)
 object; shards are streamed to disk (uploaded per shard for an ``s3://`` destination).
 
 Exit status: 0; 1 when ids are missing (unless ``--allow-missing``) or a source object is
-corrupt; 2 on bad arguments or settings.
+corrupt; 2 on bad arguments or settings; 3 when Kafka cannot be reached.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import msgspec
 import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from producers.formats import FormatName, MappingOptions, parse_line
 from sinks.layout import (
@@ -571,6 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KafkagenError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KafkaError as exc:
+        print(
+            f"error: Kafka at {settings.kafka.bootstrap_servers}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 3
     print(summary(result.manifest))
     return result.exit_status
 

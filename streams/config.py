@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
 from streams.errors import ConfigError
 
@@ -276,6 +276,12 @@ def load_settings(
         return CliApp.run(cls, cli_args=list(argv), cli_settings_source=source)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
+    except SettingsError as exc:  # e.g. an environment variable that must be JSON is not
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(
+            f"invalid settings: {exc}{cause}; lists and dicts are JSON in the environment, "
+            f"e.g. KAFKAGEN_SERVERS='[\"http://127.0.0.1:30000\"]'"
+        ) from None
 
 
 def _describe(exc: ValidationError) -> str:

@@ -65,3 +65,8 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
         "fetch_max_bytes": max(settings.max_message_bytes, 50 * 1024 * 1024),
         "isolation_level": "read_committed",
     }
+
+
+def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
+    """The one-line error entry points print when Kafka cannot be reached (exit status 3)."""
+    return f"error: Kafka at {settings.bootstrap_servers}: {type(exc).__name__}: {exc}"

@@ -252,3 +252,31 @@ async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fle
         assert b.stats().requests_finished > 0, "the second consumer took over partitions"
         duplicates = sum(n - 1 for n in done.values())
         assert duplicates <= 2 * (16 + cs.consumer.standing_queue)
+
+
+async def test_unreachable_kafka_is_a_clear_error_with_exit_3(
+    cs: Settings, sim: SimulatedServer, tmp_path: Path
+) -> None:
+    nowhere = cs.model_copy(
+        update={"kafka": cs.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
+    )
+    proc = spawn(["-m", "consumers.generate", "--server", sim.url], nowhere, tmp_path / "c.log")
+    rc = await asyncio.to_thread(proc.wait, 120)
+    assert rc == 3
+    output = (tmp_path / "c.log").read_text()
+    assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output
+    assert "Traceback" not in output
+
+
+async def test_malformed_settings_exit_2_without_traceback(cs: Settings, tmp_path: Path) -> None:
+    proc = spawn(
+        ["-m", "consumers.generate", "--server", "http://127.0.0.1:9"],
+        cs,
+        tmp_path / "c.log",
+        extra_env={"KAFKAGEN_GENERATION__CHAT_TEMPLATE_KWARGS": "{bad"},
+    )
+    rc = await asyncio.to_thread(proc.wait, 60)
+    assert rc == 2
+    output = (tmp_path / "c.log").read_text()
+    assert "invalid settings" in output
+    assert "Traceback" not in output

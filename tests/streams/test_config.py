@@ -101,3 +101,9 @@ def test_settings_round_trip_through_the_environment(monkeypatch: pytest.MonkeyP
     rebuilt = Settings()
     assert rebuilt.model_dump() == original.model_dump()
     assert rebuilt.s3.secret_access_key.get_secret_value() == "s3cr3t"
+
+
+def test_malformed_json_in_the_environment_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_SERVERS", "http://not-a-json-list")
+    with pytest.raises(ConfigError, match=r"servers.*JSON"):
+        load_settings(Settings, [], prog="t")
