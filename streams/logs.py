@@ -14,15 +14,20 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class RepeatFilter(logging.Filter):
-    """Pass a given (logger, message template) at most once per ``interval_s`` seconds."""
+    """Pass a given (logger, message template) of loggers under ``prefix`` at most once per
+    ``interval_s`` seconds; other loggers pass untouched (kafkagen's own lines, such as partition
+    assignments, share a template but differ in content and must all be kept)."""
 
-    def __init__(self, interval_s: float = 10.0) -> None:
+    def __init__(self, interval_s: float = 10.0, prefix: str = "aiokafka") -> None:
         super().__init__()
         self.interval_s = interval_s
+        self.prefix = prefix
         self._last: dict[tuple[str, str], float] = {}
         self._held: dict[tuple[str, str], int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefix):
+            return True
         key = (record.name, str(record.msg))
         now = time.monotonic()
         last = self._last.get(key)

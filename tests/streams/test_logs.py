@@ -23,3 +23,12 @@ def test_repeats_are_held_back_and_counted(monkeypatch: pytest.MonkeyPatch) -> N
     again = _record("Unable connect to %s")
     assert f.filter(again)
     assert "and 2 more like it" in str(again.msg)
+
+
+def test_other_loggers_are_never_held_back() -> None:
+    f = RepeatFilter(interval_s=10)
+    for parts in ("[0, 1]", "[2]", "[2]"):
+        record = logging.LogRecord(
+            "kafkagen.generate", logging.INFO, __file__, 1, "assigned %s", (parts,), None
+        )
+        assert f.filter(record)
