@@ -305,57 +305,21 @@ def test_degenerate(flags: list[str], expected: bool) -> None:
 def test_leaked_chat_template_tokens_are_degenerate() -> None:
     # What Gemma-3-270M answered through llama.cpp's ChatML fallback template.
     content = "What is 3+2<|im_end|>?\n<|im_start|>12+3<|im_end|>\n<|im_start|>8+4"
-    flags = quality_flags(
-        content=content,
-        reasoning_content=None,
-        finish_reason="length",
-        tool_calls=None,
-        tools_offered=False,
-        thinking_requested=False,
-    )
+    flags = _flags(content=content, finish_reason="length", thinking_requested=False)
     assert "template_leak" in flags
     assert degenerate(flags)
-    clean = quality_flags(
-        content="The answer is 5.",
-        reasoning_content=None,
-        finish_reason="stop",
-        tool_calls=None,
-        tools_offered=False,
-        thinking_requested=False,
-    )
-    assert "template_leak" not in clean
+    assert "template_leak" not in _flags(content="The answer is 5.")
 
 
 def test_an_answer_that_parrots_the_question_is_degenerate() -> None:
     question = "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning."
-    echoed = quality_flags(
+    echoed = _flags(
         content="Janet's ducks lay 16 eggs per day.  She eats three for breakfast every morning. And",
-        reasoning_content=None,
         finish_reason="length",
-        tool_calls=None,
-        tools_offered=False,
-        thinking_requested=False,
         prompt_text=question,
     )
     assert "echoed_prompt" in echoed
     assert degenerate(echoed)
-    answer = quality_flags(
-        content="She has 16 - 3 = 13 eggs left, so she sells 13 eggs.",
-        reasoning_content=None,
-        finish_reason="stop",
-        tool_calls=None,
-        tools_offered=False,
-        thinking_requested=False,
-        prompt_text=question,
-    )
+    answer = _flags(content="She has 16 - 3 = 13 eggs left, so she sells 13 eggs.", prompt_text=question)
     assert "echoed_prompt" not in answer
-    short = quality_flags(
-        content="2+2 is 4",
-        reasoning_content=None,
-        finish_reason="stop",
-        tool_calls=None,
-        tools_offered=False,
-        thinking_requested=False,
-        prompt_text="2+2?",
-    )
-    assert short == []
+    assert _flags(content="2+2 is 4", prompt_text="2+2?") == []
