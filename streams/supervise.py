@@ -15,9 +15,8 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 import xmlrpc.client
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +24,7 @@ from typing import Any, cast
 from supervisor.xmlrpc import SupervisorTransport
 
 from streams.errors import StackError
+from streams.stack.process import wait_until
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,6 @@ class Supervisor:
         self._wait(lambda: not self.running(), timeout_s, "supervisord to stop")
 
     @staticmethod
-    def _wait(check: Any, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not check():
-            if time.monotonic() > deadline:
-                raise StackError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-            time.sleep(0.2)
+    def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        if not wait_until(check, timeout_s=timeout_s, interval_s=0.2):
+            raise StackError(f"timed out after {timeout_s:.0f} s waiting for {what}")

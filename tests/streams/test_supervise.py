@@ -5,20 +5,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
+from streams.stack.process import wait_until
 from streams.supervise import Program, Supervisor
 
 
-def _wait(check: object, timeout_s: float = 20.0) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
+def _wait(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    assert wait_until(check, timeout_s=timeout_s, interval_s=0.1), "timed out"
 
 
 def test_program_restarts_after_sigkill_and_stops_on_shutdown(tmp_path: Path) -> None:
