@@ -25,8 +25,7 @@ from streams.errors import ConfigError, ServiceNotReadyError
 from streams.stack.kafka import kafka_ready, kafka_spec
 from streams.stack.llm import LOOPBACK_HOSTS, llm_spec, local_port
 from streams.stack.process import ProcessManager, ServiceSpec, wait_until
-from streams.stack.s3 import s3_spec
-from streams.storage import s3_client
+from streams.stack.s3 import s3_ready, s3_spec
 
 __all__ = ["SERVICES", "LocalStack", "ServiceState"]
 
@@ -109,17 +108,12 @@ class LocalStack:
 
     def ready(self, name: str) -> bool:
         """True when the service answers: Kafka a metadata request, S3 ``HeadBucket`` on the
-        configured bucket, a llama-server ``GET /health`` with 200 (503 while loading)."""
+        configured bucket with every stored volume registered (:func:`s3_ready`), a
+        llama-server ``GET /health`` with 200 (503 while loading)."""
         if name == "kafka":
             return kafka_ready(self.address(name))
         if name == "s3":
-            try:
-                s3_client(
-                    self.settings.s3, connect_timeout_s=2, read_timeout_s=5, max_attempts=1
-                ).head_bucket(Bucket=self.settings.s3.bucket)
-                return True
-            except Exception:
-                return False
+            return s3_ready(self.home, self.s3_port, self.settings.s3)
         try:
             return httpx.get(f"{self.address(name)}/health", timeout=5).status_code == 200
         except httpx.HTTPError:

