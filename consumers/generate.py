@@ -62,7 +62,7 @@ from consumers.window import WindowConfig, WindowPolicy
 from streams import logs
 from streams.config import Settings, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
-from streams.kafka import consumer_kwargs, producer_kwargs
+from streams.kafka import consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import (
     CompletionRecord,
     ErrorRecord,
@@ -756,10 +756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KafkaError as exc:  # unreachable at start; later outages are retried
-        print(
-            f"error: Kafka at {settings.kafka.bootstrap_servers}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
+        print(unreachable_message(settings.kafka, exc), file=sys.stderr)
         return 3
     return 0
 

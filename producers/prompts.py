@@ -114,7 +114,7 @@ from tqdm import tqdm
 from producers.formats import FormatName, MappingOptions, parse_line
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StorageError
-from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import ProgressRecord, PromptRecord, RecordDecodeError, decode, encode, key_of
 from streams.topics import ensure_topics, topic_specs
 
@@ -1352,8 +1352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_SERVICE
     except (KafkaError, TimeoutError) as exc:
-        where = settings.kafka.bootstrap_servers
-        echo(f"error: Kafka at {where}: {str(exc) or type(exc).__name__}")
+        echo(unreachable_message(settings.kafka, exc))
         return EXIT_SERVICE
     except OSError as exc:
         echo(f"error: {exc}")

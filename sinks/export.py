@@ -64,7 +64,7 @@ from sinks.layout import (
 )
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError
-from streams.kafka import client_kwargs, consumer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, unreachable_message
 from streams.records import CompletionRecord, ErrorRecord, PromptRecord, RecordDecodeError, decode
 from streams.storage import s3_client
 
@@ -573,10 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KafkaError as exc:
-        print(
-            f"error: Kafka at {settings.kafka.bootstrap_servers}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
+        print(unreachable_message(settings.kafka, exc), file=sys.stderr)
         return 3
     print(summary(result.manifest))
     return result.exit_status

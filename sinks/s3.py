@@ -150,7 +150,7 @@ from sinks.layout import (
 )
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, KafkagenError, StorageError
-from streams.kafka import consumer_kwargs
+from streams.kafka import consumer_kwargs, unreachable_message
 from streams.records import CompletionRecord, ErrorRecord, RecordDecodeError, SourceOffset, decode, encode
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
@@ -608,8 +608,7 @@ class SinkRunner:
         """
         try:
             await self._check_bucket()
-            specs = topic_specs(self.settings)
-            await ensure_topics(self.settings, [specs["completions"], specs["errors"]])
+            await _ensure_sink_topics(self.settings)
             consumer = AIOKafkaConsumer(**self._consumer_kwargs())
             self._consumer = consumer
             consumer.subscribe(list(self.types), listener=_Rebalance(self))
@@ -1016,12 +1015,19 @@ def create_app(settings: Settings) -> tuple[faust.App, SinkService]:
     return app, SinkService(SinkRunner(settings))
 
 
+async def _ensure_sink_topics(settings: Settings) -> None:
+    """Create the completions and dead-letter topics when missing (raises ``KafkaError``)."""
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["completions"], specs["errors"]])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sinks.s3 [settings flags]``: run the sink until SIGTERM/SIGINT.
 
     Any setting is a flag or ``KAFKAGEN_*`` variable (``--run-id``, ``--topics.completions``,
     ``--s3.prefix``, ``--sink.flush-records``...). Exit status: 0 after a graceful stop, 1 on a
-    fatal error, 2 on bad settings.
+    fatal error, 2 on bad settings, 3 when Kafka is unreachable at start (later outages are
+    retried).
     """
     parser = argparse.ArgumentParser(
         prog="python -m sinks.s3",
@@ -1038,6 +1044,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkagenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:  # Kafka unreachable at start: one clear line, not a faust crash report
+        asyncio.run(_ensure_sink_topics(settings))
+    except KafkaError as exc:
+        print(unreachable_message(settings.kafka, exc), file=sys.stderr)
+        return 3
     worker = faust.Worker(app, service, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()  # exits the process: 0 graceful, 1 crash
     return 0  # pragma: no cover

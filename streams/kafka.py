@@ -69,4 +69,5 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
 
 def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
     """The one-line error entry points print when Kafka cannot be reached (exit status 3)."""
-    return f"error: Kafka at {settings.bootstrap_servers}: {type(exc).__name__}: {exc}"
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"error: Kafka at {settings.bootstrap_servers}: {detail}"

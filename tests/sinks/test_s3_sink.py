@@ -309,3 +309,14 @@ async def test_a_corrupt_record_is_reported_with_its_offset_and_the_rest_is_writ
     assert manifest["source"]["lines_by_kind"] == {"completion": 80, "undecodable": 2}
     assert manifest["errors_by_type"] == {"sink:RecordDecodeError": 2}
     assert manifest["missing"]["count"] == 0 and manifest["unexpected"]["ids"] == ["bad-1", "bad-2"]
+
+
+def test_unreachable_kafka_at_start_is_one_clear_line_and_exit_3(settings: Settings, tmp_path: Path) -> None:
+    nowhere = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
+    )
+    sink = SinkProcess(sink_settings(nowhere), tmp_path / "sink.log")
+    assert sink.proc.wait(timeout=120) == 3
+    output = sink.output()
+    assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output
+    assert "Traceback" not in output
