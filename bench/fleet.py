@@ -12,9 +12,10 @@ Setup
   work is known before the run: the simulator's output is a function of the request's ``rid``,
   and both clients send the consumer's first-attempt ``rid`` (:mod:`bench.analysis`).
 * **Ours**: one ``python -m consumers.generate`` process per server, one consumer group, a fresh
-  7-partition prompts topic (uuid names). The prompts are published (keyed by id, as the
-  producer does) only once every consumer holds exactly one partition, so the group's start-up
-  rebalances are not timed (they take seconds of wall time, which the time scale would inflate
+  7-partition prompts topic (uuid names). The prompts are published (keyed by id, on the
+  partitions the producer's ``--key-by`` would give them: ``--key-by`` here, default balanced)
+  only once every consumer holds exactly one partition, so the group's start-up rebalances are
+  not timed (they take seconds of wall time, which the time scale would inflate
   to minutes). t0 = the first publish; the end = the last prompt's first answer
   (``CompletionRecord.timings.finished_at``).
 * **Baseline**: :mod:`bench.baseline` in its own process: concurrency 48 (a semaphore),
@@ -78,7 +79,8 @@ from bench.analysis import (
 )
 from consumers.client import ServerClient
 from consumers.simulator import DEFAULT_PROFILE, SimulatedServer, SimulatorProfile
-from streams.config import Settings, settings_to_env
+from producers.prompts import input_salt, partition_for
+from streams.config import KeyBy, Settings, settings_to_env
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
 from streams.records import GenerationParams, PromptMetadata, PromptRecord, encode, key_of
 from streams.topics import ensure_topics, topic_specs
@@ -364,14 +366,18 @@ class _CompletionView(msgspec.Struct):
     source: _Source | None = None
 
 
-async def _publish(settings: Settings, prompts: Sequence[PromptRecord]) -> None:
-    """Publish ``prompts`` keyed by id (default partitioner), yielding to the loop as it goes."""
+async def _publish(settings: Settings, prompts: Sequence[PromptRecord], key_by: KeyBy) -> None:
+    """Publish ``prompts`` keyed by id, each on the partition ``python -m producers.prompts
+    --key-by KEY_BY`` would give it as line ``i + 1`` of one input, yielding to the loop as it goes."""
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
     await producer.start()
     try:
         topic = settings.topics.prompts
+        salt = input_salt("bench")
         for i, p in enumerate(prompts):
-            await producer.send(topic, encode(p), key=key_of(p.id))
+            key = key_of(p.id)
+            partition = partition_for(p, key, settings.topics.partitions, key_by, line=i + 1, salt=salt)
+            await producer.send(topic, encode(p), key=key, partition=partition)
             if i % 200 == 199:
                 await asyncio.sleep(0)  # the simulators share this loop
         await producer.flush()
@@ -532,7 +538,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
     cpu = _MachineCpu(ctx.broker)
     t0_epoch, t0_mono = time.time(), time.monotonic()
     sampler.mark()
-    await _publish(settings, ctx.prompts)
+    await _publish(settings, ctx.prompts, args.key_by)
     print(f"  [ours] published {len(ctx.prompts)} prompts", file=sys.stderr, flush=True)
 
     n = len(ctx.prompts)
@@ -914,6 +920,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--phases", default="ours,baseline", help="comma-separated: ours, baseline (default %(default)s)"
+    )
+    parser.add_argument(
+        "--key-by",
+        choices=["balanced", "id", "prefix"],
+        default="balanced",
+        help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
     )
     parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
     parser.add_argument(

@@ -16,16 +16,27 @@ Inputs
     (exit 2).
 
 Partitioning
-    The Kafka key is always the record id (UTF-8). ``--key-by id`` (default) puts a record on
-    partition ``murmur2(key) % partitions``, exactly what Kafka's Java default partitioner does, so
-    records spread evenly. ``--key-by prefix`` computes the partition itself from a stable hash
-    (BLAKE2b) of the record's shared prefix: its leading system messages and its tools, as sorted-key
-    JSON. Prompts sharing a prefix land on the same partition, hence the same consumer and server
-    and its prefix cache; a record with neither system message nor tools has no shared prefix and
-    falls back to the id. One prefix shared by every record puts everything on one partition: use
-    ``prefix`` only when there are several distinct prefixes. The topic is created when missing
-    with ``topics.partitions`` partitions and ``retention.ms=-1`` (kept for replays, see
-    :mod:`streams.topics`); an existing topic keeps its partition count.
+    The Kafka key is always the record id (UTF-8); ``--key-by`` only chooses the partition.
+    ``balanced`` (default) deals an input's lines round-robin over the partitions: line ``n`` of
+    an input goes to partition ``(n - 1 + s) % partitions``, where ``s`` is a stable hash
+    (BLAKE2b) of the input's name, so several small inputs do not all start on partition 0. Each
+    input is spread to within one record per partition, and the choice is a function of the
+    line, so a re-run after a crash puts a line where the first run did. A consumer owns whole
+    partitions and nothing moves work between them, so the busiest partition sets the run's
+    makespan: hashing 20,000 ids put 5 % more prompts on the busiest partition than the mean
+    (``BENCHMARKS.md``, generation fleet); dealing them evens the counts. ``--key-by id`` puts a
+    record on partition ``murmur2(key) % partitions``, exactly what Kafka's Java default
+    partitioner does (an id always lands on the same partition; the spread is even only on
+    average). ``--key-by prefix`` hashes (BLAKE2b) the record's shared prefix: its leading system
+    messages and its tools, as sorted-key JSON. Prompts sharing a prefix land on the same
+    partition, hence the same consumer and server and its prefix cache; a record with neither
+    system message nor tools has no shared prefix and is dealt as in ``balanced``. One prefix
+    shared by every record puts everything on one partition: use ``prefix`` only when there are
+    several distinct prefixes.
+
+    The topic is created when missing with ``topics.partitions`` partitions and
+    ``retention.ms=-1`` (kept for replays, see :mod:`streams.topics`); an existing topic keeps its
+    partition count.
 
 Exactly once, across crashes
     Each input is published by a *transactional* producer (``transactional_id`` =
@@ -112,7 +123,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from producers.formats import FormatName, MappingOptions, parse_line
-from streams.config import Settings, load_settings
+from streams.config import KeyBy, Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StorageError
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import ProgressRecord, PromptRecord, RecordDecodeError, decode, encode, key_of
@@ -172,13 +183,24 @@ def transactional_id(key: bytes) -> str:
 # --- partitioning ------------------------------------------------------------------------------
 
 
-def partition_for(record: PromptRecord, key: bytes, partitions: int, key_by: Literal["id", "prefix"]) -> int:
+def input_salt(source: str) -> int:
+    """The stable offset (>= 0) an input's round-robin starts from: a hash of its name."""
+    return int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big")
+
+
+def partition_for(
+    record: PromptRecord, key: bytes, partitions: int, key_by: KeyBy, *, line: int, salt: int
+) -> int:
     """The prompts-topic partition of ``record`` (see "Partitioning" in the module docstring).
 
     Args:
         key: the record's Kafka key (:func:`streams.records.key_of` of its id).
         partitions: the topic's partition count (> 0).
+        line: the record's 1-based line number in its input.
+        salt: :func:`input_salt` of the input's name.
     """
+    if key_by == "id":
+        return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
     if key_by == "prefix":
         system: list[dict[str, Any]] = []
         for message in record.messages:
@@ -188,7 +210,7 @@ def partition_for(record: PromptRecord, key: bytes, partitions: int, key_by: Lit
         if system or record.tools:
             prefix = msgspec.json.encode([system, record.tools or []], order="sorted")
             return int.from_bytes(hashlib.blake2b(prefix, digest_size=8).digest(), "big") % partitions
-    return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
+    return (line - 1 + salt) % partitions
 
 
 # --- duplicate ids -----------------------------------------------------------------------------
@@ -417,13 +439,14 @@ class RecordMaker:
         options: MappingOptions,
         *,
         partitions: int,
-        key_by: Literal["id", "prefix"],
+        key_by: KeyBy,
         record_limit: int,
     ) -> None:
         self.source = source
         self.options = options
         self.partitions = partitions
-        self.key_by: Literal["id", "prefix"] = key_by
+        self.key_by: KeyBy = key_by
+        self.salt = input_salt(source)
         self.record_limit = record_limit
 
     def __call__(self, raw: bytes, line: int) -> tuple[str, bytes, bytes, int] | Rejected:
@@ -440,7 +463,8 @@ class RecordMaker:
                 "bytes (max.message.bytes)",
                 record.id,
             )
-        return record.id, key, value, partition_for(record, key, self.partitions, self.key_by)
+        partition = partition_for(record, key, self.partitions, self.key_by, line=line, salt=self.salt)
+        return record.id, key, value, partition
 
 
 @dataclass(slots=True)
@@ -1244,8 +1268,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("publishing")
     run.add_argument(
         "--key-by",
-        choices=["id", "prefix"],
-        help="partition by record id or by shared prefix (system prompt + tools); same as --producer.key-by",
+        choices=["balanced", "id", "prefix"],
+        help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
+        "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
     )
     run.add_argument(
         "--from-scratch",

@@ -99,15 +99,21 @@ class GenerationSettings(BaseModel):
     separate_reasoning: bool = True
 
 
+KeyBy = Literal["balanced", "id", "prefix"]
+"""How the prompt producer picks a record's partition (see :mod:`producers.prompts`)."""
+
+
 class ProducerSettings(BaseModel):
     """The prompt producer (``python -m producers.prompts``)."""
 
     model_config = _FROZEN
 
-    key_by: Literal["id", "prefix"] = Field(
-        "id",
-        description="partition key: the record id (even spread) or a hash of the shared prefix "
-        "(system prompt + tools) so prompts sharing a prefix reach the same server's prefix cache",
+    key_by: KeyBy = Field(
+        "balanced",
+        description="how a prompt's partition is picked (the Kafka key is always the id): balanced "
+        "deals each input's lines round-robin (equal counts per partition), id hashes the id like "
+        "Kafka's default partitioner, prefix hashes the shared prefix (system prompt + tools) so "
+        "prompts sharing it reach the same server's prefix cache",
     )
     checkpoint_every: int = Field(
         20000,

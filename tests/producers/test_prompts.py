@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from producers.formats import MappingOptions, parse_line
-from producers.prompts import IdIndex, main, partition_for
+from producers.prompts import IdIndex, input_salt, main, partition_for
 from streams.config import Settings
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, PromptMetadata, PromptRecord, decode, key_of
@@ -164,11 +164,38 @@ def test_prefix_partitioning_groups_records_by_system_prompt_and_tools() -> None
 
     tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     for system, tools in (("You are A.", None), ("You are B.", None), (None, tool), ("You are A.", tool)):
-        parts = {partition_for(rec(i, system, tools), key_of(f"r{i}"), 7, "prefix") for i in range(50)}
+        parts = {
+            partition_for(rec(i, system, tools), key_of(f"r{i}"), 7, "prefix", line=i + 1, salt=0)
+            for i in range(50)
+        }
         assert len(parts) == 1, (system, tools)
-    # Without a shared prefix the id decides, like the default partitioner: spread.
-    assert len({partition_for(rec(i, None), key_of(f"r{i}"), 7, "prefix") for i in range(50)}) == 7
-    assert {partition_for(rec(i, "S"), key_of(f"r{i}"), 7, "id") for i in range(50)} == set(range(7))
+    # Without a shared prefix the record is dealt by line, as in the default: spread.
+    no_prefix = [
+        partition_for(rec(i, None), key_of(f"r{i}"), 7, "prefix", line=i + 1, salt=0) for i in range(50)
+    ]
+    assert no_prefix == [i % 7 for i in range(50)]
+    # By id: Kafka's default partitioner, whatever the line.
+    by_id = {partition_for(rec(i, "S"), key_of(f"r{i}"), 7, "id", line=1, salt=0) for i in range(50)}
+    assert by_id == set(range(7))
+
+
+def test_balanced_partitioning_deals_each_input_evenly_and_deterministically() -> None:
+    record = PromptRecord(
+        id="x", messages=[{"role": "user", "content": "q"}], metadata=PromptMetadata(source="t", line=1)
+    )
+    for source in ("a.jsonl", "b.jsonl", "/data/prompts.jsonl.zst"):
+        salt = input_salt(source)
+        parts = [partition_for(record, b"x", 7, "balanced", line=n, salt=salt) for n in range(1, 1001)]
+        counts = Counter(parts)
+        assert set(counts) == set(range(7)) and max(counts.values()) - min(counts.values()) <= 1
+        assert parts == [
+            partition_for(record, b"x", 7, "balanced", line=n, salt=salt) for n in range(1, 1001)
+        ]
+    # Inputs start at different partitions, so many one-line inputs still spread.
+    firsts = {
+        partition_for(record, b"x", 7, "balanced", line=1, salt=input_salt(f"f{i}.jsonl")) for i in range(40)
+    }
+    assert len(firsts) == 7
 
 
 # --- bundled formats ---------------------------------------------------------------------------
@@ -214,8 +241,15 @@ async def test_mt_bench_and_bfcl_files_in_one_run(
     for rec in expected:
         partition, record = got[rec.id]
         assert record == rec
-        assert partition == partition_for(rec, key_of(rec.id), settings.topics.partitions, "id")
-    assert len({p for p, _ in got.values()}) == settings.topics.partitions
+        salt = input_salt(rec.metadata.source)
+        line = rec.metadata.line
+        assert partition == partition_for(
+            rec, b"", settings.topics.partitions, "balanced", line=line, salt=salt
+        )
+    for f in files:  # the default deals each file's lines evenly over the partitions
+        per_partition = Counter(p for p, r in got.values() if r.metadata.source == str(f))
+        assert len(per_partition) == settings.topics.partitions
+        assert max(per_partition.values()) - min(per_partition.values()) <= 1
 
     mt = got["81"][1]
     assert mt.messages == [{"role": "user", "content": mt.metadata.extra["turns"][0]}]
