@@ -117,7 +117,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 import msgspec
 import zstandard
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel
 from tqdm import tqdm
@@ -1060,6 +1060,9 @@ class _InputPublisher:
                 pending.cancel()
 
     async def _begin(self) -> None:
+        failed = _failed_transaction(self.producer)
+        if failed is not None:
+            raise failed
         await self.producer.begin_transaction()
         self.txn_open = True
         self.txn_started = time.monotonic()
@@ -1079,7 +1082,10 @@ class _InputPublisher:
         if not self.txn_open:
             await self._begin()
         builder.close()
-        self.txn_futures.append(await self.producer.send_batch(builder, self.topic, partition=partition))
+        try:
+            self.txn_futures.append(await self.producer.send_batch(builder, self.topic, partition=partition))
+        except IllegalOperation:
+            raise _transaction_failure(self.producer) from None
 
     async def _submit_all(self) -> None:
         builders, self.builders = self.builders, {}
@@ -1110,9 +1116,12 @@ class _InputPublisher:
             options=options_fingerprint(self.ctx.options),
             at=time.time(),
         )
-        self.txn_futures.append(
-            await self.producer.send(self.progress_topic, value=encode(progress), key=self.pkey, partition=0)
-        )
+        try:
+            value = encode(progress)
+            ack = await self.producer.send(self.progress_topic, value=value, key=self.pkey, partition=0)
+        except IllegalOperation:
+            raise _transaction_failure(self.producer) from None
+        self.txn_futures.append(ack)
         futures, self.txn_futures = self.txn_futures, []
         results = await asyncio.gather(*futures, return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
@@ -1122,10 +1131,51 @@ class _InputPublisher:
                 await self.producer.abort_transaction()
             self.txn_open = False
             raise failed[0]
+        late = _failed_transaction(self.producer)  # failed after the last ack arrived
+        if late is not None:
+            self.txn_open = False
+            raise late
         await self.producer.commit_transaction()
         self.txn_open = False
         self.txn_records = 0
         self.committed_line = self.line
+
+
+def _failed_transaction(producer: Any) -> BaseException | None:
+    """The error that failed the producer's open transaction (for example ``ProducerFenced`` once
+    a newer producer with the same transactional id started), or ``None``.
+
+    aiokafka then refuses sends with ``IllegalOperation`` and a commit or a new transaction with
+    an ``AssertionError``, and keeps the cause only in its transaction manager's private
+    ``_transaction_waiter`` future (aiokafka 0.14, ``producer/transaction_manager.py``): checked
+    here so the cause is what gets raised.
+    """
+    waiter = getattr(getattr(producer, "_txn_manager", None), "_transaction_waiter", None)
+    if isinstance(waiter, asyncio.Future) and waiter.done() and not waiter.cancelled():
+        error: BaseException | None = waiter.exception()
+        return error
+    return None
+
+
+def _transaction_failure(producer: Any) -> BaseException:
+    """:func:`_failed_transaction`, or a generic ``KafkaError`` when aiokafka did not keep one."""
+    return _failed_transaction(producer) or cast(
+        BaseException, KafkaError("the open transaction failed; run the same command again to continue")
+    )
+
+
+def _quiet_abandoned_kafka_futures(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Event-loop exception handler: drop asyncio's "Future exception was never retrieved" report
+    for a Kafka error, pass everything else to the default handler.
+
+    When a transaction fails (fenced by a newer producer, broker gone), aiokafka sets the error on
+    futures of its own that nobody awaits any more; asyncio would print each with a traceback. The
+    error has already been raised to :func:`main`, which prints it as one line, and the transaction
+    was not committed, so these reports carry no information.
+    """
+    if isinstance(context.get("exception"), KafkaError) and "never retrieved" in context.get("message", ""):
+        return
+    loop.default_exception_handler(context)
 
 
 async def _topic_max_message_bytes(settings: Settings, topic: str) -> int | None:
@@ -1348,6 +1398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_abandoned_kafka_futures)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, RuntimeError):  # not the main thread (tests)
                 loop.add_signal_handler(sig, task.cancel)

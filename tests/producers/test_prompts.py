@@ -358,6 +358,54 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     assert len(await read_all(settings, settings.topics.prompts, isolation="read_uncommitted")) > n
 
 
+async def test_a_second_producer_of_the_same_input_takes_over_and_each_id_lands_once(
+    kafka: str, settings: Settings, tmp_path: Path
+) -> None:
+    n = 12000
+    path = tmp_path / "big.jsonl"
+    write_chat_rows(path, n, pad=20)
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
+    first = spawn(
+        settings,
+        str(path),
+        "--producer.checkpoint-every",
+        "500",
+        "--producer.max-records-per-s",
+        "1000",
+        cwd=tmp_path,
+    )
+    progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await progress.start()
+    try:
+        tp = TopicPartition(settings.topics.producer_progress, 0)
+        progress.assign([tp])
+        await progress.seek_to_beginning(tp)
+        committed = 0
+        deadline = time.monotonic() + 30
+        while committed < n // 4:
+            assert time.monotonic() < deadline and first.poll() is None, "the first producer never got going"
+            for messages in (await progress.getmany(timeout_ms=100)).values():
+                committed = max(
+                    committed, *(decode(m.value or b"", ProgressRecord).published for m in messages)
+                )
+    finally:
+        await progress.stop()
+
+    # Same input, same run id: same transactional id. The newcomer fences the first producer,
+    # whose open transaction is aborted, and continues from the last committed resume point.
+    rc, err = await asyncio.to_thread(run_cli, settings, str(path), cwd=tmp_path)
+    assert rc == 0, err
+    _, first_err = await asyncio.to_thread(first.communicate, None, 60)
+    first_err_text = first_err.decode()
+    assert first.returncode == 3, first_err_text
+    assert "another producer started publishing the same input" in first_err_text
+    assert "Traceback" not in first_err_text and "never retrieved" not in first_err_text
+    counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
+    assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
+    assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 
