@@ -201,9 +201,10 @@ def table(rows: list[Row], reference: Row) -> str:
 def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
     """CPU µs per record of each step of the producer's hot path, measured on ``path``'s first lines."""
     from aiokafka.codec import zstd_encode
-    from aiokafka.partitioner import murmur2
 
     from producers.formats import MappingOptions, parse_line
+    from producers.prompts import input_salt, partition_for
+    from streams.config import Settings
     from streams.records import encode, key_of
 
     with path.open("rb") as f:
@@ -224,6 +225,8 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
     keys = [key_of(r.id) for r in records]
     blob = b"".join(values)
     hasher = hashlib.sha256()
+    key_by = Settings().producer.key_by
+    salt = input_salt("bench")
 
     def hash_lines() -> None:
         for raw in raws:
@@ -239,7 +242,24 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
             ),
         ),
         ("encode (msgspec)", timed(lambda: [encode(r) for r in records])),
-        ("murmur2 partition (aiokafka, pure Python)", timed(lambda: [murmur2(k) for k in keys])),
+        (
+            f"partition (default --key-by {key_by}, producers/prompts.py)",
+            timed(
+                lambda: [
+                    partition_for(r, k, 7, key_by, line=n, salt=salt)
+                    for n, (r, k) in enumerate(zip(records, keys, strict=True), 1)
+                ]
+            ),
+        ),
+        (
+            "partition --key-by id (murmur2, aiokafka, pure Python)",
+            timed(
+                lambda: [
+                    partition_for(r, k, 7, "id", line=n, salt=salt)
+                    for n, (r, k) in enumerate(zip(records, keys, strict=True), 1)
+                ]
+            ),
+        ),
         ("SHA-256 of the line (resume check)", timed(hash_lines)),
         (
             "zstd level 3 in 1 MiB batches (aiokafka, event loop thread)",
