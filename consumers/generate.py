@@ -80,8 +80,6 @@ log = logging.getLogger("kafkagen.generate")
 
 _PROBE_INTERVAL_S = 2.0
 _LOAD_INTERVAL_S = 2.0
-_FULL_WINDOW_WAIT_S = 0.2
-"""Longest wait, in seconds, for a finished job while the in-flight window is full."""
 _DUPLICATE_RID = "Duplicate request ID"
 
 
@@ -180,7 +178,6 @@ class GenerationConsumer:
         self._stopping = asyncio.Event()
         self._last_commit = 0.0
         self._paused = False
-        self._slot_freed = asyncio.Event()
         self._rng = random.Random()
 
     # -- public ------------------------------------------------------------------------------
@@ -315,16 +312,7 @@ class GenerationConsumer:
         elif room > 0 and self._paused:
             consumer.resume(*assignment)
             self._paused = False
-        if room <= 0:
-            # Window full: wake as soon as a job finishes rather than sitting out a 200 ms poll
-            # (the freed slot is refilled on the next pass); the zero-timeout poll keeps the
-            # consumer inside max_poll_interval_ms.
-            self._slot_freed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._slot_freed.wait(), _FULL_WINDOW_WAIT_S)
-            batch = await consumer.getmany(timeout_ms=0, max_records=1)
-        else:
-            batch = await consumer.getmany(timeout_ms=200, max_records=room)
+        batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
         for records in batch.values():
             for record in records:
                 self._start(record)
@@ -356,7 +344,6 @@ class GenerationConsumer:
     def _finish(self, job: _Job) -> None:
         """The job's result is durably in Kafka: let the commit position move past it."""
         p, o = job.key
-        self._slot_freed.set()
         if self.jobs.get(job.key) is job:
             del self.jobs[job.key]
             if self.tracker.is_pending(p, o):
