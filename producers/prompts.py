@@ -804,12 +804,12 @@ class RunResult:
 
     def summary(self) -> str:
         """The final summary line."""
-        mb = self.total("bytes") / 1e6
-        rate = mb / self.seconds if self.seconds > 0 else 0.0
+        rate = self.total("bytes") / self.seconds if self.seconds > 0 else 0.0
+        shown = f"{rate / 1e6:.1f} MB/s" if rate >= 1e6 else f"{rate / 1e3:.1f} kB/s"
         return (
             f"summary: published {self.total('published')}, skipped {self.total('skipped')} (already "
             f"published by an earlier run), bad {self.total('bad')}, {self.total('bytes')} bytes in "
-            f"{self.seconds:.2f} s ({rate:.1f} MB/s)"
+            f"{self.seconds:.2f} s ({shown})"
         )
 
 

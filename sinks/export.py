@@ -520,7 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog="Settings (S3 location, Kafka) are flags too, e.g. --s3.prefix runs "
         "(see `python -m sinks.export --settings-help`).",
     )
-    parser.add_argument("--run", required=False, help="the run id to export (default: run_id setting)")
+    parser.add_argument(
+        "--run", required=False, help="the run id to export (default: the run_id setting, i.e. --run-id)"
+    )
     parser.add_argument("--to", required=False, help="output folder, or s3://bucket/prefix")
     source = parser.add_mutually_exclusive_group()
     source.add_argument(

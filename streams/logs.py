@@ -41,9 +41,32 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class RetriedCoordinatorLookupAsInfo(logging.Filter):
+    """Log aiokafka's "Group Coordinator Request failed: <error>" at INFO when the error is
+    retriable: aiokafka logs it at ERROR and then retries (``GroupCoordinator.
+    ensure_coordinator_known``, aiokafka 0.14), and a fresh broker answers
+    ``GroupCoordinatorNotAvailableError`` until its ``__consumer_offsets`` topic exists, so every
+    healthy first start would show an ERROR. Non-retriable errors keep their level."""
+
+    LOGGER = "aiokafka.consumer.group_coordinator"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.name == self.LOGGER
+            and str(record.msg).startswith("Group Coordinator Request failed")
+            and isinstance(record.args, tuple)
+            and record.args
+            and getattr(record.args[0], "retriable", False)
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def configure(level: int = logging.INFO) -> None:
-    """Log to stderr with timestamps; quiet httpx's per-request lines; de-duplicate aiokafka's."""
+    """Log to stderr with timestamps; quiet httpx's per-request lines; de-duplicate aiokafka's;
+    retried coordinator lookups at INFO (:class:`RetriedCoordinatorLookupAsInfo`)."""
     logging.basicConfig(level=level, format=FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
+        handler.addFilter(RetriedCoordinatorLookupAsInfo())
         handler.addFilter(RepeatFilter())

@@ -145,9 +145,10 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
     for client in clients:
         await client.describe()
     # Kafka offsets, not records: the producer's transaction markers add one offset per partition
-    # and transaction, so the totals run a little above the prompt count.
+    # and transaction, so "generated" runs a little above the prompt count; "to S3" is out of the
+    # results written so far, a total that grows as completions arrive.
     gen_bar = tqdm(desc="generated", unit="offset", disable=not show, dynamic_ncols=True)
-    s3_bar = tqdm(desc="in S3    ", unit="offset", disable=not show, dynamic_ncols=True)
+    s3_bar = tqdm(desc="to S3    ", unit="offset", disable=not show, dynamic_ncols=True)
     first = True
     samples: list[float] = []
     deadline = time.monotonic() + timeout_s if timeout_s else None

@@ -3,8 +3,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
 
-from streams.logs import RepeatFilter
+from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo
 
 
 def _record(msg: str) -> logging.LogRecord:
@@ -32,3 +33,16 @@ def test_other_loggers_are_never_held_back() -> None:
             "kafkagen.generate", logging.INFO, __file__, 1, "assigned %s", (parts,), None
         )
         assert f.filter(record)
+
+
+def test_a_retried_coordinator_lookup_is_info_a_fatal_one_stays_error() -> None:
+    f = RetriedCoordinatorLookupAsInfo()
+    for error, level in (
+        (GroupCoordinatorNotAvailableError(), logging.INFO),
+        (GroupAuthorizationFailedError("g"), logging.ERROR),
+    ):
+        record = logging.LogRecord(
+            f.LOGGER, logging.ERROR, __file__, 1, "Group Coordinator Request failed: %s", (error,), None
+        )
+        assert f.filter(record)
+        assert (record.levelno, record.levelname) == (level, logging.getLevelName(level))
