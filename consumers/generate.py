@@ -49,6 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
@@ -196,7 +197,23 @@ class GenerationConsumer:
             RetriableServerError: the server never became ready within ``request_timeout_s``.
             aiokafka.errors.KafkaError: Kafka unreachable at start.
         """
-        info = await self.client.discover(wait_s=self.cfg.request_timeout_s)
+        log.info(
+            "waiting for server %s to be ready (up to %.0f s; SIGTERM stops)",
+            self.server_url,
+            self.cfg.request_timeout_s,
+        )
+        discovery = asyncio.create_task(self.client.discover(wait_s=self.cfg.request_timeout_s))
+        stopping = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait({discovery, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not discovery.done():  # stopped while the server was not ready yet: nothing to drain
+            discovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await discovery
+            await self.client.aclose()
+            log.info("stopped before server %s was ready", self.server_url)
+            return
+        info = discovery.result()
         log.info(
             "server %s: %s model=%s slots=%s context=%s",
             info.url,
@@ -731,7 +748,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--instance-id", help="static membership id (default: <hostname>-<server host>-<port>)"
     )
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    parser.add_argument(
+        "--metrics-port", type=_port, help="serve Prometheus metrics on 127.0.0.1:PORT (1-65535)"
+    )
     parser.add_argument("--settings-help", action="store_true", help="list every settings flag")
     args, rest = parser.parse_known_args(argv)
     logs.configure()
@@ -740,9 +759,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkagenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        server = httpx.URL(args.server)
+    except httpx.InvalidURL:
+        server = httpx.URL("")
+    if server.scheme not in ("http", "https") or not server.host:
+        example = "http://127.0.0.1:30000"
+        print(f"error: --server {args.server!r} is not an http(s) URL, e.g. {example}", file=sys.stderr)
+        return 2
     worker = GenerationConsumer(settings, args.server, group=args.group, instance_id=args.instance_id)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
+        try:
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
+        except OSError as exc:
+            print(f"error: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
+            return 2
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -755,10 +786,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkagenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KafkaError as exc:  # unreachable at start; later outages are retried
+    except (KafkaError, TimeoutError) as exc:  # unreachable or silent at start; later outages are retried
         print(unreachable_message(settings.kafka, exc), file=sys.stderr)
         return 3
     return 0
+
+
+def _port(text: str) -> int:
+    """argparse type: a TCP port number (1-65535)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ Partitioning
     The Kafka key is always the record id (UTF-8); ``--key-by`` only chooses the partition.
     ``balanced`` (default) deals an input's lines round-robin over the partitions: line ``n`` of
     an input goes to partition ``(n - 1 + s) % partitions``, where ``s`` is a stable hash
-    (BLAKE2b) of the input's name, so several small inputs do not all start on partition 0. Each
+    (BLAKE2b) of the input's identity (below: its resolved path, S3 URI or stdin digest), so
+    several small inputs do not all start on partition 0. Each
     input is spread to within one record per partition, and the choice is a function of the
     line, so a re-run after a crash puts a line where the first run did. A consumer owns whole
     partitions and nothing moves work between them, so the busiest partition sets the run's
@@ -104,6 +105,7 @@ import gzip
 import hashlib
 import io
 import logging
+import os
 import signal
 import sys
 import threading
@@ -183,9 +185,9 @@ def transactional_id(key: bytes) -> str:
 # --- partitioning ------------------------------------------------------------------------------
 
 
-def input_salt(source: str) -> int:
-    """The stable offset (>= 0) an input's round-robin starts from: a hash of its name."""
-    return int.from_bytes(hashlib.blake2b(source.encode(), digest_size=8).digest(), "big")
+def input_salt(identity: str) -> int:
+    """The stable offset (>= 0) an input's round-robin starts from: a hash of its identity."""
+    return int.from_bytes(hashlib.blake2b(identity.encode(), digest_size=8).digest(), "big")
 
 
 def partition_for(
@@ -197,7 +199,7 @@ def partition_for(
         key: the record's Kafka key (:func:`streams.records.key_of` of its id).
         partitions: the topic's partition count (> 0).
         line: the record's 1-based line number in its input.
-        salt: :func:`input_salt` of the input's name.
+        salt: :func:`input_salt` of the input's identity.
     """
     if key_by == "id":
         return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
@@ -446,7 +448,7 @@ class RecordMaker:
         self.options = options
         self.partitions = partitions
         self.key_by: KeyBy = key_by
-        self.salt = input_salt(source)
+        self.salt = input_salt(source)  # the reader sets the input's identity once it is open
         self.record_limit = record_limit
 
     def __call__(self, raw: bytes, line: int) -> tuple[str, bytes, bytes, int] | Rejected:
@@ -607,6 +609,9 @@ class _InputReader:
                 lines = io.BufferedReader(reader, CHUNK_BYTES)
             else:
                 lines = buffered
+            # The round-robin starts where the input's identity says, not its spelling
+            # (``a.jsonl`` and ``./a.jsonl`` are one input): set before any line is made.
+            self._make.salt = input_salt(identity)
             self._put(_Opened(identity))
             yield lines, raw
 
@@ -1392,6 +1397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             s3_client.append(make_s3_client(settings.s3))
         return s3_client[0]
 
+    folder = args.bad_lines.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        echo(f"error: --bad-lines {args.bad_lines}: folder {folder} does not exist or is not writable")
+        return EXIT_USAGE
     report = BadLineReport(args.bad_lines, echo=echo)
 
     async def run() -> RunResult:

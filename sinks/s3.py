@@ -1044,9 +1044,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkagenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:  # Kafka unreachable at start: one clear line, not a faust crash report
+    try:  # Kafka unreachable (or silent) at start: one clear line, not a faust crash report
         asyncio.run(_ensure_sink_topics(settings))
-    except KafkaError as exc:
+    except (KafkaError, TimeoutError) as exc:
         print(unreachable_message(settings.kafka, exc), file=sys.stderr)
         return 3
     worker = faust.Worker(app, service, loglevel=args.loglevel, quiet=True)

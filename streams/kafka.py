@@ -69,5 +69,6 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
 
 def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
     """The one-line error entry points print when Kafka cannot be reached (exit status 3)."""
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    name, text = type(exc).__name__, str(exc)
+    detail = text if text.startswith(name) else f"{name}: {text}" if text else name
     return f"error: Kafka at {settings.bootstrap_servers}: {detail}"

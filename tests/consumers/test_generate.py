@@ -4,6 +4,8 @@ crash recovery (SIGKILL), dead letters, retries, server crash and hang, scaling.
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
 import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -265,6 +267,54 @@ async def test_unreachable_kafka_is_a_clear_error_with_exit_3(
     assert rc == 3
     output = (tmp_path / "c.log").read_text()
     assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output
+    assert "Traceback" not in output
+
+
+async def test_a_silent_kafka_at_start_is_one_line_and_exit_3(
+    cs: Settings, sim: SimulatedServer, tmp_path: Path
+) -> None:
+    # A broker address that accepts connections and never answers (half-dead broker, firewall).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    try:
+        silent = f"127.0.0.1:{listener.getsockname()[1]}"
+        nowhere = cs.model_copy(update={"kafka": cs.kafka.model_copy(update={"bootstrap_servers": silent})})
+        proc = spawn(["-m", "consumers.generate", "--server", sim.url], nowhere, tmp_path / "c.log")
+        rc = await asyncio.to_thread(proc.wait, 120)
+    finally:
+        listener.close()
+    output = (tmp_path / "c.log").read_text()
+    assert rc == 3, output
+    assert f"error: Kafka at {silent}:" in output
+    assert "Traceback" not in output
+
+
+async def test_sigterm_while_waiting_for_the_server_exits_0_at_once(cs: Settings, tmp_path: Path) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{free.getsockname()[1]}"
+    proc = spawn(["-m", "consumers.generate", "--server", nobody], cs, tmp_path / "c.log")
+    await wait_for(
+        lambda: "waiting for server" in (tmp_path / "c.log").read_text(), timeout_s=30, what="the wait"
+    )
+    proc.send_signal(signal.SIGTERM)
+    rc = await asyncio.to_thread(proc.wait, 20)
+    output = (tmp_path / "c.log").read_text()
+    assert rc == 0, output
+    assert "stopped before server" in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    "argv", [["--server", "notaurl"], ["--server", "http://x:1", "--metrics-port", "99999"]]
+)
+async def test_a_bad_server_url_or_metrics_port_is_a_usage_error(
+    cs: Settings, tmp_path: Path, argv: list[str]
+) -> None:
+    proc = spawn(["-m", "consumers.generate", *argv], cs, tmp_path / "c.log")
+    rc = await asyncio.to_thread(proc.wait, 60)
+    output = (tmp_path / "c.log").read_text()
+    assert rc == 2, output
     assert "Traceback" not in output
 
 
