@@ -59,7 +59,9 @@ Exactly once, across crashes
 
     The progress key is ``["<prompts topic>", "<run id>", "<input identity>"]`` (JSON): the
     identity is the resolved absolute path of a local file, the ``s3://bucket/key`` URI of an
-    object, or ``stdin:<SHA-256 of its first 64 KiB>`` for stdin (which has no name). A new run id
+    object, or ``stdin:<SHA-256 of its first 64 KiB>`` for stdin (which has no name; a stdin
+    input shorter than 64 KiB that later grows is therefore a new input, published again in full:
+    give input that grows as a file). A new run id
     therefore publishes the file again, under that run; the same run id resumes or skips it
     (``skipped`` in the summary). Moving or renaming a file gives it a new identity: it is
     published again (``--run-id`` unchanged means its ids would then appear twice: keep paths
