@@ -57,7 +57,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, get_args
 
 import msgspec
 import psutil
@@ -923,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--key-by",
-        choices=["balanced", "id", "prefix"],
+        choices=get_args(KeyBy),
         default="balanced",
         help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
     )

@@ -20,9 +20,9 @@ Partitioning
     ``balanced`` (default) deals an input's lines round-robin over the partitions: line ``n`` of
     an input goes to partition ``(n - 1 + s) % partitions``, where ``s`` is a stable hash
     (BLAKE2b) of the input's identity (below: its resolved path, S3 URI or stdin digest), so
-    several small inputs do not all start on partition 0. Each
-    input is spread to within one record per partition, and the choice is a function of the
-    line, so a re-run after a crash puts a line where the first run did. A consumer owns whole
+    several small inputs do not all start on partition 0. Each input is spread to within one
+    record per partition, and the choice is a function of the line, so a re-run after a crash
+    puts a line where the first run did. A consumer owns whole
     partitions and nothing moves work between them, so the busiest partition sets the run's
     makespan: hashing 20,000 ids put 5 % more prompts on the busiest partition than the mean
     (``BENCHMARKS.md``, generation fleet); dealing them evens the counts. ``--key-by id`` puts a
@@ -116,7 +116,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
+from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast, get_args
 
 import msgspec
 import zstandard
@@ -1325,7 +1325,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("publishing")
     run.add_argument(
         "--key-by",
-        choices=["balanced", "id", "prefix"],
+        choices=get_args(KeyBy),
         help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
         "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
     )
