@@ -296,11 +296,12 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     write_chat_rows(path, n)
     specs = topic_specs(settings)
     await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
-    slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "2500"]
-    proc = spawn(settings, str(path), *slow, cwd=tmp_path)
+    # 500 records/s: the file takes 8 s, so even a starved test loop has seconds to catch the middle.
+    slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "500"]
 
     # Watch the committed resume points and every record sent (read_uncommitted); kill the producer
-    # mid-file while records of its open transaction are already in the log.
+    # mid-file while records of its open transaction are already in the log. The watchers are
+    # ready before the producer starts, so a slow start of theirs cannot eat the window.
     progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
     sent = AIOKafkaConsumer(
         **{**consumer_kwargs(settings.kafka, group_id=None), "isolation_level": "read_uncommitted"}
@@ -308,6 +309,7 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     await progress.start()
     await sent.start()
     committed = seen = 0
+    proc: subprocess.Popen[bytes] | None = None
     try:
         progress_tp = TopicPartition(settings.topics.producer_progress, 0)
         prompt_tps = [TopicPartition(settings.topics.prompts, p) for p in range(settings.topics.partitions)]
@@ -315,6 +317,7 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
         sent.assign(prompt_tps)
         await progress.seek_to_beginning(progress_tp)
         await sent.seek_to_beginning(*prompt_tps)
+        proc = spawn(settings, str(path), *slow, cwd=tmp_path)
 
         async def poll() -> None:
             nonlocal committed, seen
@@ -323,7 +326,7 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
                     committed = decode(m.value or b"", ProgressRecord).published
             seen += sum(len(v) for v in (await sent.getmany(timeout_ms=30)).values())
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             assert time.monotonic() < deadline, "the producer never reached the middle of the file"
             assert proc.poll() is None, f"the producer ended before it was killed ({committed=}, {seen=})"
@@ -339,7 +342,10 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     finally:
         await progress.stop()
         await sent.stop()
-        proc.wait(10)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
     assert proc.returncode == -signal.SIGKILL
     assert n * 0.4 <= committed < n
 
@@ -374,7 +380,7 @@ async def test_a_second_producer_of_the_same_input_takes_over_and_each_id_lands_
         "--producer.checkpoint-every",
         "500",
         "--producer.max-records-per-s",
-        "1000",
+        "500",  # 24 s for the file: the newcomer starts long before the first producer could finish
         cwd=tmp_path,
     )
     progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
@@ -384,7 +390,7 @@ async def test_a_second_producer_of_the_same_input_takes_over_and_each_id_lands_
         progress.assign([tp])
         await progress.seek_to_beginning(tp)
         committed = 0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while committed < n // 4:
             assert time.monotonic() < deadline and first.poll() is None, "the first producer never got going"
             for messages in (await progress.getmany(timeout_ms=100)).values():
