@@ -252,7 +252,7 @@ async def test_tools_give_tool_calls_with_json_arguments(
 
 async def test_duplicate_in_flight_rid_is_rejected(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(steady(), time_scale=10) as server:
-        first = asyncio.create_task(post_chat(client, server, chat(rid="dup", max_tokens=100)))  # 0.1 s wall
+        first = asyncio.create_task(post_chat(client, server, chat(rid="dup", max_tokens=1000)))  # 1 s wall
         await wait_until(lambda: server.stats().running == 1)
 
         duplicate = await post_chat(client, server, chat(rid="dup", max_tokens=5))
@@ -377,11 +377,12 @@ async def test_abort_request_endpoint_ends_the_request_with_abort(client: httpx.
 
 
 async def test_health_is_503_while_starting(client: httpx.AsyncClient) -> None:
-    async with SimulatedServer(replace(FAST, startup_s=20.0), time_scale=200) as server:  # 0.1 s wall
+    # 200 s simulated = 1 s wall: room for three requests on a busy machine
+    async with SimulatedServer(replace(FAST, startup_s=200.0), time_scale=200) as server:
         assert (await client.get(f"{server.url}/health")).status_code == 503
         assert (await client.get(f"{server.url}/health_generate")).status_code == 503
         assert (await post_chat(client, server, chat())).status_code == 503
-        await asyncio.sleep(0.12)
+        await asyncio.sleep(1.05)
         assert (await client.get(f"{server.url}/health")).status_code == 200
         assert (await client.get(f"{server.url}/health_generate")).status_code == 200
         assert (await post_chat(client, server, chat())).status_code == 200
@@ -433,10 +434,10 @@ async def test_503_burst_then_recovery(client: httpx.AsyncClient) -> None:
         statuses = [(await post_chat(client, server, chat(max_tokens=5))).status_code for _ in range(3)]
         assert statuses == [503, 503, 200]
 
-        await client.post(control, json={"error_503_for_s": 20.0})  # 0.1 s wall
+        await client.post(control, json={"error_503_for_s": 200.0})  # 1 s wall
         assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 503
         assert (await client.get(f"{server.url}/health")).status_code == 200  # overload is not ill health
-        await asyncio.sleep(0.12)
+        await asyncio.sleep(1.05)
         assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
         assert server.stats().requests_rejected == 3
 
@@ -518,7 +519,7 @@ async def test_repetition_loops_an_ngram_until_the_budget(
 
 async def test_crash_drops_connections_and_restart_recovers(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(steady(), time_scale=10) as server:
-        in_flight = asyncio.create_task(post_chat(client, server, chat(rid="lost", max_tokens=1000)))
+        in_flight = asyncio.create_task(post_chat(client, server, chat(rid="lost", max_tokens=10_000)))
         await wait_until(lambda: server.stats().running == 1)
 
         response = await client.post(f"{server.url}/simulator/faults", json={"crash_after_s": 0})
