@@ -49,7 +49,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
@@ -61,7 +60,7 @@ from consumers.offsets import OffsetTracker
 from consumers.quality import quality_flags
 from consumers.window import WindowConfig, WindowPolicy
 from streams import logs
-from streams.config import Settings, load_settings
+from streams.config import Settings, check_server_url, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
 from streams.kafka import consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import (
@@ -760,12 +759,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        server = httpx.URL(args.server)
-    except httpx.InvalidURL:
-        server = httpx.URL("")
-    if server.scheme not in ("http", "https") or not server.host:
-        example = "http://127.0.0.1:30000"
-        print(f"error: --server {args.server!r} is not an http(s) URL, e.g. {example}", file=sys.stderr)
+        check_server_url(args.server)
+    except ValueError as exc:
+        print(f"error: --server {exc}", file=sys.stderr)
         return 2
     worker = GenerationConsumer(settings, args.server, group=args.group, instance_id=args.instance_id)
     if args.metrics_port:

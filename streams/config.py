@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
@@ -251,6 +252,30 @@ class Settings(BaseSettings):
         if not value or any(c in value for c in "/+ \t\n") or value.startswith("."):
             raise ValueError("run_id must be non-empty and contain no '/', '+', or whitespace")
         return value
+
+    @field_validator("servers")
+    @classmethod
+    def _servers_are_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            check_server_url(url)
+        return value
+
+
+def check_server_url(url: str) -> str:
+    """``url`` unchanged when it can be an inference server's base URL: an ``http`` or ``https``
+    scheme, a host and, when given, a port in 1-65535, as httpx parses it.
+
+    Raises:
+        ValueError: anything else; the message quotes ``url`` and shows a good one.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        parsed = httpx.URL("")
+    port_ok = parsed.port is None or 1 <= parsed.port <= 65535
+    if parsed.scheme not in ("http", "https") or not parsed.host or not port_ok:
+        raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    return url
 
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)

@@ -43,8 +43,8 @@ from consumers.client import ServerClient
 from consumers.generate import group_id as generate_group
 from producers.sample import DEMO_FILE
 from sinks.s3 import group_id as sink_group
-from streams.config import Settings, load_settings, settings_to_env
-from streams.errors import KafkagenError
+from streams.config import Settings, check_server_url, load_settings, settings_to_env
+from streams.errors import ConfigError, KafkagenError
 from streams.kafka import consumer_kwargs
 from streams.stack import LocalStack
 from streams.stack.llm import local_port
@@ -74,8 +74,17 @@ class Progress:
 
 
 def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
-    """Apply the run's choices to ``settings``: per-run topics, servers, budget, thinking."""
+    """Apply the run's choices to ``settings``: per-run topics, servers, budget, thinking.
+
+    Raises:
+        ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`).
+    """
     run = settings.run_id
+    for url in args.server or ():
+        try:
+            check_server_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"--server {exc}") from None
     topics = settings.topics.model_copy(
         update={"prompts": f"{run}.prompts", "completions": f"{run}.completions", "errors": f"{run}.errors"}
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -78,6 +80,23 @@ def test_bad_value_names_the_setting_and_how_to_set_it(monkeypatch: pytest.Monke
 def test_run_id_must_be_safe_in_s3_keys(run_id: str) -> None:
     with pytest.raises(ConfigError, match="run_id"):
         load_settings(Settings, ["--run-id", run_id], prog="t")
+
+
+@pytest.mark.parametrize("url", ["notaurl", "127.0.0.1:30000", "ftp://h:1", "http://", "http://h:99999"])
+def test_a_server_that_is_not_an_http_url_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("KAFKAGEN_SERVERS", f'["http://127.0.0.1:30000", "{url}"]')
+    with pytest.raises(ConfigError) as info:
+        load_settings(Settings, [], prog="t")
+    message = str(info.value)
+    assert "servers" in message and repr(url) in message and "KAFKAGEN_SERVERS" in message
+
+
+def test_http_and_https_server_urls_are_kept_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    urls = ["http://127.0.0.1:30000", "https://gpu-3.internal:8443/", "http://[::1]:30001"]
+    monkeypatch.setenv("KAFKAGEN_SERVERS", json.dumps(urls))
+    assert load_settings(Settings, [], prog="t").servers == urls
 
 
 def test_settings_round_trip_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
