@@ -204,7 +204,7 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
 
     from producers.formats import MappingOptions, parse_line
     from producers.prompts import input_salt, partition_for
-    from streams.config import Settings
+    from streams.config import KeyBy, Settings
     from streams.records import encode, key_of
 
     with path.open("rb") as f:
@@ -225,8 +225,14 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
     keys = [key_of(r.id) for r in records]
     blob = b"".join(values)
     hasher = hashlib.sha256()
-    key_by = Settings().producer.key_by
+    default_key_by = Settings().producer.key_by
     salt = input_salt("bench")
+
+    def partition_all(key_by: KeyBy) -> Callable[[], list[int]]:
+        return lambda: [
+            partition_for(r, k, 7, key_by, line=n, salt=salt)
+            for n, (r, k) in enumerate(zip(records, keys, strict=True), 1)
+        ]
 
     def hash_lines() -> None:
         for raw in raws:
@@ -243,23 +249,10 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
         ),
         ("encode (msgspec)", timed(lambda: [encode(r) for r in records])),
         (
-            f"partition (default --key-by {key_by}, producers/prompts.py)",
-            timed(
-                lambda: [
-                    partition_for(r, k, 7, key_by, line=n, salt=salt)
-                    for n, (r, k) in enumerate(zip(records, keys, strict=True), 1)
-                ]
-            ),
+            f"partition (default --key-by {default_key_by}, producers/prompts.py)",
+            timed(partition_all(default_key_by)),
         ),
-        (
-            "partition --key-by id (murmur2, aiokafka, pure Python)",
-            timed(
-                lambda: [
-                    partition_for(r, k, 7, "id", line=n, salt=salt)
-                    for n, (r, k) in enumerate(zip(records, keys, strict=True), 1)
-                ]
-            ),
-        ),
+        ("partition --key-by id (murmur2, aiokafka, pure Python)", timed(partition_all("id"))),
         ("SHA-256 of the line (resume check)", timed(hash_lines)),
         (
             "zstd level 3 in 1 MiB batches (aiokafka, event loop thread)",

@@ -187,9 +187,14 @@ def transactional_id(key: bytes) -> str:
 # --- partitioning ------------------------------------------------------------------------------
 
 
+def _stable_hash(data: bytes) -> int:
+    """A 64-bit hash of ``data`` (BLAKE2b) that, unlike ``hash()``, is the same in every process."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
 def input_salt(identity: str) -> int:
     """The stable offset (>= 0) an input's round-robin starts from: a hash of its identity."""
-    return int.from_bytes(hashlib.blake2b(identity.encode(), digest_size=8).digest(), "big")
+    return _stable_hash(identity.encode())
 
 
 def partition_for(
@@ -213,7 +218,7 @@ def partition_for(
             system.append(message)
         if system or record.tools:
             prefix = msgspec.json.encode([system, record.tools or []], order="sorted")
-            return int.from_bytes(hashlib.blake2b(prefix, digest_size=8).digest(), "big") % partitions
+            return _stable_hash(prefix) % partitions
     return (line - 1 + salt) % partitions
 
 
