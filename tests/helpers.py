@@ -34,6 +34,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord)
 
 
+def with_kafka_at(settings: Settings, bootstrap_servers: str) -> Settings:
+    """``settings`` pointing at another Kafka address (an unreachable or silent one, in tests)."""
+    kafka = settings.kafka.model_copy(update={"bootstrap_servers": bootstrap_servers})
+    return settings.model_copy(update={"kafka": kafka})
+
+
 def make_prompt(
     i: int, *, max_tokens: int | None = None, min_tokens: int | None = None, content: str | None = None
 ) -> PromptRecord:

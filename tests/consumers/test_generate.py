@@ -18,7 +18,16 @@ from consumers.generate import group_id
 from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from streams.records import CompletionRecord, ErrorRecord
-from tests.helpers import committed, make_prompt, publish, read_topic, sigkill, spawn, wait_for
+from tests.helpers import (
+    committed,
+    make_prompt,
+    publish,
+    read_topic,
+    sigkill,
+    spawn,
+    wait_for,
+    with_kafka_at,
+)
 
 TIME_SCALE = 20.0
 """Simulated seconds per wall second: a 300-token answer takes ~0.06 s."""
@@ -259,9 +268,7 @@ async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fle
 async def test_unreachable_kafka_is_a_clear_error_with_exit_3(
     cs: Settings, sim: SimulatedServer, tmp_path: Path
 ) -> None:
-    nowhere = cs.model_copy(
-        update={"kafka": cs.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
-    )
+    nowhere = with_kafka_at(cs, "127.0.0.1:1")
     proc = spawn(["-m", "consumers.generate", "--server", sim.url], nowhere, tmp_path / "c.log")
     rc = await asyncio.to_thread(proc.wait, 120)
     assert rc == 3
@@ -279,7 +286,7 @@ async def test_a_silent_kafka_at_start_is_one_line_and_exit_3(
     listener.listen(16)
     try:
         silent = f"127.0.0.1:{listener.getsockname()[1]}"
-        nowhere = cs.model_copy(update={"kafka": cs.kafka.model_copy(update={"bootstrap_servers": silent})})
+        nowhere = with_kafka_at(cs, silent)
         proc = spawn(["-m", "consumers.generate", "--server", sim.url], nowhere, tmp_path / "c.log")
         rc = await asyncio.to_thread(proc.wait, 120)
     finally:

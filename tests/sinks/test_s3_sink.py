@@ -28,6 +28,7 @@ from sinks.s3 import group_id
 from streams.config import Settings, settings_to_env
 from streams.records import ErrorRecord, decode
 from streams.stack import LocalStack
+from tests.helpers import with_kafka_at
 from tests.sinks.support import (
     REPO_ROOT,
     SinkProcess,
@@ -314,10 +315,7 @@ async def test_a_corrupt_record_is_reported_with_its_offset_and_the_rest_is_writ
 
 
 def test_unreachable_kafka_at_start_is_one_clear_line_and_exit_3(settings: Settings, tmp_path: Path) -> None:
-    nowhere = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:1"})}
-    )
-    sink = SinkProcess(sink_settings(nowhere), tmp_path / "sink.log")
+    sink = SinkProcess(sink_settings(with_kafka_at(settings, "127.0.0.1:1")), tmp_path / "sink.log")
     assert sink.proc.wait(timeout=120) == 3
     output = sink.output()
     assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output

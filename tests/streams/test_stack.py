@@ -21,6 +21,7 @@ from streams.stack.__main__ import main as stack_main
 from streams.stack.kafka import KAFKA_VERSION, POM
 from streams.storage import s3_client
 from streams.topics import TopicSpec, ensure_topics
+from tests.helpers import with_kafka_at
 
 
 @pytest.fixture
@@ -121,9 +122,7 @@ def test_a_taken_port_is_named_with_its_owner(own_stack: LocalStack) -> None:
 
 
 def test_non_loopback_addresses_are_refused(base_settings: Settings) -> None:
-    settings = base_settings.model_copy(
-        update={"kafka": base_settings.kafka.model_copy(update={"bootstrap_servers": "10.0.0.5:9092"})}
-    )
+    settings = with_kafka_at(base_settings, "10.0.0.5:9092")
     with pytest.raises(ConfigError, match="loopback"):
         _ = LocalStack(settings).kafka_port
 
