@@ -226,7 +226,8 @@ class ServerClient:
         """Running and queued requests from ``/metrics`` (Prometheus text, parsed by
         prometheus_client): SGLang ``sglang:num_running_reqs`` / ``sglang:num_queue_reqs``,
         llama.cpp ``llamacpp:requests_processing`` / ``llamacpp:requests_deferred``.
-        None when the server exposes no metrics (SGLang without ``--enable-metrics``)."""
+        None when the server exposes no metrics (SGLang without ``--enable-metrics``) or answers
+        with something that is not Prometheus text."""
         try:
             resp = await self._http.get("/metrics", timeout=5.0)
         except httpx.HTTPError:
@@ -234,9 +235,12 @@ class ServerClient:
         if resp.status_code != 200:
             return None
         totals: dict[str, float] = {}
-        for family in text_string_to_metric_families(resp.text):
-            for sample in family.samples:
-                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+        try:
+            for family in text_string_to_metric_families(resp.text):
+                for sample in family.samples:
+                    totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+        except ValueError:  # not Prometheus text (a proxy's error page, a truncated body)
+            return None
         for running_name, queued_name in (
             ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
             ("llamacpp:requests_processing", "llamacpp:requests_deferred"),

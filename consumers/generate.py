@@ -6,31 +6,46 @@ adaptive in-flight window (:mod:`consumers.window`), writes a :class:`Completion
 commits per partition only the contiguous prefix of finished prompts (:mod:`consumers.offsets`).
 
 Delivery: at-least-once. A prompt's offset is committed only after its completion or error
-record was acknowledged by Kafka (acks=all), so a SIGKILL loses nothing; it re-generates at
-most the prompts that were in flight or finished within the last commit interval (the window
-plus ``commit_interval_s`` worth of completions). The export deduplicates by id.
+record was acknowledged by Kafka (acks=all), so a SIGKILL loses nothing. Every fetched record is
+tracked at once and kept until it is started (a local queue per partition while the window is
+full or the server is down): nothing read from Kafka is dropped, whatever the schedule of
+rebalances. A prompt starts only if its offset is below its partition's committed offset plus
+``max_uncommitted``, so a SIGKILL re-generates at most ``max_uncommitted`` prompts per partition
+the consumer owned (in practice: the requests in flight plus what finished since the last commit,
+which is made every ``commit_interval_s`` and at once when a span is half full). Every prompt ends
+in a completion or a dead letter: a result too large for a Kafka record, or any failure that
+escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.records.fit_error`).
 
-Rebalances (aiokafka is eager: every rebalance revokes every partition, kafka-pitfalls.md).
+Rebalances (aiokafka is eager: every rebalance revokes every partition, kafka-pitfalls.md; its
+callbacks run in its coordinator task, concurrently with our fetch loop). The assignment is
+sticky (:func:`sticky_assignor`): a member's loss moves only its partitions.
 On revoke we commit what is contiguous, then keep the revoked partitions' requests running as
 *orphans* instead of cancelling them. When a partition comes back to us (the common case with
-static membership) the re-fetched record adopts its orphan: no request is sent twice, and an
-orphan that finished meanwhile is not generated again. Orphans of partitions that went to
-another member are cancelled once the new assignment is known (the HTTP disconnect aborts them
-on the server); their prompts are generated again by the new owner. Cost in duplicated GPU
-work: the partial generations of requests in flight on partitions that really moved, plus any
-orphan that finished between the revoke and the assignment on such a partition.
+static membership and a sticky assignment) the re-fetched record adopts its orphan: no request
+is sent twice, and an orphan that finished meanwhile is not generated again. Orphans of
+partitions that went to another member are cancelled once the new assignment is known (the HTTP
+disconnect aborts them on the server); their prompts are generated again by the new owner. On
+assign the partitions are registered before any ``await``, and a record of a partition not
+registered yet registers it: aiokafka may return records of a new assignment before it calls
+``on_partitions_assigned`` (on a cluster of several brokers it usually does).
 
 Server trouble (:mod:`consumers.health`): after ``down_after_failures`` consecutive retriable
 failures, or when requests are in flight and none finishes for ``hang_timeout_s``, the server
-is *down*: nothing is sent (retries are not burned), in-flight requests of a hung server are
-abandoned and retried later, fetching is paused (while still polling, so ``max.poll.interval``
-never expires) and a health probe runs every few seconds. When the probe passes, work resumes.
-If the server stays down for ``down_grace_s``, the consumer leaves the group (it stops its
-Kafka consumer; with static membership the broker reassigns its partitions after
-``session_timeout_ms``) and rejoins once the server is healthy again.
+is *down*: nothing new is sent, in-flight requests of a hung server are abandoned and retried
+later, fetching is paused (while still polling, so ``max.poll.interval`` never expires, and
+keeping every record a poll returns) and a health probe runs every few seconds in the
+background. When the probe passes, work resumes. A prompt is sent at most ``max_attempts``
+times in all, outages included; failures of requests sent before the server came back do not
+count against the server (:mod:`consumers.health`).
+If the server stays down for ``down_grace_s``, the consumer leaves the group with an explicit
+LeaveGroup (:func:`streams.kafka.remove_group_member`; a static member otherwise keeps its partitions until
+``session_timeout_ms`` expires), so its partitions move to the other members within seconds, and
+rejoins once the server is healthy again.
 
 Shutdown: SIGTERM/SIGINT stop fetching, wait up to ``shutdown_deadline_s`` for in-flight work,
-commit, and exit 0.
+commit, leave the group (so a scale-down hands the partitions over at once) and exit 0. A
+SIGKILLed member keeps its partitions until ``session_timeout_ms``; a restart within it gets them
+back without a rebalance.
 """
 
 from __future__ import annotations
@@ -45,13 +60,16 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError, KafkaError, MessageSizeTooLargeError
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from consumers.client import ChatResult, ServerClient
@@ -62,7 +80,7 @@ from consumers.window import WindowConfig, WindowPolicy
 from streams import logs
 from streams.config import Settings, check_server_url, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
-from streams.kafka import consumer_kwargs, producer_kwargs, unreachable_message
+from streams.kafka import consumer_kwargs, producer_kwargs, remove_group_member, unreachable_message
 from streams.records import (
     CompletionRecord,
     ErrorRecord,
@@ -72,6 +90,7 @@ from streams.records import (
     Timings,
     decode,
     encode,
+    fit_error,
     key_of,
 )
 from streams.topics import ensure_topics, topic_specs
@@ -127,6 +146,10 @@ class _Metrics:
         self.in_flight = Gauge("kafkagen_in_flight", "requests in flight", registry=self.registry)
         self.window = Gauge("kafkagen_window", "in-flight window size", registry=self.registry)
         self.server_up = Gauge("kafkagen_server_up", "1 when the server is healthy", registry=self.registry)
+        self.kafka_up = Gauge(
+            "kafkagen_kafka_up", "1 while Kafka accepts our records and commits", registry=self.registry
+        )
+        self.kafka_up.set(1)
 
 
 class GenerationConsumer:
@@ -168,17 +191,26 @@ class GenerationConsumer:
         self.metrics = _Metrics()
         self.stats = _Stats()
         self.jobs: dict[tuple[int, int], _Job] = {}
+        """started prompts of assigned partitions, by (partition, offset)."""
+        self.buffered: dict[int, deque[ConsumerRecord[bytes, bytes]]] = {}
+        """fetched, tracked, not started yet (window full, server down, span limit), per partition."""
         self.orphans: dict[tuple[int, int], _Job] = {}
         self.finished_orphans: set[tuple[int, int]] = set()
         self.done_uncommitted: dict[int, set[int]] = {}
+        self.kafka_down_since: float | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._server_ok = asyncio.Event()
         self._abandon = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._probe: asyncio.Task[bool] | None = None
+        self._next_probe = 0.0
+        self._generation = 0
+        """bumped by every rebalance callback: a fetch position read across one is stale."""
         self._last_commit = 0.0
-        self._paused = False
+        self._kafka_logged = 0.0
         self._rng = random.Random()
+        self._assignor = sticky_assignor()
 
     # -- public ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -187,21 +219,27 @@ class GenerationConsumer:
 
     @property
     def in_flight(self) -> int:
+        """Prompts being generated (started, not finished) on assigned partitions."""
         return len(self.jobs)
+
+    @property
+    def waiting(self) -> int:
+        """Prompts fetched and not started yet."""
+        return sum(len(q) for q in self.buffered.values())
 
     async def run(self) -> None:
         """Discover the server, join the group and generate until :meth:`stop`.
 
         Raises:
-            RetriableServerError: the server never became ready within ``request_timeout_s``.
+            RetriableServerError: the server never became ready within ``startup_timeout_s``.
             aiokafka.errors.KafkaError: Kafka unreachable at start.
         """
         log.info(
             "waiting for server %s to be ready (up to %.0f s; SIGTERM stops)",
             self.server_url,
-            self.cfg.request_timeout_s,
+            self.cfg.startup_timeout_s,
         )
-        discovery = asyncio.create_task(self.client.discover(wait_s=self.cfg.request_timeout_s))
+        discovery = asyncio.create_task(self.client.discover(wait_s=self.cfg.startup_timeout_s))
         stopping = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({discovery, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -239,17 +277,24 @@ class GenerationConsumer:
         try:
             await self._join()
             while not self._stopping.is_set():
-                if self.health.is_down:
-                    await self._while_down()
-                    continue
-                await self._fetch_once()
-                self._check_hung()
-                await self._maybe_commit()
+                await self._step()
             await self._drain(self.cfg.shutdown_deadline_s)
         finally:
             for task in background:
                 task.cancel()
             await self._close()
+
+    async def _step(self) -> None:
+        """One turn of the loop: watch the server, start what may start, fetch, commit."""
+        if self.health.is_down:
+            await self._watch_down()
+        if self._consumer is None:  # left the group while the server is down
+            await asyncio.sleep(0.2)
+            return
+        self._start_buffered()
+        await self._fetch_once()
+        self._check_hung()
+        await self._maybe_commit()
 
     # -- group membership ----------------------------------------------------------------------
     async def _join(self) -> None:
@@ -259,11 +304,11 @@ class GenerationConsumer:
             session_timeout_ms=self.cfg.session_timeout_ms,
             heartbeat_interval_ms=self.cfg.heartbeat_interval_ms,
             max_poll_records=self.cfg.max_in_flight,
+            partition_assignment_strategy=(self._assignor, RoundRobinPartitionAssignor),
         )
         await consumer.start()
         consumer.subscribe([self.prompts_topic], listener=_Listener(self))
         self._consumer = consumer
-        self._paused = False
         log.info("joined group %s as %s", self.group, self.instance_id)
 
     async def _leave(self) -> None:
@@ -275,87 +320,181 @@ class GenerationConsumer:
             self.health.down_reason,
             self.group,
         )
-        await self._commit(force=True)
+        await self._commit()
         await self._cancel(list(self.jobs.values()) + list(self.orphans.values()))
         self.jobs.clear()
+        self.buffered.clear()
         self.orphans.clear()
         self.finished_orphans.clear()
         self.done_uncommitted.clear()
         if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+            await self._stop_consumer(leave=True)
         self.tracker = OffsetTracker()
+        self._generation += 1
+
+    async def _stop_consumer(self, *, leave: bool) -> None:
+        """Stop the Kafka consumer; with ``leave``, also remove our static membership at once
+        (:func:`streams.kafka.remove_group_member`), so our partitions move within seconds."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        member_id = getattr(getattr(consumer, "_coordinator", None), "member_id", "")
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        if leave:
+            await remove_group_member(self.settings.kafka, self.group, member_id)
 
     async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        """Commit the revoked partitions' contiguous prefix; keep their requests as orphans.
+
+        aiokafka runs this in its coordinator task, concurrently with the fetch loop
+        (aiokafka 0.14 ``consumer/group_coordinator.py`` ``_on_join_prepare``); fetches return
+        nothing while a reassignment is in progress (``consumer/fetcher.py`` ``fetched_records``).
+        """
+        self._generation += 1
         parts = {tp.partition for tp in revoked if tp.topic == self.prompts_topic}
-        await self._commit(force=True, partitions=parts)
-        for key in [k for k in self.jobs if k[0] in parts]:
-            self.orphans[key] = self.jobs.pop(key)
-        # Finished but not committable yet (a lower offset was pending): never generate them again.
-        for p in parts:
-            self.finished_orphans |= {(p, o) for o in self.done_uncommitted.pop(p, set())}
-        self.tracker.revoke(parts & self.tracker.assigned)
-        self._paused = False
+        await self._commit(partitions=parts)
+        self._generation += 1
+        self._forget(parts, keep_orphans=True)
         log.info("revoked partitions %s (%d requests kept as orphans)", sorted(parts), len(self.orphans))
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        assert self._consumer is not None
-        parts: dict[int, int | None] = {}
-        for tp in assigned:
-            if tp.topic == self.prompts_topic:
-                parts[tp.partition] = await self._consumer.committed(tp)
-        for p, committed in parts.items():
-            if p not in self.tracker.assigned:
-                self.tracker.assign(p, committed)
+        """Register the new assignment, then cancel orphans of partitions that moved away.
+
+        No ``await`` before the partitions are registered: aiokafka sets the assignment, and its
+        fetcher may return records of it, before it calls this (aiokafka 0.14
+        ``consumer/group_coordinator.py`` ``_on_join_complete``). A record of a partition not
+        registered yet registers it (:meth:`_accept`), so the order does not matter.
+        """
+        self._generation += 1
+        parts = {tp.partition for tp in assigned if tp.topic == self.prompts_topic}
+        for p in parts - self.tracker.assigned:
+            self.tracker.assign(p)
+        self._forget(self.tracker.assigned - parts, keep_orphans=False)
         gone = [job for key, job in self.orphans.items() if key[0] not in parts]
-        await self._cancel(gone)
         for job in gone:
             self.orphans.pop(job.key, None)
-        self.finished_orphans = {
-            (p, o) for (p, o) in self.finished_orphans if p in parts and o >= (parts[p] or 0)
-        }
+        self.finished_orphans = {(p, o) for (p, o) in self.finished_orphans if p in parts}
         log.info("assigned partitions %s (%d orphans to adopt)", sorted(parts), len(self.orphans))
+        await self._cancel(gone)
+
+    def _forget(self, parts: set[int] | frozenset[int], *, keep_orphans: bool) -> None:
+        """Stop tracking ``parts``: their started prompts become orphans (or are cancelled),
+        their fetched-but-unstarted records are dropped (the next owner fetches them again:
+        nothing was committed past them)."""
+        for key in [k for k in self.jobs if k[0] in parts]:
+            job = self.jobs.pop(key)
+            if keep_orphans:
+                self.orphans[key] = job
+            elif job.task is not None:
+                job.task.cancel()
+        for p in parts:
+            self.buffered.pop(p, None)
+            # Finished but not committable yet (a lower offset was pending): never generate them again.
+            done = self.done_uncommitted.pop(p, set())
+            if keep_orphans:
+                self.finished_orphans |= {(p, o) for o in done}
+        self.tracker.revoke(parts & self.tracker.assigned)
 
     # -- the fetch loop --------------------------------------------------------------------------
     async def _fetch_once(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        room = self.window.size - self.in_flight
-        assignment = consumer.assignment()
-        if room <= 0 and not self._paused and assignment:
-            consumer.pause(*assignment)
-            self._paused = True
-        elif room > 0 and self._paused:
-            consumer.resume(*assignment)
-            self._paused = False
+        room = self.window.size - self.in_flight - self.waiting
+        self._apply_pauses(consumer, room)
+        generation = self._generation
         batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
         for records in batch.values():
             for record in records:
-                self._start(record)
+                self._accept(record)
+        self._start_buffered()
         # The fetch position moves past transaction markers (the prompt producer is transactional),
-        # which are never returned as records: declare it so commits can reach the log end.
-        for tp in consumer.assignment():
-            if tp.partition in self.tracker.assigned:
-                self.tracker.advance(tp.partition, await consumer.position(tp))
+        # which are never returned as records: declare it so commits can reach the log end. A
+        # position read across a rebalance callback may belong to the previous assignment: skip it.
+        for tp in list(consumer.assignment()):
+            if tp.partition not in self.tracker.assigned or tp.topic != self.prompts_topic:
+                continue
+            try:
+                position = await consumer.position(tp)
+            except IllegalStateError:  # revoked meanwhile
+                continue
+            if generation == self._generation and tp.partition in self.tracker.assigned:
+                self.tracker.advance(tp.partition, position)
         self.metrics.in_flight.set(self.in_flight)
         self.metrics.window.set(self.window.size)
 
-    def _start(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        key = (record.partition, record.offset)
-        if key in self.jobs:
-            return  # fetched twice (a seek after rebalance): already being generated
-        self.tracker.track(record.partition, record.offset)
+    def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
+        """Fetch only partitions that can take more work now.
+
+        Paused: every partition while the window is full or the server is down; else a partition
+        that still has fetched records waiting, or whose uncommitted span reached
+        ``max_uncommitted``. A pause only stops fetching: records already returned are kept.
+        """
+        assignment = consumer.assignment()
+        if room <= 0 or self.health.is_down or self._stopping.is_set():
+            want = set(assignment)
+        else:
+            want = {
+                tp for tp in assignment if self.buffered.get(tp.partition) or self._span_full(tp.partition)
+            }
+        paused = consumer.paused()
+        if want - paused:
+            consumer.pause(*(want - paused))
+        if (paused & assignment) - want:
+            consumer.resume(*((paused & assignment) - want))
+
+    def _span_full(self, partition: int) -> bool:
+        """Whether ``partition`` was fetched up to ``max_uncommitted`` past its span's base."""
+        if partition not in self.tracker.assigned:
+            return False
+        base, end = self.tracker.base(partition), self.tracker.fetched_end(partition)
+        return base is not None and end is not None and end >= base + self.cfg.max_uncommitted
+
+    def _accept(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        """Take a fetched record: track it, then adopt its orphan, skip it if an orphan already
+        finished it, or queue it to start. Never drops a record it has not accounted for."""
+        p, o = record.partition, record.offset
+        if p not in self.tracker.assigned:  # returned before on_partitions_assigned ran
+            self.tracker.assign(p)
+        if self.tracker.seen(p, o):
+            return  # fetched again after a seek: already in flight, done, or queued
+        self.tracker.track(p, o)
+        key = (p, o)
         if key in self.finished_orphans:
             self.finished_orphans.discard(key)
-            self.tracker.done(record.partition, record.offset)
+            self.tracker.done(p, o)
+            self.done_uncommitted.setdefault(p, set()).add(o)
             return
         orphan = self.orphans.pop(key, None)
         if orphan is not None:
             self.jobs[key] = orphan
             return
-        job = _Job(record=record, fetched_at=time.time())
-        job.task = asyncio.create_task(self._process(job), name=f"prompt-{record.partition}-{record.offset}")
-        self.jobs[key] = job
+        self.buffered.setdefault(p, deque()).append(record)
+
+    def _start_buffered(self) -> None:
+        """Start queued records, oldest first per partition and round-robin over partitions, while
+        the window has room, the server is up, and each record is within its partition's span."""
+        if self.health.is_down or self._stopping.is_set():
+            return
+        room = self.window.size - self.in_flight
+        while room > 0:
+            started = False
+            for p, queue in list(self.buffered.items()):
+                if not queue or room <= 0:
+                    continue
+                base = self.tracker.base(p)
+                if base is not None and queue[0].offset >= base + self.cfg.max_uncommitted:
+                    continue
+                record = queue.popleft()
+                job = _Job(record=record, fetched_at=time.time())
+                job.task = asyncio.create_task(self._guarded(job), name=f"prompt-{p}-{record.offset}")
+                self.jobs[job.key] = job
+                room -= 1
+                started = True
+            if not started:
+                break
+        for p in [p for p, q in self.buffered.items() if not q]:
+            del self.buffered[p]
 
     def _finish(self, job: _Job) -> None:
         """The job's result is durably in Kafka: let the commit position move past it."""
@@ -370,19 +509,41 @@ class GenerationConsumer:
             self.finished_orphans.add(job.key)
 
     # -- one prompt ------------------------------------------------------------------------------
+    async def _guarded(self, job: _Job) -> None:
+        """:meth:`_process`, and if anything escapes it, a dead letter saying what: a prompt's
+        task never ends without a completion or error record, or its partition would be pinned."""
+        try:
+            await self._process(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("prompt at partition %s offset %s failed unexpectedly", *job.key)
+            record = job.record
+            await self._emit_error(
+                job,
+                ErrorRecord(
+                    id=(record.key or b"").decode("utf-8", "replace") or _source_id(record),
+                    run_id=self.settings.run_id,
+                    stage="generate",
+                    error_type=type(exc).__name__,
+                    message=f"unexpected failure in the consumer: {exc}",
+                    attempts=0,
+                    server=self.server_url,
+                    source=SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset),
+                    at=time.time(),
+                ),
+            )
+
     async def _process(self, job: _Job) -> None:
         record = job.record
         source = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
         try:
             prompt = decode(record.value or b"", PromptRecord)
         except RecordDecodeError as exc:
-            raw_id = (record.key or b"").decode(
-                "utf-8", "replace"
-            ) or f"{record.topic}:{record.partition}:{record.offset}"
             await self._emit_error(
                 job,
                 ErrorRecord(
-                    id=raw_id,
+                    id=(record.key or b"").decode("utf-8", "replace") or _source_id(record),
                     run_id=self.settings.run_id,
                     raw=(record.value or b"").decode("utf-8", "replace"),
                     stage="generate",
@@ -396,22 +557,21 @@ class GenerationConsumer:
             )
             return
         attempts = 0
-        last: ServerError | None = None
         while True:
             await self._server_ok.wait()
             attempts += 1
             rid = f"{self.settings.run_id}-{prompt.id}-{prompt.attempt}-{attempts}"
             body = self.client.request_body(prompt, rid)
             sent_at = time.time()
+            sent_mono = time.monotonic()
             try:
                 result = await self._send(body)
             except FatalRequestError as exc:
-                if _DUPLICATE_RID in str(exc):  # the same rid still runs from before a restart
-                    last = RetriableServerError(str(exc), status=exc.status)
-                else:
+                if _DUPLICATE_RID not in str(exc):
                     self.health.record_success(time.monotonic())
                     await self._dead_letter(job, prompt, source, exc, attempts)
                     return
+                last: ServerError = RetriableServerError(str(exc), status=exc.status)
             except RetriableServerError as exc:
                 last = exc
             else:
@@ -423,10 +583,10 @@ class GenerationConsumer:
             now = time.monotonic()
             if last.status in (429, 503):
                 self.window.observe_overload(now)
-            if self.health.record_failure(now, str(last)):
+            if self.health.record_failure(now, str(last), sent_at=sent_mono):
                 self._server_ok.clear()
                 self.metrics.server_up.set(0)
-            if attempts >= self.cfg.max_attempts and not self.health.is_down:
+            if attempts >= self.cfg.max_attempts:
                 await self._dead_letter(job, prompt, source, last, attempts)
                 return
             self.stats.retries += 1
@@ -493,8 +653,17 @@ class GenerationConsumer:
             source=source,
             consumer=self.instance_id,
         )
+        value = encode(completion)
+        if len(value) > self._value_budget(prompt.id):
+            too_large = MessageSizeTooLargeError(
+                f"the completion is {len(value)} bytes, over kafka.max_message_bytes "
+                f"({self.settings.kafka.max_message_bytes}); raise it (KAFKAGEN_KAFKA__MAX_MESSAGE_BYTES) "
+                "and re-generate this prompt"
+            )
+            await self._dead_letter(job, prompt, source, too_large, 1)
+            return
         try:
-            await self._produce(self.topics["completions"].name, prompt.id, encode(completion))
+            await self._produce(self.topics["completions"].name, prompt.id, value)
         except MessageSizeTooLargeError as exc:
             await self._dead_letter(job, prompt, source, exc, 1)
             return
@@ -530,34 +699,61 @@ class GenerationConsumer:
         )
 
     async def _emit_error(self, job: _Job, error: ErrorRecord) -> None:
+        """Write ``error`` (trimmed to fit a Kafka record, :func:`streams.records.fit_error`) to the
+        dead-letter topic, then let the offset be committed."""
+        error = fit_error(error, self._value_budget(error.id))
         await self._produce(self.topics["errors"].name, error.id, encode(error))
         self.stats.errors += 1
         self.metrics.errors.labels(error.error_type).inc()
         log.warning(
             "dead-lettered %s (partition %s offset %s): %s",
-            error.id,
+            error.id[:200],
             job.record.partition,
             job.record.offset,
             error.message[:200],
         )
         self._finish(job)
 
+    def _value_budget(self, record_id: str) -> int:
+        """Bytes a record value may have: the record limit less its key and framing."""
+        return self.settings.kafka.max_message_bytes - len(key_of(record_id)) - 1024
+
     async def _produce(self, topic: str, record_id: str, value: bytes) -> None:
         """Send and wait for the broker's acknowledgement (acks=all); retry Kafka outages forever
-        with backoff: the record is never dropped and its offset is not committed meanwhile."""
+        with backoff: the record is never dropped and its offset is not committed meanwhile.
+        The outage is one warning, a reminder every 30 s, the ``kafkagen_kafka_up`` gauge and
+        the status line, not a line per record."""
         assert self._producer is not None
         attempt = 0
         while True:
             try:
                 await self._producer.send_and_wait(topic, value=value, key=key_of(record_id))
-                return
             except MessageSizeTooLargeError:
                 raise
             except KafkaError as exc:
                 attempt += 1
-                delay = self.backoff.delay(min(attempt, 30), self._rng)
-                log.warning("producing to %s failed (%s); retrying in %.1f s", topic, exc, delay)
-                await asyncio.sleep(delay)
+                self._kafka_failed(f"producing to {topic} failed: {exc}")
+                await asyncio.sleep(self.backoff.delay(min(attempt, 30), self._rng))
+            else:
+                self._kafka_ok()
+                return
+
+    def _kafka_failed(self, reason: str) -> None:
+        now = time.monotonic()
+        if self.kafka_down_since is None:
+            self.kafka_down_since = now
+            self._kafka_logged = now
+            self.metrics.kafka_up.set(0)
+            log.warning("Kafka unreachable: %s; retrying, nothing is committed meanwhile", reason)
+        elif now - self._kafka_logged >= 30.0:
+            self._kafka_logged = now
+            log.warning("Kafka unreachable for %.0f s: %s", now - self.kafka_down_since, reason)
+
+    def _kafka_ok(self) -> None:
+        if self.kafka_down_since is not None:
+            log.info("Kafka reachable again after %.0f s", time.monotonic() - self.kafka_down_since)
+            self.kafka_down_since = None
+            self.metrics.kafka_up.set(1)
 
     # -- server down / hung ------------------------------------------------------------------------
     def _check_hung(self) -> None:
@@ -573,39 +769,46 @@ class GenerationConsumer:
             self._abandon.set()
             self._abandon = asyncio.Event()
 
-    async def _while_down(self) -> None:
-        log.warning("server %s down: %s; pausing", self.server_url, self.health.down_reason)
-        next_probe = 0.0
-        while not self._stopping.is_set():
-            if self._consumer is not None:
-                assignment = self._consumer.assignment()
-                if assignment:
-                    self._consumer.pause(*assignment)
-                    self._paused = True
-                await self._consumer.getmany(timeout_ms=200, max_records=1)  # keeps the poll interval alive
-                await self._maybe_commit()
-            else:
-                await asyncio.sleep(0.2)
-            now = time.monotonic()
-            if now >= next_probe:
-                next_probe = now + _PROBE_INTERVAL_S
-                if await self.client.healthy(timeout_s=min(30.0, self.cfg.hang_timeout_s)):
-                    self.health.mark_up(time.monotonic())
-                    self._server_ok.set()
-                    self.metrics.server_up.set(1)
-                    log.info("server %s healthy again; resuming", self.server_url)
-                    if self._consumer is None:
-                        await self._join()
-                    return
-            if self._consumer is not None and self.health.should_leave(time.monotonic()):
-                await self._leave()
+    async def _watch_down(self) -> None:
+        """While the server is down: probe it every few seconds in the background (the loop keeps
+        polling Kafka meanwhile), resume when a probe passes, leave the group after the grace."""
+        now = time.monotonic()
+        if self._probe is None and now >= self._next_probe:
+            if self._next_probe == 0.0:
+                log.warning("server %s down: %s; pausing", self.server_url, self.health.down_reason)
+            self._next_probe = now + _PROBE_INTERVAL_S
+            self._probe = asyncio.create_task(
+                self.client.healthy(timeout_s=min(30.0, self.cfg.hang_timeout_s))
+            )
+        if self._probe is not None and self._probe.done():
+            probe, self._probe = self._probe, None
+            if not probe.cancelled() and probe.exception() is None and probe.result():
+                self.health.mark_up(time.monotonic())
+                self._next_probe = 0.0
+                self._server_ok.set()
+                self.metrics.server_up.set(1)
+                log.info("server %s healthy again; resuming", self.server_url)
+                if self._consumer is None:
+                    await self._join()
+                return
+        if self._consumer is not None and self.health.should_leave(time.monotonic()):
+            await self._leave()
 
     # -- commits ----------------------------------------------------------------------------------
     async def _maybe_commit(self) -> None:
-        if time.monotonic() - self._last_commit >= self.cfg.commit_interval_s:
+        """Commit every ``commit_interval_s``, and at once when a partition's uncommitted span is
+        half of ``max_uncommitted`` (so the span limit does not throttle a fast partition)."""
+        due = time.monotonic() - self._last_commit >= self.cfg.commit_interval_s
+        if not due:
+            for p, position in self.tracker.committable().items():
+                base = self.tracker.base(p)
+                if base is not None and position - base >= self.cfg.max_uncommitted // 2:
+                    due = True
+                    break
+        if due:
             await self._commit()
 
-    async def _commit(self, *, force: bool = False, partitions: set[int] | None = None) -> None:
+    async def _commit(self, *, partitions: set[int] | None = None) -> None:
         self._last_commit = time.monotonic()
         consumer = self._consumer
         if consumer is None:
@@ -615,12 +818,19 @@ class GenerationConsumer:
         }
         if not offsets:
             return
+        generation = self._generation
         try:
             await consumer.commit({TopicPartition(self.prompts_topic, p): o for p, o in offsets.items()})
-        except (CommitFailedError, KafkaError) as exc:  # a rebalance is under way: commit later
+        except (CommitFailedError, IllegalStateError) as exc:  # a rebalance is under way: commit later
             log.info("commit deferred: %s", exc)
             return
+        except KafkaError as exc:
+            self._kafka_failed(f"commit failed: {exc}")
+            return
+        self._kafka_ok()
         for p, o in offsets.items():
+            if p not in self.tracker.assigned or (generation != self._generation and partitions is None):
+                continue
             self.tracker.mark_committed(p, o)
             done = self.done_uncommitted.get(p)
             if done:
@@ -636,11 +846,13 @@ class GenerationConsumer:
         end = time.monotonic() + deadline_s
         while self.jobs and time.monotonic() < end:
             if consumer is not None:
-                await consumer.getmany(timeout_ms=200, max_records=1)
+                for records in (await consumer.getmany(timeout_ms=200, max_records=1)).values():
+                    for record in records:
+                        self._accept(record)  # tracked, never started: a later owner fetches it
             else:
                 await asyncio.sleep(0.2)
             await self._maybe_commit()
-        await self._commit(force=True)
+        await self._commit()
         if self.jobs:
             log.warning(
                 "%d requests unfinished at the deadline: they will be generated again", len(self.jobs)
@@ -654,10 +866,12 @@ class GenerationConsumer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         await self._cancel(list(self.jobs.values()) + list(self.orphans.values()))
         if self._consumer is not None:
-            with contextlib.suppress(Exception):
-                await self._consumer.stop()
+            # A graceful stop (a scale-down) hands the partitions over at once; a crash does not.
+            await self._stop_consumer(leave=self._stopping.is_set())
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self._producer.stop()
@@ -665,11 +879,20 @@ class GenerationConsumer:
 
     # -- background -------------------------------------------------------------------------------
     async def _watch_load(self) -> None:
+        """Feed the window from the server's ``/metrics`` every few seconds. A reading that fails
+        (a malformed response, a timeout) is logged and skipped; the watcher never dies."""
+        failures = 0
         while True:
             await asyncio.sleep(_LOAD_INTERVAL_S)
             if self.health.is_down:
                 continue
-            load = await self.client.load()
+            try:
+                load = await self.client.load()
+            except Exception as exc:  # one bad reading must not stop the window adapting
+                failures += 1
+                if failures == 1 or failures % 30 == 0:
+                    log.warning("reading %s/metrics failed (%d times): %r", self.server_url, failures, exc)
+                continue
             if load is not None:
                 self.window.observe_metrics(
                     load.running, load.queued, time.monotonic(), in_flight=self.in_flight
@@ -679,20 +902,29 @@ class GenerationConsumer:
         while True:
             await asyncio.sleep(10.0)
             elapsed = max(1e-9, time.monotonic() - self.stats.started)
+            kafka = (
+                "up"
+                if self.kafka_down_since is None
+                else f"UNREACHABLE for {time.monotonic() - self.kafka_down_since:.0f} s"
+            )
             log.info(
-                "completions %d (%.2f/s), dead letters %d, retries %d, in flight %d/%d, server %s",
+                "completions %d (%.2f/s), dead letters %d, retries %d, in flight %d/%d, waiting %d, "
+                "server %s, kafka %s",
                 self.stats.completions,
                 self.stats.completions / elapsed,
                 self.stats.errors,
                 self.stats.retries,
                 self.in_flight,
                 self.window.size,
+                self.waiting,
                 "down" if self.health.is_down else "up",
+                kafka,
             )
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Forwards aiokafka's rebalance callbacks (run inside the consumer's poll) to the consumer."""
+    """Forwards aiokafka's rebalance callbacks (run in aiokafka's coordinator task, concurrently
+    with the fetch loop) to the consumer."""
 
     def __init__(self, owner: GenerationConsumer) -> None:
         self.owner = owner
@@ -702,6 +934,21 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self.owner.on_assigned(assigned)
+
+
+def sticky_assignor() -> type[StickyPartitionAssignor]:
+    """A sticky partition assignor class of one consumer's own (aiokafka's
+    ``coordinator/assignors/sticky/sticky_assignor.py``, 0.14): a member's loss moves only its
+    partitions, so in-flight work on the others is kept. aiokafka keeps the member's last
+    assignment in class attributes, so each consumer gets a subclass: several consumers in one
+    process (benchmarks) must not share it. Listed before round-robin, which older members of the
+    group may still speak during a rolling upgrade."""
+    return type("KafkagenStickyAssignor", (StickyPartitionAssignor,), {})
+
+
+def _source_id(record: ConsumerRecord[bytes, bytes]) -> str:
+    """The id of a record that carries none: ``<topic>+<partition>+<offset>``."""
+    return f"{record.topic}+{record.partition}+{record.offset}"
 
 
 def _last_user_text(prompt: PromptRecord) -> str | None:

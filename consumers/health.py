@@ -12,6 +12,11 @@ grace period. The verdicts:
   (shared/notes/sglang-api.md, "requests hanging while /health says 200");
 * **leave**: down for longer than ``down_grace_s`` seconds.
 
+Stale evidence does not count: a failure of a request sent before the server was last marked
+up (e.g. the read timeouts of requests queued behind a slow server that a health probe has
+since found able to generate) says nothing about the server now, so it cannot mark it down
+again. Without this rule a slow server flaps down/up once per timed-out request.
+
 Times are seconds from any monotonic clock, passed in by the caller.
 """
 
@@ -39,6 +44,7 @@ class ServerHealth:
         self.down_since: float | None = None
         self.down_reason = ""
         self.last_progress = now
+        self.up_since = now
 
     @property
     def is_down(self) -> bool:
@@ -49,8 +55,12 @@ class ServerHealth:
         self.consecutive_failures = 0
         self.last_progress = now
 
-    def record_failure(self, now: float, reason: str) -> bool:
-        """A retriable failure. Returns True when the server is (now) down."""
+    def record_failure(self, now: float, reason: str, *, sent_at: float | None = None) -> bool:
+        """A retriable failure of a request sent at ``sent_at`` (same clock as ``now``; None:
+        unknown). Returns True when the server is (now) down. A request sent before the last
+        :meth:`mark_up` is stale evidence and changes nothing."""
+        if sent_at is not None and sent_at < self.up_since:
+            return self.is_down
         self.consecutive_failures += 1
         self.last_progress = now
         if self.down_since is None and self.consecutive_failures >= self.config.down_after_failures:
@@ -69,6 +79,7 @@ class ServerHealth:
         self.down_reason = ""
         self.consecutive_failures = 0
         self.last_progress = now
+        self.up_since = now
 
     def hung(self, now: float, in_flight: int) -> bool:
         """True when requests are in flight and nothing finished for ``hang_timeout_s`` seconds."""

@@ -54,6 +54,8 @@ class _Partition:
     """one past the highest fetched offset (or the advanced fetch position); None: nothing fetched."""
     committed: int | None = None
     """highest offset marked committed (the broker's value for this partition)."""
+    first: int | None = None
+    """the lowest offset fetched (or advanced to) since the partition was assigned."""
 
     def position(self) -> int | None:
         if self.pending:
@@ -123,6 +125,7 @@ class OffsetTracker:
         self._total -= len(abandoned)
         state.pending = []
         state.fetched_end = None
+        state.first = None
         return abandoned
 
     @property
@@ -155,6 +158,8 @@ class OffsetTracker:
             )
         state.pending.append(offset)
         state.fetched_end = offset + 1
+        if state.first is None:
+            state.first = offset
         self._total += 1
 
     def done(self, partition: int, offset: int) -> None:
@@ -191,6 +196,8 @@ class OffsetTracker:
             raise ValueError(f"partition {partition}: position {position} is negative")
         if state.fetched_end is None or position > state.fetched_end:
             state.fetched_end = position
+        if state.first is None:
+            state.first = position
 
     def is_pending(self, partition: int, offset: int) -> bool:
         """Whether ``offset`` of ``partition`` is tracked and not yet done (``False`` if unassigned)."""
@@ -199,6 +206,37 @@ class OffsetTracker:
             return False
         i = bisect_left(state.pending, offset)
         return i < len(state.pending) and state.pending[i] == offset
+
+    def seen(self, partition: int, offset: int) -> bool:
+        """Whether ``offset`` of ``partition`` is below the fetched position: it is in flight, done,
+        or not a record. A record fetched again at such an offset must not be tracked twice.
+
+        Raises:
+            ValueError: the partition is not assigned.
+        """
+        end = self.fetched_end(partition)
+        return end is not None and offset < end
+
+    def fetched_end(self, partition: int) -> int | None:
+        """One past the highest offset fetched (or the advanced position); ``None``: nothing yet.
+
+        Raises:
+            ValueError: the partition is not assigned.
+        """
+        return self._state(partition).fetched_end
+
+    def base(self, partition: int) -> int | None:
+        """Where the partition's uncommitted span starts: the offset last marked committed, else
+        the lowest offset fetched since assignment; ``None`` before either exists.
+
+        A consumer that starts work only on offsets below ``base + limit`` re-generates at most
+        ``limit`` prompts of this partition after a crash: everything below ``base`` is committed.
+
+        Raises:
+            ValueError: the partition is not assigned.
+        """
+        state = self._state(partition)
+        return state.committed if state.committed is not None else state.first
 
     def in_flight(self, partition: int | None = None) -> int:
         """How many offsets of ``partition`` are in flight; all partitions' total when ``None``.

@@ -145,6 +145,15 @@ class ConsumerSettings(BaseModel):
     backoff_initial_s: float = Field(1.0, gt=0, description="seconds before the first retry")
     backoff_max_s: float = Field(60.0, gt=0, description="cap on one backoff wait, seconds")
     request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")
+    startup_timeout_s: float = Field(
+        900.0, gt=0, description="seconds to wait at start for the server to become ready"
+    )
+    max_uncommitted: int = Field(
+        512,
+        gt=0,
+        description="prompts per partition that may be started past its committed offset; a SIGKILL "
+        "re-generates at most this many per partition the consumer owned",
+    )
     commit_interval_s: float = Field(5.0, gt=0, description="seconds between offset commits")
     down_after_failures: int = Field(3, gt=0, description="consecutive failures that mark the server down")
     down_grace_s: float = Field(

@@ -7,9 +7,16 @@ aiokafka's (``aiokafka.AIOKafkaProducer`` / ``AIOKafkaConsumer`` / ``AIOKafkaAdm
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError, for_code
+from aiokafka.protocol.group import LeaveGroupRequest
+
 from streams.config import KafkaSettings
+
+log = logging.getLogger("kafkagen.kafka")
 
 
 def client_kwargs(settings: KafkaSettings, *, role: str) -> dict[str, Any]:
@@ -72,3 +79,38 @@ def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
     name, text = type(exc).__name__, str(exc)
     detail = text if text.startswith(name) else f"{name}: {text}" if text else name
     return f"error: Kafka at {settings.bootstrap_servers}: {detail}"
+
+
+async def remove_group_member(settings: KafkaSettings, group: str, member_id: str) -> bool:
+    """Remove ``member_id`` from consumer group ``group`` now (a LeaveGroup request sent to the
+    group's coordinator on the member's behalf); True when the broker accepted it.
+
+    For a static member (``group.instance.id``, KIP-345), whose client sends no LeaveGroup on close
+    (aiokafka 0.14 ``consumer/group_coordinator.py`` ``_maybe_leave_group``; the Java client
+    likewise), so that a restart within ``session.timeout.ms`` keeps its partitions. When the
+    member leaves for good (its server is dead, or it is scaled down) this moves its partitions at
+    once instead of after the session timeout. Call it after the member's consumer has stopped,
+    so it cannot rejoin meanwhile. Best effort: failures are logged, never raised; the broker still
+    expires the member after the session timeout.
+    """
+    if not member_id:
+        return False
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, role="admin"))
+    try:
+        await admin.start()
+        node = await admin.find_coordinator(group)
+        response = await admin._send_request(LeaveGroupRequest(group, member_id), node)
+        if response.error_code:
+            raise for_code(response.error_code)(f"LeaveGroup for {member_id}")
+    except (KafkaError, OSError, TimeoutError) as exc:
+        log.warning(
+            "could not remove member %s from group %s (%s): its partitions move after the session timeout",
+            member_id,
+            group,
+            exc,
+        )
+        return False
+    finally:
+        await admin.close()
+    log.info("removed member %s from group %s: its partitions move now", member_id, group)
+    return True

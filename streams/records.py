@@ -255,6 +255,45 @@ def decode(data: bytes | str, cls: type[RecordT]) -> RecordT:
     return result
 
 
+def fit_error(error: ErrorRecord, max_bytes: int) -> ErrorRecord:
+    """``error`` made to fit in ``max_bytes`` encoded bytes (a Kafka record's value budget).
+
+    A dead letter embeds its prompt (or the raw input bytes) so it can be re-published; those can
+    be larger than the record limit (a prompt near the limit, or raw bytes that grow 3-6x once
+    decoded with replacement characters and JSON-escaped: one character encodes to at most 6
+    bytes). Trimmed in order, each step only while the record is still too large: ``raw`` is cut
+    to a prefix, then ``prompt`` is left out, then ``message`` is cut. What was left out is said
+    at the end of ``message``; the full prompt stays at ``source`` (topic, partition, offset) of
+    the prompts topic.
+
+    Raises:
+        ValueError: ``max_bytes`` is below 4096, too small for any error record.
+    """
+    if max_bytes < 4096:
+        raise ValueError(f"max_bytes {max_bytes} is too small for an error record (at least 4096)")
+    if len(encode(error)) <= max_bytes:
+        return error
+    notes: list[str] = []
+    if error.raw is not None:
+        keep = max_bytes // 4 // 6
+        if len(error.raw) > keep:
+            notes.append(f"raw input cut from {len(error.raw)} to {keep} characters")
+            error = msgspec.structs.replace(error, raw=error.raw[:keep])
+    if len(encode(error)) > max_bytes and error.prompt is not None:
+        notes.append(f"prompt left out ({len(encode(error.prompt))} bytes)")
+        error = msgspec.structs.replace(error, prompt=None)
+    suffix = f" [trimmed to fit {max_bytes} bytes: {'; '.join(notes) or 'message cut'}]"
+    message = error.message
+    if len(encode(error)) + len(suffix) > max_bytes:
+        message = message[: max_bytes // 4 // 6]
+        if (
+            len(encode(msgspec.structs.replace(error, message=""))) + 6 * len(message) + len(suffix)
+            > max_bytes
+        ):
+            message = message[:200]
+    return msgspec.structs.replace(error, message=message + suffix)
+
+
 def key_of(record_id: str) -> bytes:
     """The Kafka message key for a record id: its UTF-8 bytes."""
     return record_id.encode("utf-8")

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-import subprocess
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -17,101 +14,8 @@ import pytest
 from consumers.generate import group_id
 from consumers.simulator import SimulatedServer
 from streams.config import Settings
-from streams.records import CompletionRecord, ErrorRecord
-from tests.helpers import (
-    committed,
-    make_prompt,
-    publish,
-    read_topic,
-    sigkill,
-    spawn,
-    wait_for,
-    with_kafka_at,
-)
-
-TIME_SCALE = 20.0
-"""Simulated seconds per wall second: a 300-token answer takes ~0.06 s."""
-
-
-@pytest.fixture
-def cs(settings: Settings) -> Settings:
-    """Settings with short group timings and fast failure detection for tests."""
-    consumer = settings.consumer.model_copy(
-        update={
-            "session_timeout_ms": 6000,
-            "heartbeat_interval_ms": 500,
-            "commit_interval_s": 0.3,
-            "down_after_failures": 3,
-            "down_grace_s": 3.0,
-            "hang_timeout_s": 4.0,
-            "backoff_initial_s": 0.1,
-            "backoff_max_s": 0.5,
-            "shutdown_deadline_s": 10.0,
-        }
-    )
-    return settings.model_copy(update={"consumer": consumer})
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimulatedServer]:
-    async with SimulatedServer(time_scale=TIME_SCALE) as server:
-        yield server
-
-
-class Fleet:
-    """Consumer processes of one test; all are SIGKILLed at the end."""
-
-    def __init__(self, settings: Settings, logs: Path) -> None:
-        self.settings = settings
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, server: str) -> subprocess.Popen[bytes]:
-        proc = spawn(
-            ["-m", "consumers.generate", "--server", server, "--instance-id", name],
-            self.settings,
-            self.logs / f"{name}.log",
-        )
-        self.procs[name] = proc
-        return proc
-
-    def kill(self, name: str) -> None:
-        sigkill(self.procs.pop(name))
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
-
-@pytest.fixture
-def fleet(cs: Settings, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(cs, tmp_path)
-    yield f
-    f.stop_all()
-
-
-async def completions(s: Settings) -> list[CompletionRecord]:
-    return await read_topic(s, s.topics.completions, CompletionRecord)
-
-
-async def errors(s: Settings) -> list[ErrorRecord]:
-    return await read_topic(s, s.topics.errors, ErrorRecord)
-
-
-async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[Counter[str], Counter[str]]:
-    """Wait until every id has a completion or error record; return (completion, error) counts by id."""
-    counts: list[tuple[Counter[str], Counter[str]]] = []
-
-    async def check() -> bool:
-        c = Counter(r.id for r in await completions(s))
-        e = Counter(r.id for r in await errors(s))
-        counts.append((c, e))
-        return ids <= set(c) | set(e)
-
-    await wait_for(check, timeout_s=timeout_s, what=f"{len(ids)} prompts to finish", interval_s=0.5)
-    return counts[-1]
+from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
+from tests.helpers import committed, make_prompt, publish, spawn, wait_for, with_kafka_at
 
 
 async def test_happy_path_writes_one_completion_per_prompt_and_commits(

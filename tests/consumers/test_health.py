@@ -48,3 +48,17 @@ def test_backoff_doubles_with_jitter_and_caps() -> None:
         assert ceiling / 2 <= d <= ceiling
     with pytest.raises(ValueError, match="1-based"):
         b.delay(0)
+
+
+def test_failures_of_requests_sent_before_the_server_came_back_do_not_mark_it_down() -> None:
+    """Read timeouts of requests queued behind a slow server arrive after a probe found it able to
+    generate again: stale evidence, so the server does not flap down and up once per timeout."""
+    h = ServerHealth(HealthConfig(down_after_failures=2), now=0)
+    assert not h.record_failure(10, "timeout", sent_at=1)
+    assert h.record_failure(11, "timeout", sent_at=2)
+    h.mark_up(12)
+    for t in range(13, 20):
+        assert not h.record_failure(t, "timeout", sent_at=5), "a stale failure counted"
+    assert h.consecutive_failures == 0
+    assert not h.record_failure(20, "timeout", sent_at=12.5)
+    assert h.record_failure(21, "timeout", sent_at=13)

@@ -257,3 +257,22 @@ def test_matches_a_set_based_reference_model(seed: int) -> None:
             assert tracker.in_flight(p) == len(pending[p])
             assert tracker.position(p) == reference_position(p)
         assert tracker.in_flight() == sum(len(s) for s in pending.values())
+
+
+def test_base_and_seen_describe_the_uncommitted_span() -> None:
+    t = OffsetTracker()
+    t.assign(0)
+    assert t.base(0) is None and t.fetched_end(0) is None and not t.seen(0, 0)
+    for o in (5, 6, 7):
+        t.track(0, o)
+    assert t.base(0) == 5, "nothing committed yet: the span starts at the first fetched offset"
+    assert t.fetched_end(0) == 8
+    assert t.seen(0, 6) and t.seen(0, 7) and not t.seen(0, 8)
+    t.done(0, 5)
+    t.mark_committed(0, 6)
+    assert t.base(0) == 6
+    t.advance(0, 12)
+    assert t.fetched_end(0) == 12 and t.seen(0, 11)
+    t.revoke([0])
+    t.assign(0)
+    assert t.base(0) is None

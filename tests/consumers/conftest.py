@@ -1,0 +1,45 @@
+"""Fixtures of the generation consumer's process tests: fast-failing settings, a simulated server
+and the test's consumer fleet (SIGKILLed at the end)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from consumers.simulator import SimulatedServer
+from streams.config import Settings
+from tests.consumers.support import TIME_SCALE, Fleet
+
+
+@pytest.fixture
+def cs(settings: Settings) -> Settings:
+    """Settings with short group timings and fast failure detection for tests."""
+    consumer = settings.consumer.model_copy(
+        update={
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 500,
+            "commit_interval_s": 0.3,
+            "down_after_failures": 3,
+            "down_grace_s": 3.0,
+            "hang_timeout_s": 4.0,
+            "backoff_initial_s": 0.1,
+            "backoff_max_s": 0.5,
+            "shutdown_deadline_s": 10.0,
+        }
+    )
+    return settings.model_copy(update={"consumer": consumer})
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatedServer]:
+    async with SimulatedServer(time_scale=TIME_SCALE) as server:
+        yield server
+
+
+@pytest.fixture
+def fleet(cs: Settings, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(cs, tmp_path)
+    yield f
+    f.stop_all()

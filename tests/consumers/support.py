@@ -1,0 +1,64 @@
+"""What the generation consumer's process tests share: the consumer fleet of a test, reading its
+output topics back, and waiting for prompts to finish."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+from streams.config import Settings
+from streams.records import CompletionRecord, ErrorRecord
+from tests.helpers import read_topic, sigkill, spawn, wait_for
+
+TIME_SCALE = 20.0
+"""Simulated seconds per wall second: a 300-token answer takes ~0.06 s."""
+
+
+class Fleet:
+    """Consumer processes of one test; all are SIGKILLed at the end."""
+
+    def __init__(self, settings: Settings, logs: Path) -> None:
+        self.settings = settings
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, server: str) -> subprocess.Popen[bytes]:
+        proc = spawn(
+            ["-m", "consumers.generate", "--server", server, "--instance-id", name],
+            self.settings,
+            self.logs / f"{name}.log",
+        )
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        sigkill(self.procs.pop(name))
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+async def completions(s: Settings) -> list[CompletionRecord]:
+    return await read_topic(s, s.topics.completions, CompletionRecord)
+
+
+async def errors(s: Settings) -> list[ErrorRecord]:
+    return await read_topic(s, s.topics.errors, ErrorRecord)
+
+
+async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[Counter[str], Counter[str]]:
+    """Wait until every id has a completion or error record; return (completion, error) counts by id."""
+    counts: list[tuple[Counter[str], Counter[str]]] = []
+
+    async def check() -> bool:
+        c = Counter(r.id for r in await completions(s))
+        e = Counter(r.id for r in await errors(s))
+        counts.append((c, e))
+        return ids <= set(c) | set(e)
+
+    await wait_for(check, timeout_s=timeout_s, what=f"{len(ids)} prompts to finish", interval_s=0.5)
+    return counts[-1]

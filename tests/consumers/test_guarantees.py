@@ -1,0 +1,257 @@
+"""Regression tests of the generation consumer's guarantees under bad schedules (issue 9): each
+runs real consumer processes against real Kafka and SGLang-API simulators and checks the output
+topics and committed offsets, not the consumer's own account."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from consumers.generate import group_id
+from consumers.simulator import SimulatedServer
+from streams.config import Settings
+from streams.kafka import producer_kwargs
+from streams.records import GenerationParams, PromptRecord, encode
+from streams.topics import ensure_topics, topic_specs
+from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
+from tests.helpers import committed, make_prompt, publish, wait_for
+
+
+def _with(settings: Settings, *, partitions: int | None = None, **consumer: object) -> Settings:
+    """``settings`` with another partition count and consumer settings."""
+    topics = settings.topics.model_copy(update={"partitions": partitions or settings.topics.partitions})
+    return settings.model_copy(
+        update={"topics": topics, "consumer": settings.consumer.model_copy(update=consumer)}
+    )
+
+
+def _assignments(log: Path) -> list[set[int]]:
+    """Every assignment a consumer logged, in order."""
+    text = log.read_text() if log.exists() else ""
+    return [
+        {int(p) for p in m.group(1).split(",") if p.strip()}
+        for m in re.finditer(r"assigned partitions \[([0-9, ]*)\]", text)
+    ]
+
+
+async def test_a_rebalance_while_the_server_is_down_loses_no_prompt(cs: Settings, fleet: Fleet) -> None:
+    """Consumer X's server is down (503 on everything) when a second consumer joins: the new
+    assignment X receives is not paused yet, and the records it fetches must be kept, not dropped
+    (before the fix one prompt per run was lost and committed past)."""
+    s = _with(cs, partitions=4, down_grace_s=120.0)
+    fleet.settings = s
+    async with (
+        SimulatedServer(time_scale=TIME_SCALE) as x,
+        SimulatedServer(time_scale=TIME_SCALE) as y,
+    ):
+        first = [make_prompt(i, max_tokens=50) for i in range(4)]
+        await publish(s, [])
+        fleet.start("cx", x.url)
+        log_x = fleet.logs / "cx.log"
+        await wait_for(lambda: _assignments(log_x), timeout_s=90, what="X's first assignment")
+        x.set_faults(draining=True)  # /health_generate and every request answer 503
+        await publish(s, first)
+        await wait_for(
+            lambda: "pausing" in (log_x.read_text() if log_x.exists() else ""),
+            timeout_s=90,
+            what="consumer X to mark its server down",
+        )
+        prompts = [make_prompt(i, max_tokens=50) for i in range(4, 304)]
+        await publish(s, prompts)
+        fleet.start("cy", y.url)
+        await wait_for(lambda: len(_assignments(log_x)) >= 2, timeout_s=90, what="X's second assignment")
+        await asyncio.sleep(5.0)
+        x.clear_faults()
+        ids = {p.id for p in first + prompts}
+        done, failed = await wait_all_done(s, ids, timeout_s=180)
+        assert not failed
+        assert set(done) == ids
+        fleet.stop_all()
+    # Every offset below each partition's committed offset has its completion (the prompts were
+    # published without transactions, so offsets are consecutive): nothing was committed past.
+    results = {(r.source.partition, r.source.offset) for r in await completions(s) if r.source}
+    for p, end in (await committed(s, group_id(s), s.topics.prompts)).items():
+        assert set(range(end or 0)) <= {o for (q, o) in results if q == p}, f"partition {p}"
+
+
+async def test_duplicates_after_sigkill_are_bounded_by_max_uncommitted(cs: Settings, fleet: Fleet) -> None:
+    """One partition: a slow prompt at its head and many fast prompts behind it. The consumer
+    starts at most ``max_uncommitted`` prompts past the committed offset, so a SIGKILL re-generates
+    at most that many (before the fix: every fast prompt finished behind the slow head, 772 of
+    1,000 generated twice with a window of 20)."""
+    limit = 40
+    s = _with(cs, partitions=1, max_uncommitted=limit, hang_timeout_s=300.0)
+    fleet.settings = s
+    slow = PromptRecord(
+        id="p-slow",
+        messages=[{"role": "user", "content": "a long one"}],
+        params=GenerationParams(max_tokens=30000, min_tokens=30000),
+        metadata=make_prompt(0).metadata,
+    )
+    fast = [make_prompt(i, max_tokens=100) for i in range(1, 301)]
+    await publish(s, [slow, *fast])
+    async with SimulatedServer(time_scale=5.0) as sim:  # the slow one takes ~25 s of wall time
+        fleet.start("c0", sim.url)
+
+        async def started_span() -> bool:
+            return len(await completions(s)) >= limit - 1
+
+        await wait_for(started_span, timeout_s=120, what=f"{limit - 1} fast completions")
+        await asyncio.sleep(3.0)  # would be enough for the other 260 fast prompts
+        before_kill = Counter(r.id for r in await completions(s))
+        assert slow.id not in before_kill
+        assert len(before_kill) <= limit - 1, "started prompts past the uncommitted span limit"
+        fleet.kill("c0")
+        fleet.start("c0", sim.url)
+        done, failed = await wait_all_done(s, {slow.id, *(p.id for p in fast)}, timeout_s=300)
+    assert not failed
+    duplicates = sum(n - 1 for n in done.values())
+    assert duplicates <= limit
+
+
+async def _publish_raw(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
+    """Publish raw ``(key, value)`` pairs to partition 0 of the prompts topic, in order."""
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]])
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send_and_wait(specs["prompts"].name, value, key=key, partition=0)
+    finally:
+        await producer.stop()
+
+
+async def test_every_prompt_ends_in_a_record_even_when_its_dead_letter_is_too_large(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet
+) -> None:
+    """A dead letter embeds the prompt or the raw bytes, which can outgrow the record limit (raw
+    bytes 3x through replacement characters; a prompt near the limit plus the error). It is
+    trimmed to fit, with the reason, and the partition goes on (before the fix the exception
+    escaped the prompt's task and pinned the partition's commits forever)."""
+    s = _with(cs, partitions=1)
+    fleet.settings = s
+    limit = s.kafka.max_message_bytes
+    near_limit = make_prompt(1, content="x" * (limit - 600))  # over the context: a 400, dead-lettered
+    undecodable = b"\xff" * (limit // 2)  # 3 bytes per replacement character once decoded
+    normal = [make_prompt(i, max_tokens=50) for i in range(2, 12)]
+    await _publish_raw(
+        s,
+        [(b"p-00000", encode(make_prompt(0, max_tokens=50))), (b"p-00001", encode(near_limit))]
+        + [(b"poison", undecodable)]
+        + [(p.id.encode(), encode(p)) for p in normal],
+    )
+    fleet.start("c0", sim.url)
+    ids = {"p-00000", "p-00001", "poison", *(p.id for p in normal)}
+    _, failed = await wait_all_done(s, ids, timeout_s=120)
+    assert set(failed) == {"p-00001", "poison"}
+    dead = {e.id: e for e in await errors(s)}
+    assert "trimmed to fit" in dead["poison"].message and dead["poison"].raw is not None
+    assert dead["poison"].error_type == "RecordDecodeError"
+    assert "trimmed to fit" in dead["p-00001"].message and "prompt left out" in dead["p-00001"].message
+    assert dead["p-00001"].source is not None and dead["p-00001"].source.offset == 1
+
+    async def all_committed() -> bool:
+        return (await committed(s, group_id(s), s.topics.prompts)).get(0) == 3 + len(normal)
+
+    await wait_for(all_committed, timeout_s=60, what="the commit past every record")
+
+
+async def test_max_attempts_holds_while_the_server_is_marked_down(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet
+) -> None:
+    """Every request answers 503 while the health probe passes: the server flips down and up. A
+    prompt is still sent at most ``max_attempts`` times (before the fix: attempts 6 of 5)."""
+    s = _with(cs, max_attempts=2, down_after_failures=2)
+    fleet.settings = s
+    sim.set_faults(error_503_for_s=10_000.0)
+    prompts = [make_prompt(i, max_tokens=50) for i in range(12)]
+    await publish(s, prompts)
+    fleet.start("c0", sim.url)
+    _, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=120)
+    assert set(failed) == {p.id for p in prompts}
+    assert {e.attempts for e in await errors(s)} <= {1, 2}
+    assert max(e.attempts for e in await errors(s)) == 2
+
+
+async def test_losing_a_member_moves_only_its_partitions(cs: Settings, fleet: Fleet) -> None:
+    """Three consumers on seven partitions; one is SIGKILLed. With a sticky assignment the two
+    survivors keep every partition they had and only take over the dead member's (round-robin,
+    before the fix, reshuffled them and orphaned healthy in-flight work)."""
+    async with (
+        SimulatedServer(time_scale=TIME_SCALE) as a,
+        SimulatedServer(time_scale=TIME_SCALE) as b,
+        SimulatedServer(time_scale=TIME_SCALE) as c,
+    ):
+        await publish(cs, [make_prompt(i, max_tokens=50) for i in range(21)])
+        for name, server in (("ca", a), ("cb", b), ("cc", c)):
+            fleet.start(name, server.url)
+        logs = {name: fleet.logs / f"{name}.log" for name in ("ca", "cb", "cc")}
+
+        def settled() -> bool:
+            last = [_assignments(log)[-1] if _assignments(log) else set() for log in logs.values()]
+            return sorted(p for parts in last for p in parts) == list(range(7)) and all(last)
+
+        await wait_for(settled, timeout_s=120, what="three members sharing seven partitions")
+        await asyncio.sleep(2.0)
+        before = {name: _assignments(log)[-1] for name, log in logs.items()}
+        seen = {name: len(_assignments(log)) for name, log in logs.items()}
+        fleet.kill("cc")
+
+        def reassigned() -> bool:
+            return all(len(_assignments(logs[n])) > seen[n] for n in ("ca", "cb")) and sorted(
+                p for n in ("ca", "cb") for p in _assignments(logs[n])[-1]
+            ) == list(range(7))
+
+        await wait_for(reassigned, timeout_s=120, what="the survivors to take over")
+        for name in ("ca", "cb"):
+            assert before[name] <= _assignments(logs[name])[-1], f"{name} lost a partition it had"
+
+
+async def test_a_dead_servers_partitions_make_progress_elsewhere_within_seconds(
+    cs: Settings, fleet: Fleet
+) -> None:
+    """Consumer A gives up on its crashed server after ``down_grace_s``; its partitions must make
+    progress on consumer B within seconds, not after the static member's session timeout (45 s
+    here; before the fix the handover waited for it)."""
+    s = _with(cs, down_grace_s=2.0, session_timeout_ms=45_000, heartbeat_interval_ms=1000)
+    fleet.settings = s
+    async with (
+        SimulatedServer(time_scale=TIME_SCALE) as a,
+        SimulatedServer(time_scale=TIME_SCALE) as b,
+    ):
+        await publish(s, [make_prompt(i, max_tokens=50) for i in range(14)])
+        fleet.start("ca", a.url)
+        fleet.start("cb", b.url)
+        log_a = fleet.logs / "ca.log"
+        await wait_for(
+            lambda: (
+                len(_assignments(log_a)) >= 1
+                and len(_assignments(fleet.logs / "cb.log")) >= 1
+                and sorted(p for n in ("ca", "cb") for p in _assignments(fleet.logs / f"{n}.log")[-1])
+                == list(range(7))
+            ),
+            timeout_s=120,
+            what="both consumers to share the partitions",
+        )
+        a_parts = _assignments(log_a)[-1]
+        await wait_all_done(s, {f"p-{i:05d}" for i in range(14)}, timeout_s=90)
+        a.set_faults(crash_after_s=0)
+        more = [make_prompt(i, max_tokens=50) for i in range(100, 240)]
+        await publish(s, more)
+        await wait_for(
+            lambda: "leaving group" in log_a.read_text(), timeout_s=120, what="A to give up on its server"
+        )
+
+        async def b_works_on_a_partitions() -> bool:
+            return any(
+                r.consumer == "cb" and r.source is not None and r.source.partition in a_parts
+                for r in await completions(s)
+                if r.id in {p.id for p in more}
+            )
+
+        await wait_for(b_works_on_a_partitions, timeout_s=20, what="B to generate A's partitions")
