@@ -19,6 +19,7 @@ from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from streams.records import CompletionRecord, ErrorRecord
 from tests.helpers import (
+    broker_shapes,
     committed,
     make_prompt,
     publish,
@@ -28,6 +29,9 @@ from tests.helpers import (
     wait_for,
     with_kafka_at,
 )
+
+ITEM_2 = "issue 9 item 2, fixed on main"
+"""On 3 brokers the consumer crashes at its first assignment (``partition N is not assigned``)."""
 
 TIME_SCALE = 20.0
 """Simulated seconds per wall second: a 300-token answer takes ~0.06 s."""
@@ -78,6 +82,16 @@ class Fleet:
     def kill(self, name: str) -> None:
         sigkill(self.procs.pop(name))
 
+    def assert_alive(self) -> None:
+        """Fail at once, with the end of its log, when a consumer exited that the test did not stop."""
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                log = (self.logs / f"{name}.log").read_text(errors="replace")
+                tail = "\n".join(log.splitlines()[-15:])
+                raise AssertionError(
+                    f"consumer {name} exited with {proc.returncode}; end of its log:\n{tail}"
+                )
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -100,11 +114,16 @@ async def errors(s: Settings) -> list[ErrorRecord]:
     return await read_topic(s, s.topics.errors, ErrorRecord)
 
 
-async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[Counter[str], Counter[str]]:
-    """Wait until every id has a completion or error record; return (completion, error) counts by id."""
+async def wait_all_done(
+    s: Settings, ids: set[str], timeout_s: float, fleet: Fleet | None = None
+) -> tuple[Counter[str], Counter[str]]:
+    """Wait until every id has a completion or error record; return (completion, error) counts by id.
+    With ``fleet``, fail as soon as one of its consumers has exited."""
     counts: list[tuple[Counter[str], Counter[str]]] = []
 
     async def check() -> bool:
+        if fleet is not None:
+            fleet.assert_alive()
         c = Counter(r.id for r in await completions(s))
         e = Counter(r.id for r in await errors(s))
         counts.append((c, e))
@@ -114,13 +133,14 @@ async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[C
     return counts[-1]
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_happy_path_writes_one_completion_per_prompt_and_commits(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
     prompts = [make_prompt(i, max_tokens=400) for i in range(60)]
     await publish(cs, prompts)
     proc = fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=90)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=90, fleet=fleet)
     assert not failed
     assert set(done.values()) == {1}
     records = await completions(cs)
@@ -140,6 +160,7 @@ async def test_happy_path_writes_one_completion_per_prompt_and_commits(
     assert sum(o or 0 for o in offsets.values()) == 60
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_sigkill_with_a_slow_first_record_loses_nothing(
     cs: Settings,
     sim: SimulatedServer,
@@ -161,6 +182,7 @@ async def test_sigkill_with_a_slow_first_record_loses_nothing(
     fleet.start("c0", sim.url)
 
     async def fast_done() -> bool:
+        fleet.assert_alive()
         return {p.id for p in fast} <= {r.id for r in await completions(one)}
 
     await wait_for(fast_done, timeout_s=60, what="the fast prompts")
@@ -170,7 +192,7 @@ async def test_sigkill_with_a_slow_first_record_loses_nothing(
     fleet.kill("c0")
 
     fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(one, {slow.id, *(p.id for p in fast)}, timeout_s=120)
+    done, failed = await wait_all_done(one, {slow.id, *(p.id for p in fast)}, timeout_s=120, fleet=fleet)
     assert not failed
     assert done[slow.id] >= 1
     duplicates = sum(n - 1 for n in done.values())
@@ -209,24 +231,28 @@ async def _two_server_failover(cs: Settings, fleet: Fleet, fault: dict[str, obje
         fleet.start("cb", b.url)
 
         async def some_done() -> bool:
+            fleet.assert_alive()
             return len({r.id for r in await completions(cs)}) >= 20
 
         await wait_for(some_done, timeout_s=60, what="the first completions")
         async with httpx.AsyncClient() as client:
             await client.post(f"{a.url}/simulator/faults", json=fault)
-        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150, fleet=fleet)
         assert not failed
         assert set(done) == {p.id for p in prompts}
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_crashed_server_partitions_move_to_the_other_consumer(cs: Settings, fleet: Fleet) -> None:
     await _two_server_failover(cs, fleet, {"crash_after_s": 0})
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_hung_server_is_detected_and_its_partitions_move(cs: Settings, fleet: Fleet) -> None:
     await _two_server_failover(cs, fleet, {"hang": True})
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
@@ -235,18 +261,20 @@ async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     fleet.start("c0", sim.url)
 
     async def some_done() -> bool:
+        fleet.assert_alive()
         return len(await completions(cs)) >= 40
 
     await wait_for(some_done, timeout_s=90, what="40 completions")
     fleet.kill("c0")
     fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120, fleet=fleet)
     assert not failed
     duplicates = sum(n - 1 for n in done.values())
     window = 16 + cs.consumer.standing_queue  # simulator slots + standing queue
     assert duplicates <= window
 
 
+@broker_shapes(xfail_on_3=ITEM_2)
 async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fleet: Fleet) -> None:
     async with SimulatedServer(time_scale=TIME_SCALE) as a, SimulatedServer(time_scale=TIME_SCALE) as b:
         prompts = [make_prompt(i, max_tokens=2000) for i in range(150)]
@@ -254,11 +282,12 @@ async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fle
         fleet.start("ca", a.url)
 
         async def some_done() -> bool:
+            fleet.assert_alive()
             return len(await completions(cs)) >= 30
 
         await wait_for(some_done, timeout_s=90, what="30 completions")
         fleet.start("cb", b.url)
-        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150, fleet=fleet)
         assert not failed
         assert b.stats().requests_finished > 0, "the second consumer took over partitions"
         duplicates = sum(n - 1 for n in done.values())
