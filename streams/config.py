@@ -64,7 +64,13 @@ class TopicSettings(BaseModel):
         "kafkagen-producer-progress", description="compacted topic: the prompt producer's resume points"
     )
     partitions: int = Field(7, gt=0, description="partitions of prompts/completions/errors")
-    replication_factor: int = Field(1, gt=0)
+    replication_factor: int | None = Field(
+        None,
+        gt=0,
+        description="replicas of each topic kafkagen creates; unset: 3 on a cluster of 3 or more live "
+        "brokers, else the number of live brokers (decided when the topic is created); "
+        "min.insync.replicas follows: 2 from 3 replicas up, else 1",
+    )
 
 
 class S3Settings(BaseModel):
@@ -206,9 +212,10 @@ class SinkSettings(BaseModel):
 
 class StackSettings(BaseModel):
     """The local stack (``python -m streams.stack``): where it keeps its files and how it sizes
-    the llama.cpp servers. Its addresses are not set here: Kafka listens on the port of the
-    first ``kafka.bootstrap_servers`` entry, S3 on the port of ``s3.endpoint_url`` and one
-    llama-server on each loopback URL of ``servers``, so clients and stack cannot disagree."""
+    the llama.cpp servers. Its addresses are not set here: one Kafka node listens on each
+    ``kafka.bootstrap_servers`` address (one address: a single broker; three: a 3-node
+    cluster), S3 on the port of ``s3.endpoint_url`` and one llama-server on each loopback URL
+    of ``servers``, so clients and stack cannot disagree."""
 
     model_config = _FROZEN
 
@@ -217,7 +224,12 @@ class StackSettings(BaseModel):
         ".local/cache",
         description="downloaded Kafka jars; stacks with other homes share it (relative to cwd)",
     )
-    kafka_heap: str = Field("768m", description="JVM -Xmx of the local broker")
+    kafka_heap: str = Field("768m", description="JVM -Xmx of the local broker (one-broker stack)")
+    kafka_node_heap: str = Field(
+        "512m",
+        description="JVM -Xmx of each node of a local cluster (several kafka.bootstrap_servers): "
+        "three JVMs share the machine, so each stays small",
+    )
     llm_parallel: int = Field(4, gt=0, description="llama-server --parallel: slots per server")
     llm_context: int = Field(8192, gt=0, description="llama-server -c: tokens, shared by its slots")
     llm_threads: int = Field(1, gt=0, description="llama-server -t: CPU threads per server")

@@ -16,6 +16,13 @@ producer progress compact     one record per input file (key = file identity): t
 
 Every topic gets ``max.message.bytes`` from ``KafkaSettings.max_message_bytes`` (a prompt with
 tool schemas or a long completion with its reasoning can exceed Kafka's 1 MiB default).
+
+Replication is decided when a topic is created (:func:`ensure_topics`): ``topics.replication_factor``
+if set, else 3 on a cluster of 3 or more live brokers and the live broker count below that (1 on
+the one-broker local stack). ``min.insync.replicas`` is 2 from 3 replicas up (a write acked by
+``acks=all`` is then on at least two brokers, and one broker may be down), else 1. The topic's own
+``min.insync.replicas`` always overrides the broker default, so a topic of 1 replica still accepts
+writes on a cluster whose default is 2.
 Topic semantics: Apache Kafka topic configs reference (``retention.ms``, ``cleanup.policy``,
 ``max.message.bytes``).
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -33,15 +41,37 @@ from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs
 
+log = logging.getLogger("kafkagen.topics")
+
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """One topic's layout: name, partition count (int), replication factor and configs."""
+    """One topic's layout: name, partition count (int), replication factor (None: chosen from
+    the cluster at creation, :func:`replication_for`) and configs."""
 
     name: str
     partitions: int
-    replication_factor: int
+    replication_factor: int | None
     configs: dict[str, str] = field(default_factory=dict)
+
+
+def replication_for(live_brokers: int, requested: int | None = None) -> tuple[int, int]:
+    """``(replication factor, min.insync.replicas)`` of a new topic on a cluster of ``live_brokers``.
+
+    ``requested`` (``topics.replication_factor``) wins when set; otherwise 3 from 3 live brokers
+    up, else ``live_brokers``. ``min.insync.replicas`` is 2 from 3 replicas up, else 1.
+
+    Raises:
+        ConfigError: ``requested`` is more than the live brokers (Kafka would refuse the topic).
+    """
+    rf = requested if requested is not None else max(1, min(3, live_brokers))
+    if rf > live_brokers:
+        raise ConfigError(
+            f"topics.replication_factor is {rf} but the Kafka cluster has {live_brokers} live broker(s); "
+            f"set KAFKAGEN_TOPICS__REPLICATION_FACTOR to at most {live_brokers}, or unset it to choose "
+            "from the cluster"
+        )
+    return rf, 2 if rf >= 3 else 1
 
 
 def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
@@ -65,6 +95,9 @@ async def ensure_topics(
 ) -> dict[str, int]:
     """Create the topics in ``specs`` that do not exist yet; leave existing ones as they are.
 
+    A spec without a replication factor gets one from the cluster's live broker count, and every
+    new topic gets ``min.insync.replicas`` to match (:func:`replication_for`) unless its spec sets it.
+
     Returns:
         topic name → its actual partition count (which may differ from the spec for a topic that
         existed before; callers decide whether that matters).
@@ -83,12 +116,29 @@ async def ensure_topics(
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            new = [
-                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs) for s in missing
-            ]
-            # Another process may create it between our list and create: that is fine.
+            live = len((await admin.describe_cluster())["brokers"])
+            new = []
+            for s in missing:
+                rf, min_isr = replication_for(live, s.replication_factor)
+                if s.replication_factor is None and live == 2:
+                    log.warning(
+                        "topic %s gets %d replicas: only 2 brokers are live (3 from 3 up); set "
+                        "topics.replication_factor to decide it yourself",
+                        s.name,
+                        rf,
+                    )
+                configs = {"min.insync.replicas": str(min_isr), **s.configs}
+                new.append(NewTopic(s.name, s.partitions, rf, topic_configs=configs))
+            # Another process may create it between our list and create: that is fine (error 36,
+            # TOPIC_ALREADY_EXISTS). Any other per-topic error comes back in the response, not raised.
             with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(new)
+                response = await admin.create_topics(new)
+                for topic, code, *message in response.topic_errors:
+                    if code not in (0, TopicAlreadyExistsError.errno):
+                        raise ConfigError(
+                            f"topic {topic!r} could not be created: Kafka error code {code}"
+                            + (f" ({message[0]})" if message and message[0] else "")
+                        )
         # A just-created topic can be missing from metadata for a moment (error 3,
         # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or time runs out.
         deadline = asyncio.get_running_loop().time() + timeout_s

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -32,6 +33,18 @@ from streams.topics import ensure_topics, topic_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord)
+
+
+def broker_shapes(*, xfail_on_3: str | None = None) -> pytest.MarkDecorator:
+    """Run the decorated test on the single broker and on the 3-broker cluster: it parametrizes
+    the ``brokers`` fixture (ids ``1broker``, ``3brokers``) that the ``settings`` fixture follows.
+    ``xfail_on_3`` marks the cluster run as an expected, non-strict failure with that reason."""
+    three = pytest.param(
+        3,
+        id="3brokers",
+        marks=[pytest.mark.xfail(strict=False, reason=xfail_on_3)] if xfail_on_3 else [],
+    )
+    return pytest.mark.parametrize("brokers", [pytest.param(1, id="1broker"), three])
 
 
 def with_kafka_at(settings: Settings, bootstrap_servers: str) -> Settings:

@@ -5,9 +5,15 @@ service binds to loopback, starts detached, and is recorded in a pid file under
 ``settings.stack.home``; ``up`` is idempotent and waits for readiness with a timeout;
 ``down`` stops only what ``up`` started.
 
-Addresses come from the client settings, so clients and stack always agree: Kafka on the
-port of the first ``kafka.bootstrap_servers`` entry (controller on port + 1), S3 on the port
-of ``s3.endpoint_url``, one llama-server per loopback URL in ``servers``.
+Addresses come from the client settings, so clients and stack always agree: one Kafka node
+per ``kafka.bootstrap_servers`` address (controller on port + 1), S3 on the port of
+``s3.endpoint_url``, one llama-server per loopback URL in ``servers``.
+
+Kafka shapes: one address is a single broker, service ``kafka``; N addresses (3 is the
+production shape) are a KRaft cluster of N combined broker + controller nodes, services
+``kafka-1`` .. ``kafka-N``, each its own process, data dir, log and pid file, so a test can
+SIGKILL one broker (:meth:`LocalStack.kill`) and start it again (:meth:`LocalStack.up`).
+:func:`cluster_beside` derives the 3-broker cluster the tests run beside the configured stack.
 """
 
 from __future__ import annotations
@@ -22,15 +28,16 @@ import httpx
 
 from streams.config import Settings
 from streams.errors import ConfigError, ServiceNotReadyError
-from streams.stack.kafka import kafka_ready, kafka_spec
+from streams.stack.kafka import KafkaNode, kafka_broker_ids, kafka_nodes, kafka_spec
 from streams.stack.llm import LOOPBACK_HOSTS, llm_spec, local_port
 from streams.stack.process import ProcessManager, ServiceSpec, wait_until
 from streams.stack.s3 import s3_ready, s3_spec
 
-__all__ = ["SERVICES", "LocalStack", "ServiceState"]
+__all__ = ["SERVICES", "LocalStack", "ServiceState", "cluster_beside"]
 
 SERVICES = ("kafka", "s3", "llm")
 """Service kinds, in start order."""
+
 
 log = logging.getLogger("kafkagen.stack")
 
@@ -57,15 +64,36 @@ class LocalStack:
 
     # -- addresses ---------------------------------------------------------------------------
     @property
+    def kafka_ports(self) -> list[int]:
+        """Broker ports of ``kafka.bootstrap_servers``, in order (one node each).
+
+        Raises:
+            ConfigError: an entry is not ``127.0.0.1:<port>`` (or ``localhost``).
+        """
+        ports = []
+        for entry in self.settings.kafka.bootstrap_servers.split(","):
+            host, _, port = entry.strip().rpartition(":")
+            if host not in LOOPBACK_HOSTS or not port.isdigit():
+                raise ConfigError(
+                    f"the local stack serves Kafka on loopback only, but kafka.bootstrap_servers has "
+                    f"{entry.strip()!r}; use 127.0.0.1:<port>[,127.0.0.1:<port>...] "
+                    "(KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
+                )
+            ports.append(int(port))
+        return ports
+
+    @property
     def kafka_port(self) -> int:
-        first = self.settings.kafka.bootstrap_servers.split(",")[0].strip()
-        host, _, port = first.rpartition(":")
-        if host not in LOOPBACK_HOSTS or not port.isdigit():
-            raise ConfigError(
-                f"the local stack serves Kafka on loopback only, but kafka.bootstrap_servers is {first!r}; "
-                "use 127.0.0.1:<port> (KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
-            )
-        return int(port)
+        """Port of the first broker."""
+        return self.kafka_ports[0]
+
+    @property
+    def kafka_nodes(self) -> list[KafkaNode]:
+        """The Kafka nodes: ``kafka`` alone, or ``kafka-1`` .. ``kafka-N`` for N addresses."""
+        return kafka_nodes(self.kafka_ports)
+
+    def kafka_node(self, name: str) -> KafkaNode | None:
+        return next((n for n in self.kafka_nodes if n.name == name), None)
 
     @property
     def s3_port(self) -> int:
@@ -83,35 +111,65 @@ class LocalStack:
         return [p for p in (local_port(u) for u in self.settings.servers) if p is not None]
 
     def names(self, kinds: Iterable[str] = SERVICES) -> list[str]:
-        """Process names of the selected service kinds (``kafka``, ``s3``, ``llm-<port>``...)."""
-        kinds = set(kinds)
-        out: list[str] = [k for k in ("kafka", "s3") if k in kinds]
-        if "llm" in kinds:
-            out += [f"llm-{p}" for p in self.llm_ports]
+        """Process names of the selected services, in start order.
+
+        ``kinds`` holds service kinds (``kafka`` is every Kafka node, ``llm`` every llama-server)
+        and/or single service names (``kafka-2``, ``llm-30000``, ``s3``).
+
+        Raises:
+            ConfigError: a name is neither a kind nor one of this stack's services.
+        """
+        wanted = list(kinds)
+        # Kafka's addresses are checked only when Kafka is asked for: `up s3` works beside a remote Kafka.
+        kafka = [n.name for n in self.kafka_nodes] if any(k.startswith("kafka") for k in wanted) else []
+        every = [*kafka, "s3", *(f"llm-{p}" for p in self.llm_ports)]
+        unknown = [k for k in wanted if k not in SERVICES and k not in every]
+        if unknown:
+            raise ConfigError(
+                f"unknown service {', '.join(unknown)}: choose from {', '.join([*SERVICES, *every])}"
+            )
+        out: list[str] = []
+        for name in every:
+            kind = "llm" if name.startswith("llm-") else "kafka" if name.startswith("kafka") else name
+            if kind in wanted or name in wanted:
+                out.append(name)
         return out
 
     def address(self, name: str) -> str:
+        """``kafka``: the whole bootstrap list; ``kafka-<i>``: that node; S3 and llm: their URL."""
         if name == "kafka":
-            return f"127.0.0.1:{self.kafka_port}"
+            return ",".join(n.address for n in self.kafka_nodes)
+        node = self.kafka_node(name)
+        if node is not None:
+            return node.address
         if name == "s3":
             return f"http://127.0.0.1:{self.s3_port}"
         return f"http://127.0.0.1:{name.removeprefix('llm-')}"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def spec(self, name: str) -> ServiceSpec:
-        if name == "kafka":
+        node = self.kafka_node(name)
+        if node is not None:
+            nodes = self.kafka_nodes
             cache = Path(self.settings.stack.cache).resolve()
-            return kafka_spec(self.home, cache, self.kafka_port, self.settings.stack.kafka_heap)
+            st = self.settings.stack
+            heap = st.kafka_heap if len(nodes) == 1 else st.kafka_node_heap
+            return kafka_spec(self.home, cache, node, nodes, heap)
         if name == "s3":
             return s3_spec(self.home, self.s3_port, self.settings.s3)
         return llm_spec(int(name.removeprefix("llm-")), self.settings.stack)
 
     def ready(self, name: str) -> bool:
-        """True when the service answers: Kafka a metadata request, S3 ``HeadBucket`` on the
-        configured bucket with every stored volume registered (:func:`s3_ready`), a
+        """True when the service answers: a Kafka node when it answers a metadata request
+        that lists every node of the stack whose process runs (so a restarted broker counts
+        as ready once it is back in the cluster, not merely listening), S3 ``HeadBucket`` on
+        the configured bucket with every stored volume registered (:func:`s3_ready`), a
         llama-server ``GET /health`` with 200 (503 while loading)."""
-        if name == "kafka":
-            return kafka_ready(self.address(name))
+        node = self.kafka_node(name)
+        if node is not None:
+            live = kafka_broker_ids(node.address)
+            running = {n.node_id for n in self.kafka_nodes if self.processes.process(n.name) is not None}
+            return live is not None and (running | {node.node_id}) <= live
         if name == "s3":
             return s3_ready(self.home, self.s3_port, self.settings.s3)
         try:
@@ -163,6 +221,22 @@ class LocalStack:
             stopped = self.processes.stop(name)
             echo(f"{name}: {'stopped' if stopped else 'not running'}")
 
+    def kill(self, name: str) -> bool:
+        """SIGKILL one service at once, e.g. a broker ``kafka-2`` in a crash test; its data stays.
+        Start it again with ``up([name])``.
+
+        Returns:
+            True when it was running, False when it was not.
+
+        Raises:
+            ConfigError: ``name`` is not one of this stack's services.
+        """
+        if name not in self.names():
+            raise ConfigError(
+                f"kill takes one service name, not {name!r}: choose from {', '.join(self.names())}"
+            )
+        return self.processes.kill(name)
+
     def status(self, kinds: Iterable[str] = SERVICES) -> list[ServiceState]:
         """Each selected service: address, pid, whether it runs and answers."""
         states = []
@@ -174,3 +248,32 @@ class LocalStack:
                 )
             )
         return states
+
+
+def cluster_beside(settings: Settings, brokers: int = 3) -> Settings:
+    """``settings`` pointed at a local ``brokers``-node Kafka cluster that runs beside the
+    configured stack without touching it (the tests' 3-broker cluster).
+
+    Derivation, fixed so that it never collides with the configured Kafka: with ``P`` the
+    highest port of ``kafka.bootstrap_servers`` (whose controller is on ``P + 1``), node ``i``
+    (1..``brokers``) listens on ``P + 2i`` and its controller on ``P + 2i + 1``; e.g. 9092 gives
+    9094, 9096, 9098 (controllers 9095, 9097, 9099). Its home is ``<stack.home>/cluster<brokers>``
+    (own data, logs and pid files); S3 and the LLM servers stay the configured ones, so use
+    ``LocalStack(cluster_beside(s)).up(["kafka"])`` for it, never its other kinds.
+
+    Raises:
+        ConfigError: the configured Kafka is not on loopback, or the derived ports pass 65535.
+    """
+    if brokers < 1:
+        raise ConfigError(f"a cluster needs at least one broker, not {brokers}")
+    top = max(LocalStack(settings).kafka_ports)
+    ports = [top + 2 * i for i in range(1, brokers + 1)]
+    if ports[-1] + 1 > 65535:
+        raise ConfigError(
+            f"no room above port {top} for a {brokers}-broker cluster (needs up to {ports[-1] + 1}); "
+            "configure a lower kafka.bootstrap_servers port"
+        )
+    home = Path(settings.stack.home) / f"cluster{brokers}"
+    kafka = settings.kafka.model_copy(update={"bootstrap_servers": ",".join(f"127.0.0.1:{p}" for p in ports)})
+    stack = settings.stack.model_copy(update={"home": str(home)})
+    return settings.model_copy(update={"kafka": kafka, "stack": stack})

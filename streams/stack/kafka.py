@@ -1,8 +1,10 @@
-"""Apache Kafka for the local stack: single-node KRaft (combined broker + controller).
+"""Apache Kafka for the local stack: KRaft with one node or a cluster of combined broker +
+controller nodes (one per ``kafka.bootstrap_servers`` address, all of them quorum voters).
 
 The broker's jars come from Maven Central through ``mvn`` and ``pom.xml`` beside this file
-(pinned to :data:`KAFKA_VERSION`), cached under ``<cache>/kafka-<version>/libs``. The log dir
-``<home>/kafka/data`` is formatted once with Kafka's storage tool and survives restarts.
+(pinned to :data:`KAFKA_VERSION`), cached under ``<cache>/kafka-<version>/libs``. Each node's log dir
+(``<home>/kafka/data``, or ``<home>/kafka-<id>/data`` in a cluster) is formatted once with
+Kafka's storage tool and survives restarts.
 Listeners are on 127.0.0.1 only; topics are never auto-created (the producer creates them
 with the configured partitions and retention, see :mod:`streams.topics`).
 """
@@ -11,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import logging
 import re
 import subprocess
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from streams.errors import StackError
+from streams.errors import ConfigError, StackError
 from streams.stack.process import ServiceSpec, which_or_raise
 
 KAFKA_VERSION = "4.1.1"
@@ -89,53 +94,144 @@ def ensure_jars(cache: Path) -> Path:
     return libs
 
 
-def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    """The broker's ``server.properties`` (KRaft combined mode, loopback only, one replica)."""
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={data_dir}",
-            "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=7",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "group.initial.rebalance.delay.ms=0",
-            # Committed offsets must outlive a long pause of a run (default 7 days).
-            "offsets.retention.minutes=43200",
-            "",
+@dataclass(frozen=True)
+class KafkaNode:
+    """One combined broker + controller node of the local Kafka.
+
+    Attributes:
+        name: service name: ``kafka`` for a single broker, ``kafka-<node_id>`` in a cluster.
+        node_id: Kafka ``node.id`` (1..N, in the order of ``kafka.bootstrap_servers``).
+        port: its client (PLAINTEXT) listener on 127.0.0.1.
+        controller_port: its KRaft controller listener, ``port + 1``.
+    """
+
+    name: str
+    node_id: int
+    port: int
+    controller_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def kafka_nodes(ports: Sequence[int]) -> list[KafkaNode]:
+    """The nodes serving broker ports ``ports``: one port is the single broker ``kafka``, several
+    are a cluster ``kafka-1`` .. ``kafka-N`` in the given order; each controller is on port + 1.
+
+    Raises:
+        ConfigError: a port is listed twice, or a controller port (port + 1) is another node's
+            broker port or above 65535.
+    """
+    if len(set(ports)) != len(ports):
+        raise ConfigError(
+            f"kafka.bootstrap_servers lists a port twice ({', '.join(map(str, ports))}); "
+            "give each local broker its own port"
+        )
+    taken = set(ports)
+    for port in ports:
+        if port + 1 in taken or port + 1 > 65535:
+            raise ConfigError(
+                f"the local Kafka node on port {port} needs port {port + 1} for its controller, but that is "
+                f"{'another broker' if port + 1 in taken else 'not a valid port'}; space the brokers of "
+                "kafka.bootstrap_servers two ports apart (e.g. 127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096)"
+            )
+    if len(ports) == 1:
+        return [KafkaNode("kafka", 1, ports[0], ports[0] + 1)]
+    return [KafkaNode(f"kafka-{i}", i, port, port + 1) for i, port in enumerate(ports, 1)]
+
+
+def server_properties(data_dir: Path, node: KafkaNode, nodes: Sequence[KafkaNode]) -> str:
+    """The node's ``server.properties``: KRaft combined mode, loopback only.
+
+    One node: replication factor 1 everywhere. Three or more nodes (a static quorum of all of
+    them as voters): the internal topics (consumer offsets, transaction state, share state) get
+    replication factor 3 and ``min.insync.replicas`` 2, also the brokers' default (topics made
+    by :func:`streams.topics.ensure_topics` set their own); a dead broker is fenced after 6 s
+    without heartbeats (default 9 s) and a lagging follower leaves the ISR after 10 s (default
+    30 s), so tests that kill a broker do not wait long. Apache Kafka 4.1 broker configs
+    (``broker.session.timeout.ms``, ``replica.lag.time.max.ms``, ``transaction.state.log.min.isr``).
+    """
+    rf = min(3, len(nodes))
+    min_isr = 2 if len(nodes) >= 3 else 1
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={data_dir}",
+        "auto.create.topics.enable=false",
+        f"offsets.topic.replication.factor={rf}",
+        "offsets.topic.num.partitions=7",
+        f"transaction.state.log.replication.factor={rf}",
+        f"transaction.state.log.min.isr={min_isr}",
+        f"share.coordinator.state.topic.replication.factor={rf}",
+        "group.initial.rebalance.delay.ms=0",
+        # Committed offsets must outlive a long pause of a run (default 7 days).
+        "offsets.retention.minutes=43200",
+    ]
+    if len(nodes) > 1:
+        lines += [
+            f"share.coordinator.state.topic.min.isr={min_isr}",
+            f"min.insync.replicas={min_isr}",
+            "broker.heartbeat.interval.ms=1000",
+            "broker.session.timeout.ms=6000",
+            "replica.lag.time.max.ms=10000",
+            # Three JVMs share two cores: fewer request threads than the defaults (3 and 8).
+            "num.network.threads=2",
+            "num.io.threads=4",
         ]
-    )
+    return "\n".join([*lines, ""])
 
 
-def kafka_spec(home: Path, cache: Path, port: int, heap: str) -> ServiceSpec:
-    """Prepare config, format storage on first use, and describe the broker process.
+def cluster_id_of(dirs: Sequence[Path]) -> str | None:
+    """The ``cluster.id`` in the first formatted log dir among ``dirs`` (None: none formatted)."""
+    for d in dirs:
+        meta = d / "meta.properties"
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "cluster.id" and value.strip():
+                    return value.strip()
+    return None
+
+
+def node_dir(home: Path, node: KafkaNode) -> Path:
+    """Config and data folder of ``node``: ``<home>/kafka`` (single broker) or ``<home>/kafka-<id>``."""
+    return home / node.name
+
+
+def kafka_spec(
+    home: Path, cache: Path, node: KafkaNode, nodes: Sequence[KafkaNode], heap: str
+) -> ServiceSpec:
+    """Prepare config, format storage on first use, and describe the process of ``node``.
+
+    Every node of a cluster is formatted with the same cluster id (taken from a node already
+    formatted, else new), so a node whose folder was deleted joins its cluster again.
 
     Raises:
         StackError: Java, Maven or the storage format step failed.
     """
     java = java_executable()
     libs = ensure_jars(cache)
-    base = home / "kafka"
+    base = node_dir(home, node)
     data = base / "data"
     base.mkdir(parents=True, exist_ok=True)
-    controller_port = port + 1
     props = base / "server.properties"
-    props.write_text(server_properties(data, port, controller_port))
+    props.write_text(server_properties(data, node, nodes))
     log4j = base / "log4j2.properties"
     log4j.write_text(_LOG4J2)
     classpath = f"{libs}/*"
     jvm = [java, f"-Xmx{heap}", "-Xms128m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = cluster_id_of([node_dir(home, n) / "data" for n in nodes]) or (
+            base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        )
         proc = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True,
@@ -144,30 +240,49 @@ def kafka_spec(home: Path, cache: Path, port: int, heap: str) -> ServiceSpec:
         )
         if proc.returncode != 0:
             raise StackError(f"kafka storage format failed for {data}:\n{proc.stdout}{proc.stderr}")
-    return ServiceSpec(name="kafka", argv=(*jvm, "kafka.Kafka", str(props)), ports=(port, controller_port))
+    return ServiceSpec(
+        name=node.name, argv=(*jvm, "kafka.Kafka", str(props)), ports=(node.port, node.controller_port)
+    )
 
 
-def kafka_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
-    """True when a metadata request to ``bootstrap`` succeeds within ``timeout_s`` seconds."""
+def kafka_broker_ids(bootstrap: str, timeout_s: float = 5.0) -> set[int] | None:
+    """Node ids of the live (unfenced) brokers in the cluster metadata, asked through
+    ``bootstrap``; None when no metadata came back within ``timeout_s`` seconds. Blocking; works
+    inside a running event loop too (on a thread), but blocks that loop meanwhile."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    async def probe() -> bool:
+    async def probe() -> set[int] | None:
         # aiokafka logs every refused connection at ERROR: expected while the broker starts.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
         try:
             await asyncio.wait_for(admin.start(), timeout_s)
-            await asyncio.wait_for(admin.describe_cluster(), timeout_s)
-            return True
+            described = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+            return {int(b["node_id"]) for b in described["brokers"]}
         except Exception:
-            return False
+            return None
         finally:
-            # A half-started client may fail to close; readiness is still False.
+            # A half-started client may fail to close; readiness is still None.
             with contextlib.suppress(Exception):
                 await admin.close()
 
-    level = logging.getLogger("aiokafka").level
+    def run() -> set[int] | None:
+        level = logging.getLogger("aiokafka").level
+        try:
+            return asyncio.run(probe())
+        finally:
+            logging.getLogger("aiokafka").setLevel(level)
+
     try:
-        return asyncio.run(probe())
-    finally:
-        logging.getLogger("aiokafka").setLevel(level)
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    # Called from async code (a test, the fault audit): probe on a thread of its own. This still
+    # blocks the caller's loop; async callers should use asyncio.to_thread(stack.up, ...).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+def kafka_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True when a metadata request to ``bootstrap`` succeeds within ``timeout_s`` seconds."""
+    return kafka_broker_ids(bootstrap, timeout_s) is not None

@@ -35,6 +35,16 @@ class Fleet:
     def kill(self, name: str) -> None:
         sigkill(self.procs.pop(name))
 
+    def assert_alive(self) -> None:
+        """Fail at once, with the end of its log, when a consumer exited that the test did not stop."""
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                log = (self.logs / f"{name}.log").read_text(errors="replace")
+                tail = "\n".join(log.splitlines()[-15:])
+                raise AssertionError(
+                    f"consumer {name} exited with {proc.returncode}; end of its log:\n{tail}"
+                )
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -50,11 +60,16 @@ async def errors(s: Settings) -> list[ErrorRecord]:
     return await read_topic(s, s.topics.errors, ErrorRecord)
 
 
-async def wait_all_done(s: Settings, ids: set[str], timeout_s: float) -> tuple[Counter[str], Counter[str]]:
-    """Wait until every id has a completion or error record; return (completion, error) counts by id."""
+async def wait_all_done(
+    s: Settings, ids: set[str], timeout_s: float, fleet: Fleet | None = None
+) -> tuple[Counter[str], Counter[str]]:
+    """Wait until every id has a completion or error record; return (completion, error) counts by id.
+    With ``fleet``, fail as soon as one of its consumers has exited."""
     counts: list[tuple[Counter[str], Counter[str]]] = []
 
     async def check() -> bool:
+        if fleet is not None:
+            fleet.assert_alive()
         c = Counter(r.id for r in await completions(s))
         e = Counter(r.id for r in await errors(s))
         counts.append((c, e))

@@ -15,16 +15,17 @@ from consumers.generate import group_id
 from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import committed, make_prompt, publish, spawn, wait_for, with_kafka_at
+from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for, with_kafka_at
 
 
+@broker_shapes()
 async def test_happy_path_writes_one_completion_per_prompt_and_commits(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
     prompts = [make_prompt(i, max_tokens=400) for i in range(60)]
     await publish(cs, prompts)
     proc = fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=90)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=90, fleet=fleet)
     assert not failed
     assert set(done.values()) == {1}
     records = await completions(cs)
@@ -44,6 +45,7 @@ async def test_happy_path_writes_one_completion_per_prompt_and_commits(
     assert sum(o or 0 for o in offsets.values()) == 60
 
 
+@broker_shapes()
 async def test_sigkill_with_a_slow_first_record_loses_nothing(
     cs: Settings,
     sim: SimulatedServer,
@@ -65,6 +67,7 @@ async def test_sigkill_with_a_slow_first_record_loses_nothing(
     fleet.start("c0", sim.url)
 
     async def fast_done() -> bool:
+        fleet.assert_alive()
         return {p.id for p in fast} <= {r.id for r in await completions(one)}
 
     await wait_for(fast_done, timeout_s=60, what="the fast prompts")
@@ -74,7 +77,7 @@ async def test_sigkill_with_a_slow_first_record_loses_nothing(
     fleet.kill("c0")
 
     fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(one, {slow.id, *(p.id for p in fast)}, timeout_s=120)
+    done, failed = await wait_all_done(one, {slow.id, *(p.id for p in fast)}, timeout_s=120, fleet=fleet)
     assert not failed
     assert done[slow.id] >= 1
     duplicates = sum(n - 1 for n in done.values())
@@ -113,24 +116,28 @@ async def _two_server_failover(cs: Settings, fleet: Fleet, fault: dict[str, obje
         fleet.start("cb", b.url)
 
         async def some_done() -> bool:
+            fleet.assert_alive()
             return len({r.id for r in await completions(cs)}) >= 20
 
         await wait_for(some_done, timeout_s=60, what="the first completions")
         async with httpx.AsyncClient() as client:
             await client.post(f"{a.url}/simulator/faults", json=fault)
-        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150, fleet=fleet)
         assert not failed
         assert set(done) == {p.id for p in prompts}
 
 
+@broker_shapes()
 async def test_crashed_server_partitions_move_to_the_other_consumer(cs: Settings, fleet: Fleet) -> None:
     await _two_server_failover(cs, fleet, {"crash_after_s": 0})
 
 
+@broker_shapes()
 async def test_hung_server_is_detected_and_its_partitions_move(cs: Settings, fleet: Fleet) -> None:
     await _two_server_failover(cs, fleet, {"hang": True})
 
 
+@broker_shapes()
 async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
@@ -139,18 +146,20 @@ async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     fleet.start("c0", sim.url)
 
     async def some_done() -> bool:
+        fleet.assert_alive()
         return len(await completions(cs)) >= 40
 
     await wait_for(some_done, timeout_s=90, what="40 completions")
     fleet.kill("c0")
     fleet.start("c0", sim.url)
-    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120, fleet=fleet)
     assert not failed
     duplicates = sum(n - 1 for n in done.values())
     window = 16 + cs.consumer.standing_queue  # simulator slots + standing queue
     assert duplicates <= window
 
 
+@broker_shapes()
 async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fleet: Fleet) -> None:
     async with SimulatedServer(time_scale=TIME_SCALE) as a, SimulatedServer(time_scale=TIME_SCALE) as b:
         prompts = [make_prompt(i, max_tokens=2000) for i in range(150)]
@@ -158,11 +167,23 @@ async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fle
         fleet.start("ca", a.url)
 
         async def some_done() -> bool:
+            fleet.assert_alive()
             return len(await completions(cs)) >= 30
 
         await wait_for(some_done, timeout_s=90, what="30 completions")
         fleet.start("cb", b.url)
-        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150)
+        # The first consumer may finish the first batch before the second joins: publish more once
+        # the second holds partitions, so it has work of its own whatever the timing.
+        log_b = fleet.logs / "cb.log"
+        await wait_for(
+            lambda: "assigned partitions [" in (log_b.read_text() if log_b.exists() else ""),
+            timeout_s=90,
+            what="the second consumer's assignment",
+        )
+        later = [make_prompt(i, max_tokens=2000) for i in range(150, 300)]
+        await publish(cs, later)
+        prompts += later
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=150, fleet=fleet)
         assert not failed
         assert b.stats().requests_finished > 0, "the second consumer took over partitions"
         duplicates = sum(n - 1 for n in done.values())

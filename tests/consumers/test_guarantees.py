@@ -18,7 +18,7 @@ from streams.kafka import producer_kwargs
 from streams.records import GenerationParams, PromptRecord, encode
 from streams.topics import ensure_topics, topic_specs
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import committed, make_prompt, publish, wait_for
+from tests.helpers import broker_shapes, committed, make_prompt, publish, wait_for
 
 
 def _with(settings: Settings, *, partitions: int | None = None, **consumer: object) -> Settings:
@@ -38,6 +38,7 @@ def _assignments(log: Path) -> list[set[int]]:
     ]
 
 
+@broker_shapes()
 async def test_a_rebalance_while_the_server_is_down_loses_no_prompt(cs: Settings, fleet: Fleet) -> None:
     """Consumer X's server is down (503 on everything) when a second consumer joins: the new
     assignment X receives is not paused yet, and the records it fetches must be kept, not dropped
@@ -126,6 +127,7 @@ async def _publish_raw(settings: Settings, records: list[tuple[bytes, bytes]]) -
         await producer.stop()
 
 
+@broker_shapes()
 async def test_every_prompt_ends_in_a_record_even_when_its_dead_letter_is_too_large(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
@@ -178,6 +180,7 @@ async def test_max_attempts_holds_while_the_server_is_marked_down(
     assert max(e.attempts for e in await errors(s)) == 2
 
 
+@broker_shapes()
 async def test_losing_a_member_moves_only_its_partitions(cs: Settings, fleet: Fleet) -> None:
     """Three consumers on seven partitions; one is SIGKILLed. With a sticky assignment the two
     survivors keep every partition they had and only take over the dead member's (round-robin,
