@@ -76,6 +76,7 @@ from consumers.client import ChatResult, ServerClient
 from consumers.health import Backoff, HealthConfig, ServerHealth
 from consumers.offsets import OffsetTracker
 from consumers.quality import quality_flags
+from consumers.watchdog import ThroughputWatchdog, WatchdogConfig
 from consumers.window import WindowConfig, WindowPolicy
 from streams import logs
 from streams.config import Settings, check_server_url, load_settings
@@ -146,6 +147,11 @@ class _Metrics:
         self.in_flight = Gauge("kafkagen_in_flight", "requests in flight", registry=self.registry)
         self.window = Gauge("kafkagen_window", "in-flight window size", registry=self.registry)
         self.server_up = Gauge("kafkagen_server_up", "1 when the server is healthy", registry=self.registry)
+        self.output_rate = Gauge(
+            "kafkagen_output_tokens_per_second",
+            "completion tokens per second finished over the watchdog window",
+            registry=self.registry,
+        )
         self.kafka_up = Gauge(
             "kafkagen_kafka_up", "1 while Kafka accepts our records and commits", registry=self.registry
         )
@@ -187,6 +193,15 @@ class GenerationConsumer:
             time.monotonic(),
         )
         self.backoff = Backoff(self.cfg.backoff_initial_s, self.cfg.backoff_max_s)
+        self.watchdog = ThroughputWatchdog(
+            WatchdogConfig(
+                window_s=self.cfg.watchdog_window_s,
+                factor=self.cfg.watchdog_factor,
+                collapse_s=self.cfg.watchdog_collapse_s,
+                baseline_s=max(3600.0, self.cfg.watchdog_window_s),
+            ),
+            time.monotonic(),
+        )
         self.tracker = OffsetTracker()
         self.metrics = _Metrics()
         self.stats = _Stats()
@@ -208,6 +223,10 @@ class GenerationConsumer:
         self._generation = 0
         """bumped by every rebalance callback: a fetch position read across one is stale."""
         self._last_commit = 0.0
+        self._hold_until = 0.0
+        """while the server is down for a throughput collapse: no health probe before this time."""
+        self._give_up = False
+        """leave the group at once, without waiting for ``down_grace_s``."""
         self._kafka_logged = 0.0
         self._rng = random.Random()
         self._assignor = sticky_assignor()
@@ -294,6 +313,7 @@ class GenerationConsumer:
         self._start_buffered()
         await self._fetch_once()
         self._check_hung()
+        self._check_throughput()
         await self._maybe_commit()
 
     # -- group membership ----------------------------------------------------------------------
@@ -313,10 +333,11 @@ class GenerationConsumer:
 
     async def _leave(self) -> None:
         """Give up our partitions: abandon all work, commit what is done, stop the Kafka consumer."""
+        down_s = time.monotonic() - (self.health.down_since or time.monotonic())
         log.warning(
             "server %s down for %.0f s (%s): leaving group %s",
             self.server_url,
-            self.cfg.down_grace_s,
+            down_s,
             self.health.down_reason,
             self.group,
         )
@@ -668,6 +689,7 @@ class GenerationConsumer:
             await self._dead_letter(job, prompt, source, exc, 1)
             return
         self.stats.completions += 1
+        self.watchdog.observe(time.monotonic(), result.usage.completion_tokens)
         self.metrics.completions.labels(result.finish_reason).inc()
         self.metrics.tokens.inc(result.usage.completion_tokens)
         for flag in flags:
@@ -769,11 +791,47 @@ class GenerationConsumer:
             self._abandon.set()
             self._abandon = asyncio.Event()
 
+    def _check_throughput(self) -> None:
+        """Feed the output-rate watchdog (:mod:`consumers.watchdog`); on a lasting collapse, mark the
+        server down and give up the partitions at once, for ``watchdog_hold_s``."""
+        if self.health.is_down:
+            return
+        now = time.monotonic()
+        saturated = self.in_flight if self.in_flight >= max(1, self.window.size // 2) else 0
+        was_low = self.watchdog.low()
+        collapsed = self.watchdog.check(now, saturated)
+        rate, baseline = self.watchdog.rate(now), self.watchdog.baseline or 0.0
+        self.metrics.output_rate.set(rate)
+        if self.watchdog.low() and not was_low:
+            log.warning(
+                "server %s output %.1f tokens/s, below 1/%g of its recent peak %.1f tokens/s; "
+                "giving up its partitions if this lasts %.0f s",
+                self.server_url,
+                rate,
+                self.cfg.watchdog_factor,
+                baseline,
+                self.cfg.watchdog_collapse_s,
+            )
+        if not collapsed:
+            return
+        self.health.mark_down(
+            now,
+            f"throughput collapsed: {rate:.1f} tokens/s for {self.cfg.watchdog_collapse_s:.0f} s against a "
+            f"recent peak of {baseline:.1f}; out of the group for {self.cfg.watchdog_hold_s:.0f} s",
+        )
+        self._hold_until = now + self.cfg.watchdog_hold_s
+        self._give_up = True
+        self.watchdog.reset(now)
+        self._server_ok.clear()
+        self.metrics.server_up.set(0)
+        self._abandon.set()
+        self._abandon = asyncio.Event()
+
     async def _watch_down(self) -> None:
         """While the server is down: probe it every few seconds in the background (the loop keeps
         polling Kafka meanwhile), resume when a probe passes, leave the group after the grace."""
         now = time.monotonic()
-        if self._probe is None and now >= self._next_probe:
+        if self._probe is None and now >= max(self._next_probe, self._hold_until):
             if self._next_probe == 0.0:
                 log.warning("server %s down: %s; pausing", self.server_url, self.health.down_reason)
             self._next_probe = now + _PROBE_INTERVAL_S
@@ -791,7 +849,8 @@ class GenerationConsumer:
                 if self._consumer is None:
                     await self._join()
                 return
-        if self._consumer is not None and self.health.should_leave(time.monotonic()):
+        if self._consumer is not None and (self._give_up or self.health.should_leave(time.monotonic())):
+            self._give_up = False
             await self._leave()
 
     # -- commits ----------------------------------------------------------------------------------

@@ -169,6 +169,18 @@ class ConsumerSettings(BaseModel):
         600.0, gt=0, description="seconds with requests in flight and none finishing: the server is hung"
     )
     shutdown_deadline_s: float = Field(60.0, gt=0, description="seconds SIGTERM waits for in-flight work")
+    watchdog_window_s: float = Field(
+        300.0, gt=0, description="seconds of finished requests the output-rate watchdog averages over"
+    )
+    watchdog_factor: float = Field(
+        5.0, gt=1, description="an output rate this many times below the server's recent peak is a collapse"
+    )
+    watchdog_collapse_s: float = Field(
+        300.0, ge=0, description="seconds a collapse must last before the consumer gives up its partitions"
+    )
+    watchdog_hold_s: float = Field(
+        600.0, gt=0, description="seconds a consumer whose server collapsed stays out of the group"
+    )
     session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
 

@@ -258,3 +258,37 @@ async def test_a_dead_servers_partitions_make_progress_elsewhere_within_seconds(
             )
 
         await wait_for(b_works_on_a_partitions, timeout_s=20, what="B to generate A's partitions")
+
+
+async def test_a_server_whose_throughput_collapses_gives_up_its_partitions(
+    cs: Settings, fleet: Fleet
+) -> None:
+    """Server A becomes 100x slower but keeps answering: its consumer notices the output rate
+    fall far below its own recent peak, gives up its partitions, and B finishes them (before the
+    fix A's partitions crawled on while B idled)."""
+    s = _with(
+        cs,
+        hang_timeout_s=600.0,
+        watchdog_window_s=3.0,
+        watchdog_collapse_s=3.0,
+        watchdog_hold_s=600.0,
+    )
+    fleet.settings = s
+    async with SimulatedServer(time_scale=2.0) as a, SimulatedServer(time_scale=2.0) as b:
+        prompts = [make_prompt(i, max_tokens=200) for i in range(1500)]
+        await publish(s, prompts)
+        fleet.start("ca", a.url)
+        fleet.start("cb", b.url)
+        log_a = fleet.logs / "ca.log"
+
+        async def a_at_speed() -> bool:
+            return sum(r.consumer == "ca" for r in await completions(s)) >= 150
+
+        await wait_for(a_at_speed, timeout_s=120, what="A's first 150 completions")
+        a.set_faults(slow_factor=100.0)
+        await wait_for(
+            lambda: "throughput collapsed" in log_a.read_text(), timeout_s=60, what="A's collapse verdict"
+        )
+        done, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+    assert not failed
+    assert set(done) == {p.id for p in prompts}
