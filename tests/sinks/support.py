@@ -220,7 +220,9 @@ def assert_exact_coverage(objects: list[StoredObject], ends: dict[int, int]) -> 
 class SinkProcess:
     """``python -m sinks.s3`` as a subprocess with a test's settings in its environment."""
 
-    def __init__(self, settings: Settings, log: Path, *, pause: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, log: Path, *, pause: str | None = None, args: Sequence[str] = ()
+    ) -> None:
         env = {**os.environ, **settings_to_env(settings), "PYTHONUNBUFFERED": "1"}
         env.pop(PAUSE_ENV, None)
         if pause:
@@ -229,7 +231,7 @@ class SinkProcess:
         self._offset = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sinks.s3"],
+                [sys.executable, "-m", "sinks.s3", *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=out,

@@ -376,7 +376,9 @@ async def test_transaction_markers_and_aborted_records_are_not_gaps(cfg: Setting
     keys = await write_objects(cfg, cfg.topics.completions, 0, [(0, 4), (10, 14)])
     assert len(keys) == 2
     out = tmp_path / "dataset"
-    assert await _amain(_argv(cfg, str(out), None, "--allow-missing", "--no-topic-check")) == 1  # S3 alone: a hole
+    assert (
+        await _amain(_argv(cfg, str(out), None, "--allow-missing", "--no-topic-check")) == 1
+    )  # S3 alone: a hole
     assert await _amain(_argv(cfg, str(out), None, "--allow-missing")) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["offset_gaps"] == [] and manifest["records"]["completions"] == 10
