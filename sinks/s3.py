@@ -108,6 +108,15 @@ restarted sink then takes its partitions back at once instead of after ``session
 A SIGKILL at any point is covered by rules 2-4 (tests/sinks/test_s3_sink.py kills the sink
 mid-batch, mid-upload and between upload and commit).
 
+Status and metrics
+------------------
+Every 10 s the sink logs a status line (records, objects, partitions, and whether Kafka and S3
+answer: ``Kafka UNREACHABLE for 37 s``). Kafka is probed every 5 s with a metadata request; the
+first failure and the recovery are logged once each. ``--metrics-port P`` serves the same on
+``127.0.0.1:P/metrics`` (:class:`SinkMetrics`). aiokafka logs every failed connection (about 100
+lines a second while Kafka is down): the worker's log handlers get :mod:`streams.logs`' filters,
+which pass one line per message kind every 10 s with a count of those held back.
+
 Test hook
 ---------
 ``KAFKAGEN_SINK_TEST_PAUSE=<point>[:<n>]`` makes the sink log ``KAFKAGEN_SINK_TEST_PAUSED`` and
@@ -740,10 +749,10 @@ class SinkRunner:
             self.done.set()
 
     async def _watch_kafka(self, consumer: AIOKafkaConsumer) -> None:
-        """Ask Kafka for its metadata every ``probe_s`` seconds (public ``consumer.topics()``);
+        """Ask Kafka for its metadata every 5 seconds (public ``consumer.topics()``);
         record and log each change between answering and not (aiokafka itself retries and logs
         every failed connection: those lines are rate-limited by :class:`streams.logs.RepeatFilter`)."""
-        probe_s = 2.0
+        probe_s = 5.0
         where = self.settings.kafka.bootstrap_servers
         while True:
             try:
@@ -1265,8 +1274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Any setting is a flag or ``KAFKAGEN_*`` variable (``--run-id``, ``--topics.completions``,
     ``--s3.prefix``, ``--sink.flush-records``...). Exit status: 0 after a graceful stop, 1 on a
-    fatal error, 2 on bad settings, 3 when Kafka is unreachable at start (later outages are
-    retried).
+    fatal error (a permanent S3 error: one ``sink stopped: ...`` line says what to do), 2 on bad
+    settings or ``--metrics-port``, 3 when Kafka is unreachable at start (later outages are
+    waited out).
     """
     parser = argparse.ArgumentParser(
         prog="python -m sinks.s3",

@@ -1,7 +1,9 @@
 """``python -m sinks.s3`` as a subprocess against the real Kafka and SeaweedFS: SIGKILLs at
-deterministic points, racing writers, an S3 outage, the idle tail, and a corrupt record.
+deterministic points, racing writers, an S3 outage, the idle tail, a corrupt record, an emptied or
+moved destination (S3 wins over the committed offset), permanent S3 errors (a foreign object at
+the sink's key, a wrong key pair) and a Kafka outage (status, metrics, rate-limited logs).
 
-Every test checks the guarantee itself: per partition the objects cover every offset exactly
+Every test of the data path checks the guarantee itself: per partition the objects cover every offset exactly
 once (metadata start/end, line offsets, SHA-256) and the export yields exactly the produced ids.
 """
 
