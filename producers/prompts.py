@@ -101,9 +101,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fnmatch
-import glob
-import gzip
 import hashlib
 import io
 import logging
@@ -116,10 +113,9 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast, get_args
+from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple, cast, get_args
 
 import msgspec
-import zstandard
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 from aiokafka.partitioner import murmur2
@@ -129,6 +125,7 @@ from tqdm import tqdm
 from producers.formats import FormatName, MappingOptions, parse_line
 from streams.config import KeyBy, Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StorageError
+from streams.inputs import CHUNK_BYTES, CountingRaw, InputSpec, open_input, resolve_inputs
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import ProgressRecord, PromptRecord, RecordDecodeError, decode, encode, key_of
 from streams.topics import ensure_topics, topic_specs
@@ -146,17 +143,11 @@ EXIT_INTERRUPTED: Final = 130
 
 RECORD_OVERHEAD_BYTES: Final = 128
 """Bytes a record adds to its key and value inside a batch (headers, varints, batch header), rounded up."""
-CHUNK_BYTES: Final = 1024 * 1024
-"""Input bytes the reader thread hands over at a time."""
 CHUNKS_AHEAD: Final = 4
 """Chunks the reader thread may read and parse ahead of the publisher."""
-STDIN_IDENTITY_BYTES: Final = 64 * 1024
 LINGER_S: Final = 0.2
 """Seconds a partition's partly filled batch may wait in this process before it is sent anyway."""
 SHOWN_BAD_LINES: Final = 20
-_GLOB_CHARS: Final = frozenset("*?[")
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 
 
 # --- the progress topic's records --------------------------------------------------------------
@@ -289,138 +280,6 @@ _LINE_BITS: Final = 40
 
 
 # --- inputs ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One input to publish, resolved from the command line.
-
-    Attributes:
-        name: as given (a glob's match: its path as globbed); ``metadata.source`` and derived ids
-            use it.
-        kind: ``file``, ``s3`` or ``stdin``.
-        location: the absolute resolved path, the ``s3://bucket/key`` URI, or ``-``.
-        size: bytes on disk or in S3 (compressed size for compressed inputs); ``None`` for stdin.
-    """
-
-    name: str
-    kind: Literal["file", "s3", "stdin"]
-    location: str
-    size: int | None
-
-
-def _split_s3(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not bucket or not key:
-        raise InputError("an S3 input must be s3://BUCKET/KEY", source=uri)
-    return bucket, key
-
-
-def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[InputSpec]:
-    """Expand the command line's inputs (files, globs, ``-``, ``s3://`` URIs and globs) in order.
-
-    An input reached twice (a file named and globbed) is kept once, at its first place.
-
-    Args:
-        s3: returns the S3 client; called only when an ``s3://`` input is given.
-
-    Raises:
-        InputError: a file or S3 object that does not exist, a directory, a glob matching nothing,
-            ``-`` given twice.
-        StorageError: S3 could not be asked.
-    """
-    specs: list[InputSpec] = []
-    seen: set[str] = set()
-
-    def add(spec: InputSpec) -> None:
-        if spec.location not in seen:
-            seen.add(spec.location)
-            specs.append(spec)
-
-    for item in items:
-        if item == "-":
-            if "-" in seen:
-                raise InputError("stdin ('-') can be read only once")
-            add(InputSpec("-", "stdin", "-", None))
-        elif item.startswith("s3://"):
-            for spec in _resolve_s3(item, s3):
-                add(spec)
-        else:
-            path = Path(item)
-            if path.is_dir():
-                raise InputError("is a directory: give the files in it, e.g. with a glob", source=item)
-            if path.exists():
-                add(InputSpec(item, "file", str(path.resolve()), path.stat().st_size))
-                continue
-            if not _GLOB_CHARS & set(item):
-                raise InputError("no such file", source=item)
-            matches = sorted(m for m in glob.glob(item, recursive=True) if Path(m).is_file())
-            if not matches:
-                raise InputError("no file matches this pattern", source=item)
-            for match in matches:
-                add(InputSpec(match, "file", str(Path(match).resolve()), Path(match).stat().st_size))
-    return specs
-
-
-def _resolve_s3(uri: str, s3: Callable[[], S3Client]) -> list[InputSpec]:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, key = _split_s3(uri)
-    try:
-        client = s3()
-        glob_at = min((key.index(c) for c in _GLOB_CHARS if c in key), default=-1)
-        if glob_at < 0:
-            head = client.head_object(Bucket=bucket, Key=key)
-            return [InputSpec(uri, "s3", uri, head["ContentLength"])]
-        found: list[InputSpec] = []
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key[:glob_at])
-        for page in pages:
-            for obj in page.get("Contents", []):
-                if fnmatch.fnmatchcase(obj["Key"], key):
-                    name = f"s3://{bucket}/{obj['Key']}"
-                    found.append(InputSpec(name, "s3", name, obj["Size"]))
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound"):
-            raise InputError("no such S3 object (or bucket)", source=uri) from None
-        raise StorageError(f"{uri}: S3 error: {exc}") from None
-    except BotoCoreError as exc:
-        raise StorageError(f"{uri}: S3 unreachable: {exc}") from None
-    if not found:
-        raise InputError("no S3 object matches this pattern", source=uri)
-    return sorted(found, key=lambda s: s.name)
-
-
-class _CountingRaw(io.RawIOBase):
-    """A raw stream over a ``read(n)`` function (file, stdin, S3 body), optionally replaying
-    ``head`` first, counting the bytes it delivers (for the progress bar)."""
-
-    def __init__(self, read: Callable[[int], bytes], close: Callable[[], object], head: bytes = b"") -> None:
-        super().__init__()
-        self._read = read
-        self._close = close
-        self._head = head
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._head:
-            data, self._head = self._head[: len(view)], self._head[len(view) :]
-        else:
-            data = self._read(len(view))
-        n = len(data)
-        view[:n] = data
-        self.count += n
-        return n
-
-    def close(self) -> None:
-        if not self.closed:
-            with contextlib.suppress(Exception):
-                self._close()
-        super().close()
 
 
 class Rejected(NamedTuple):
@@ -584,45 +443,15 @@ class _InputReader:
             self._put(exc)
 
     @contextlib.contextmanager
-    def _open_lines(self) -> Iterator[tuple[io.BufferedIOBase, _CountingRaw]]:
-        spec = self.spec
-        head = b""
-        if spec.kind == "file":
-            handle = open(spec.location, "rb", buffering=0)  # noqa: SIM115 (closed by _CountingRaw)
-            raw = _CountingRaw(handle.read, handle.close)
-            identity = spec.location
-        elif spec.kind == "s3":
-            bucket, key = _split_s3(spec.location)
-            body = self._s3().get_object(Bucket=bucket, Key=key)["Body"]
-            raw = _CountingRaw(body.read, body.close)
-            identity = spec.location
-        else:
-            stdin = cast(io.BufferedReader, sys.stdin.buffer)
-            while len(head) < STDIN_IDENTITY_BYTES:
-                data = stdin.read1(STDIN_IDENTITY_BYTES - len(head))
-                if not data:
-                    break
-                head += data
-            raw = _CountingRaw(stdin.read1, lambda: None, head)
-            identity = "stdin:" + hashlib.sha256(head).hexdigest()
-        with raw:
-            buffered = io.BufferedReader(raw, CHUNK_BYTES)
-            magic = buffered.peek(4)[:4]
-            lines: io.BufferedIOBase
-            if magic.startswith(_GZIP_MAGIC):
-                lines = gzip.GzipFile(fileobj=buffered, mode="rb")
-            elif magic == _ZSTD_MAGIC:
-                reader = zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)
-                lines = io.BufferedReader(reader, CHUNK_BYTES)
-            else:
-                lines = buffered
+    def _open_lines(self) -> Iterator[tuple[io.BufferedIOBase, CountingRaw]]:
+        with open_input(self.spec, self._s3) as opened:
             # The round-robin starts where the input's identity says, not its spelling
             # (``a.jsonl`` and ``./a.jsonl`` are one input): set before any line is made.
-            self._make.salt = input_salt(identity)
-            self._put(_Opened(identity))
-            yield lines, raw
+            self._make.salt = input_salt(opened.identity)
+            self._put(_Opened(opened.identity))
+            yield opened.lines, opened.raw
 
-    def _read_chunk(self, stream: io.BufferedIOBase, raw: _CountingRaw) -> _Chunk:
+    def _read_chunk(self, stream: io.BufferedIOBase, raw: CountingRaw) -> _Chunk:
         limit = self._line_limit
         make = self._make
         lines: list[bytes] = []

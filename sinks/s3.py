@@ -25,11 +25,18 @@ recovery from the objects themselves (as Connect's HDFS sink does from its file 
    (two sinks racing on one folder with different batch sizes: tests/sinks/test_s3_sink.py).
 3. **Upload, then commit.** ``end + 1`` is committed only after the object exists. A crash in
    between leaves the commit behind S3, which rule 4 absorbs.
-4. **Recovery from S3.** On every partition assignment (start-up included) the sink lists the
-   partition's folder, reads the end offset of the object with the highest start offset, reads
-   the group's committed offset, and seeks to the *further* of the two (committing it when S3
-   was ahead). An expired, lost or lagging commit therefore never re-writes data; multipart
-   uploads left dangling by a killed writer in that folder are aborted.
+4. **Recovery from S3: S3 wins.** On every partition assignment (start-up included) the sink
+   lists the partition's folder, reads the end offset of the object with the highest start
+   offset and seeks there (to the partition's first offset in Kafka when the folder is empty),
+   whatever the group's committed offset says, then commits that position. A commit behind S3
+   (expired, lost, or a crash between upload and commit) therefore never re-writes data; a commit
+   *ahead* of S3 means objects are gone from this destination (the folder was deleted to re-sink,
+   or the bucket, prefix or run id changed): the sink logs a warning naming the folder and the
+   offsets, and writes them again from Kafka. No record is skipped because of a commit. (The
+   alternative, a group id derived from the destination, would not cover a deleted folder.)
+   Offsets Kafka no longer holds (retention) cannot be re-written: a warning names them, and the
+   export reports the gap. Multipart uploads left dangling by a killed writer in the folder are
+   aborted.
 
 A record is appended to a batch only when its offset is at or after the partition's next
 expected offset (the last appended + 1), so re-deliveries after a seek are dropped and the
@@ -59,9 +66,9 @@ server and tables are switched off (``BootStrategy``), and the sink's
 :class:`SinkRunner` owns one ``AIOKafkaConsumer`` built by :func:`streams.kafka.consumer_kwargs`
 (``read_committed``, manual commits, the project's security settings). Values arrive as raw
 bytes and are decoded here with :func:`streams.records.decode`; no faust ack or commit exists.
-The faust app id and the consumer group are both :func:`group_id`: ``<sink.group>.<run_id>``,
-because the group's committed offsets must describe the same stream as the run's S3 folder
-(rule 4 takes the further of the two; a group shared by two runs would skip records of one).
+The faust app id and the consumer group are both :func:`group_id`: ``<sink.group>.<run_id>``.
+Rule 4 makes S3, not the group, the position, so the committed offsets serve progress and lag
+reports.
 
 Undecodable records
 -------------------
@@ -74,10 +81,14 @@ written and committed like any record: never a crash loop, never a silent skip.
 Backpressure and memory
 -----------------------
 S3 calls run in worker threads, one operation per partition at a time, while the next batch of
-that partition fills. A failing call (S3 down, 5xx, timeouts) is retried forever with capped
-exponential backoff (``retry_initial_s`` .. ``retry_max_s``) on top of botocore's own (3
-attempts); once the filling batch is full too, that partition is paused in the consumer (other
-partitions go on), and the consumer keeps polling so the group never expires it. Per assigned
+that partition fills. A transient failure (S3 down, 5xx, timeouts, throttling) is retried forever
+with capped exponential backoff (``retry_initial_s`` .. ``retry_max_s``) on top of botocore's own
+(3 attempts); its log lines are rate-limited (the first three, then one every 10 s with a count).
+A permanent one (:func:`permanent_error`: access denied, no such bucket, bad credentials, or a
+key of ours holding a foreign object) stops the sink with exit status 1 and one error line naming
+the bucket or key and what to do. Once the filling batch is full too, that partition is paused
+in the consumer (other partitions go on), and the consumer keeps polling so the group never
+expires it. Per assigned
 partition the sink holds at most two batches, one uploading and one filling (each kept
 zstd-compressed as it grows, at most ``flush_bytes`` uncompressed plus one record), and at most
 ``2 * poll_records`` fetched records waiting for them. If the upload finds the key taken by an
@@ -96,6 +107,15 @@ re-read at the next start. Set ``sink.instance_id`` (static membership) in produ
 restarted sink then takes its partitions back at once instead of after ``session_timeout_ms``.
 A SIGKILL at any point is covered by rules 2-4 (tests/sinks/test_s3_sink.py kills the sink
 mid-batch, mid-upload and between upload and commit).
+
+Status and metrics
+------------------
+Every 10 s the sink logs a status line (records, objects, partitions, and whether Kafka and S3
+answer: ``Kafka UNREACHABLE for 37 s``). Kafka is probed every 5 s with a metadata request; the
+first failure and the recovery are logged once each. ``--metrics-port P`` serves the same on
+``127.0.0.1:P/metrics`` (:class:`SinkMetrics`). aiokafka logs every failed connection (about 100
+lines a second while Kafka is down): the worker's log handlers get :mod:`streams.logs`' filters,
+which pass one line per message kind every 10 s with a count of those held back.
 
 Test hook
 ---------
@@ -117,6 +137,7 @@ import hashlib
 import logging
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -134,6 +155,9 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from botocore.exceptions import BotoCoreError, ClientError
 from faust.app.base import BootStrategy
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from sinks.layout import (
     LayoutError,
@@ -149,8 +173,9 @@ from sinks.layout import (
     single_line_json,
 )
 from streams.config import Settings, load_settings
-from streams.errors import ConfigError, KafkagenError, StorageError
+from streams.errors import ConfigError, KafkagenError, PermanentStorageError, StorageError
 from streams.kafka import consumer_kwargs, unreachable_message
+from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo
 from streams.records import CompletionRecord, ErrorRecord, RecordDecodeError, SourceOffset, decode, encode
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
@@ -328,6 +353,46 @@ def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+PERMANENT_S3_CODES: Final = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccountProblem",
+        "NoSuchBucket",
+        "InvalidBucketName",
+        "InvalidArgument",
+        "EntityTooLarge",
+    }
+)
+"""S3 error codes (AWS S3 API reference, "Error responses") that mean the request cannot succeed
+as it is: retrying them only repeats the failure."""
+
+
+def permanent_error(exc: BaseException, what: str, bucket: str) -> PermanentStorageError | None:
+    """``exc`` as a :class:`PermanentStorageError` naming the operation and what to do, or ``None``
+    when it is transient (network errors, 5xx, throttling, 404 on a key, 409/412 races).
+
+    Permanent: an error already marked non-retriable, an S3 error code in
+    :data:`PERMANENT_S3_CODES`, or any 403.
+    """
+    if isinstance(exc, KafkagenError) and not exc.retriable:
+        return exc if isinstance(exc, PermanentStorageError) else PermanentStorageError(str(exc))
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code not in PERMANENT_S3_CODES and _status(exc) != 403:
+        return None
+    advice = {
+        "NoSuchBucket": f"create bucket {bucket!r} or set KAFKAGEN_S3__BUCKET",
+        "InvalidBucketName": "fix KAFKAGEN_S3__BUCKET",
+        "EntityTooLarge": "lower sink.flush_bytes",
+        "InvalidArgument": "check the S3 settings and the server's limits",
+    }.get(code, f"check the S3 keys and their permissions on bucket {bucket!r}")
+    return PermanentStorageError(f"S3 {what} failed permanently ({code or _status(exc)}: {exc}): {advice}")
+
+
 class ObjectStore:
     """The sink's S3 operations: blocking boto3 calls, meant to run in worker threads.
 
@@ -415,14 +480,15 @@ class ObjectStore:
             try:
                 meta = meta_from_body(body)
             except LayoutError as exc:
-                raise StorageError(
+                raise PermanentStorageError(
                     f"s3://{self.bucket}/{key} exists but is not a sink object ({exc}); the sink will not "
-                    "overwrite it: move it away"
+                    "overwrite it: move it out of the run folder, then start the sink again"
                 ) from None
         if meta.start_offset != start_offset:
-            raise StorageError(
+            raise PermanentStorageError(
                 f"s3://{self.bucket}/{key} claims offsets {meta.start_offset}..{meta.end_offset}, "
-                f"but its key says {start_offset}; the sink will not overwrite it: move it away"
+                f"but its key says {start_offset}; the sink will not overwrite it: move it out of the "
+                "run folder, then start the sink again"
             )
         return meta
 
@@ -511,7 +577,9 @@ class _Partition:
 
 @dataclass
 class SinkStats:
-    """Counters since start: records appended, undecodable ones, objects created, 412 skips."""
+    """Counters since start (records appended, undecodable ones, objects created, 412 skips, S3
+    failures retried) and the state of the two services the sink depends on: whether each
+    answers, and since when (``time.monotonic()``) it has not."""
 
     records: int = 0
     undecodable: int = 0
@@ -519,6 +587,58 @@ class SinkStats:
     existing: int = 0
     uncompressed_bytes: int = 0
     compressed_bytes: int = 0
+    s3_failures: int = 0
+    partitions: int = 0
+    kafka_down_since: float | None = None
+    s3_down_since: float | None = None
+
+    def status(self, now: float) -> str:
+        """The periodic status line."""
+
+        def state(since: float | None) -> str:
+            return "up" if since is None else f"UNREACHABLE for {now - since:.0f} s"
+
+        return (
+            f"status: {self.records} records, {self.objects} objects written "
+            f"({self.existing} existing kept), {self.undecodable} undecodable, "
+            f"{self.partitions} partitions, Kafka {state(self.kafka_down_since)}, "
+            f"S3 {state(self.s3_down_since)} ({self.s3_failures} S3 failures retried)"
+        )
+
+
+class SinkMetrics(Collector):
+    """Prometheus metrics of one sink, read from its :class:`SinkStats` at each scrape (its own
+    registry, served by ``--metrics-port``): ``kafkagen_sink_kafka_up`` and
+    ``kafkagen_sink_s3_up`` (1 or 0), ``kafkagen_sink_kafka_down_seconds``, the counters
+    ``kafkagen_sink_records``, ``_objects``, ``_undecodable``, ``_s3_failures``, and the gauge
+    ``kafkagen_sink_partitions``."""
+
+    def __init__(self, stats: SinkStats) -> None:
+        self.stats = stats
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        s, now = self.stats, time.monotonic()
+        yield GaugeMetricFamily(
+            "kafkagen_sink_kafka_up", "1 when Kafka answers", value=s.kafka_down_since is None
+        )
+        yield GaugeMetricFamily(
+            "kafkagen_sink_kafka_down_seconds",
+            "seconds Kafka has not answered (0 when up)",
+            value=0 if s.kafka_down_since is None else now - s.kafka_down_since,
+        )
+        yield GaugeMetricFamily(
+            "kafkagen_sink_s3_up", "1 unless S3 calls are failing", value=s.s3_down_since is None
+        )
+        yield GaugeMetricFamily("kafkagen_sink_partitions", "partitions assigned", value=s.partitions)
+        for name, doc, value in (
+            ("records", "records appended to batches", s.records),
+            ("objects", "objects written to S3", s.objects),
+            ("undecodable", "records written as undecodable lines", s.undecodable),
+            ("s3_failures", "S3 calls that failed and were retried", s.s3_failures),
+        ):
+            yield CounterMetricFamily(f"kafkagen_sink_{name}", doc, value=value)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -564,6 +684,10 @@ class SinkRunner:
         self._stopping = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._fatal: BaseException | None = None
+        self.metrics = SinkMetrics(self.stats)
+        self.status_interval_s = 10.0
+        self._log_every_s = 10.0
+        self._s3_failure_logged = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -614,12 +738,50 @@ class SinkRunner:
             consumer.subscribe(list(self.types), listener=_Rebalance(self))
             await consumer.start()
             log.info("sink started: group %s, topics %s", self.group, ", ".join(self.types))
+            watchers = [asyncio.create_task(self._watch_kafka(consumer)), asyncio.create_task(self._report())]
             try:
                 await self._loop(consumer)
             finally:
+                for task in watchers:
+                    task.cancel()
                 await self._shutdown(consumer)
         finally:
             self.done.set()
+
+    async def _watch_kafka(self, consumer: AIOKafkaConsumer) -> None:
+        """Ask Kafka for its metadata every 5 seconds (public ``consumer.topics()``);
+        record and log each change between answering and not (aiokafka itself retries and logs
+        every failed connection: those lines are rate-limited by :class:`streams.logs.RepeatFilter`)."""
+        probe_s = 5.0
+        where = self.settings.kafka.bootstrap_servers
+        while True:
+            try:
+                await asyncio.wait_for(consumer.topics(), timeout=10.0)
+            except (KafkaError, TimeoutError) as exc:
+                if self.stats.kafka_down_since is None:
+                    self.stats.kafka_down_since = time.monotonic()
+                    log.warning(
+                        "Kafka at %s does not answer (%r): commits and new records wait; uploads of "
+                        "what was read go on; nothing is lost",
+                        where,
+                        exc,
+                    )
+            else:
+                if self.stats.kafka_down_since is not None:
+                    log.info(
+                        "Kafka at %s answers again after %.0f s",
+                        where,
+                        time.monotonic() - self.stats.kafka_down_since,
+                    )
+                    self.stats.kafka_down_since = None
+            await asyncio.sleep(probe_s)
+
+    async def _report(self) -> None:
+        """Log :meth:`SinkStats.status` every ``status_interval_s`` seconds."""
+        while True:
+            await asyncio.sleep(self.status_interval_s)
+            self.stats.partitions = len(self._parts)
+            log.info("%s", self.stats.status(time.monotonic()))
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]] | None = None
@@ -764,24 +926,51 @@ class SinkRunner:
 
     # -- partition tasks -----------------------------------------------------------------------
     async def _retry(self, what: str, fn: Callable[[], T]) -> T:
-        """Run blocking ``fn`` in a thread until it succeeds; S3 failures are retried forever with
-        capped exponential backoff and "equal jitter" (AWS Architecture Blog, "Exponential Backoff
-        and Jitter"). Cancellation stops the waiting, not a request already in flight. Once a stop
-        was requested, a failure ends the operation (cancelled): its records are re-read next start."""
+        """Run blocking ``fn`` in a thread until it succeeds; transient S3 failures are retried
+        forever with capped exponential backoff and "equal jitter" (AWS Architecture Blog,
+        "Exponential Backoff and Jitter"). Cancellation stops the waiting, not a request already in
+        flight. Once a stop was requested, a failure ends the operation (cancelled): its records
+        are re-read next start.
+
+        Raises:
+            PermanentStorageError: a failure retrying cannot fix (:func:`permanent_error`); the
+                runner stops with it.
+        """
         delay = self.settings.sink.retry_initial_s
         attempt = 1
         while True:
             try:
-                return await asyncio.to_thread(fn)
+                result = await asyncio.to_thread(fn)
             except (BotoCoreError, ClientError, StorageError) as exc:
+                permanent = permanent_error(exc, what, self.store.bucket)
+                if permanent is not None:
+                    raise permanent from None
                 if self._stopping.is_set():
                     log.warning("S3 %s failed while stopping: %s; left for the next start", what, exc)
                     raise asyncio.CancelledError from exc
                 wait = delay / 2 + random.uniform(0, delay / 2)
-                log.warning("S3 %s failed (attempt %d): %s; retrying in %.1f s", what, attempt, exc, wait)
+                now = time.monotonic()
+                self.stats.s3_failures += 1
+                if self.stats.s3_down_since is None:
+                    self.stats.s3_down_since = now
+                if attempt <= 3 or self._s3_failure_logged + self._log_every_s <= now:
+                    self._s3_failure_logged = now
+                    log.warning(
+                        "S3 %s failed (attempt %d): %s; retrying in %.1f s (%d S3 failures so far)",
+                        what,
+                        attempt,
+                        exc,
+                        wait,
+                        self.stats.s3_failures,
+                    )
                 await asyncio.sleep(wait)
                 delay = min(delay * 2, self.settings.sink.retry_max_s)
                 attempt += 1
+                continue
+            if self.stats.s3_down_since is not None:
+                log.info("S3 answers again after %.0f s", time.monotonic() - self.stats.s3_down_since)
+                self.stats.s3_down_since = None
+            return result
 
     def _seek(self, part: _Partition, offset: int) -> None:
         """Seek the consumer (aiokafka drops what it fetched before) and invalidate any fetch
@@ -822,37 +1011,63 @@ class SinkRunner:
                 exc,
             )
 
+    async def _log_start(self, tp: TopicPartition) -> int:
+        """The partition's first offset still in Kafka (retried while Kafka is unreachable)."""
+        assert self._consumer is not None
+        delay = self.settings.sink.retry_initial_s
+        while True:
+            try:
+                starts = await self._consumer.beginning_offsets([tp])
+                return int(starts[tp])
+            except KafkaError as exc:
+                log.warning("reading the first offset of %s failed: %r; retrying", tp, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.sink.retry_max_s)
+
     async def _recover(self, part: _Partition) -> None:
+        """Find where the partition's objects end in S3 and seek there: S3 wins over the group's
+        committed offset in both directions (rule 4). A commit beyond S3 means the objects behind
+        it are gone from this destination (folder deleted, bucket or prefix changed): they are
+        written again from Kafka, with a warning; the commit is moved to the new position."""
         s3 = self.settings.s3
         folder = partition_prefix(s3.prefix, self.settings.run_id, part.tp.topic, part.tp.partition)
         last = await self._retry(f"list {folder}", lambda: self.store.last_object(folder))
         aborted = await self._retry(f"abort uploads under {folder}", lambda: self.store.abort_uploads(folder))
         committed = await self._committed(part.tp)
+        log_start = await self._log_start(part.tp)
         if part.closed:
             return
         s3_next = last[1].end_offset + 1 if last else None
-        known = [o for o in (s3_next, committed) if o is not None]
-        position = max(known) if known else 0
-        assert self._consumer is not None
-        if known:
-            self._seek(part, position)
-        else:
-            await self._consumer.seek_to_beginning(part.tp)
-            part.epoch += 1
-            if part.closed:
-                return
-        if committed is not None and s3_next is not None and committed > s3_next:
+        position = max(s3_next if s3_next is not None else log_start, log_start)
+        where = f"s3://{self.store.bucket}/{folder}"
+        if committed is not None and committed > position:
             log.warning(
-                "%s: committed offset %d is beyond the objects in S3 (they end at %d): offsets %d..%d are "
-                "not in %s; resuming at %d",
-                part.tp,
+                "%s-%d: the group %s committed offset %d, but %s %s: the objects were deleted or the "
+                "sink's destination (bucket, prefix, run id) changed since. S3 wins: offsets %d..%d "
+                "are written again from Kafka",
+                part.tp.topic,
+                part.tp.partition,
+                self.group,
                 committed,
-                s3_next - 1,
-                s3_next,
+                where,
+                f"ends at offset {s3_next - 1}" if s3_next is not None else "holds no object",
+                position,
                 committed - 1,
-                folder,
-                committed,
             )
+        if s3_next is not None and s3_next < log_start:
+            log.warning(
+                "%s-%d: %s ends at offset %d but Kafka keeps offsets from %d on (retention): offsets "
+                "%d..%d cannot be written; the export will report the gap",
+                part.tp.topic,
+                part.tp.partition,
+                where,
+                s3_next - 1,
+                log_start,
+                s3_next,
+                log_start - 1,
+            )
+        assert self._consumer is not None
+        self._seek(part, position)
         part.position = part.next_offset = position
         log.info(
             "recovered %s-%d at offset %d (S3 next %s, committed %s, aborted uploads %d)",
@@ -863,7 +1078,7 @@ class SinkRunner:
             committed,
             aborted,
         )
-        if known and (committed is None or position > committed):
+        if committed != position and (committed is not None or position > 0):
             await self._commit(part, position)
 
     async def _flush(self, part: _Partition, body: bytes, meta: ObjectMeta) -> None:
@@ -916,6 +1131,7 @@ class SinkRunner:
                 continue
             part = _Partition(tp, record_type)
             self._parts[tp] = part
+            self.stats.partitions = len(self._parts)
             self._consumer.pause(tp)
             part.paused = True
             self._spawn(part, self._recover(part), flushing=False)
@@ -936,6 +1152,7 @@ class SinkRunner:
             if part.task is not None and not part.task.done():
                 part.task.cancel()
             self._parts.pop(part.tp, None)
+        self.stats.partitions = len(self._parts)
 
     async def _shutdown(self, consumer: AIOKafkaConsumer) -> None:
         parts = list(self._parts.values())
@@ -975,15 +1192,33 @@ class SinkApp(faust.App):
 
 class SinkService(mode.Service):
     """Runs a :class:`SinkRunner` for the app's worker: stopping the worker stops the runner
-    gracefully; an error in the runner crashes the worker (exit status 1)."""
+    gracefully. A non-retriable :class:`~streams.errors.KafkagenError` (a permanent S3 error, a
+    missing bucket) is logged as one error line and stops the worker as SIGTERM does, then
+    :class:`SinkWorker` exits with status 1; any other error crashes the worker (status 1, with
+    its traceback)."""
 
     def __init__(self, runner: SinkRunner, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.runner = runner
+        self.exit_status = 0
 
     @mode.Service.task
     async def _run(self) -> None:
-        await self.runner.run()
+        try:
+            await self.runner.run()
+        except KafkagenError as exc:
+            if exc.retriable:
+                raise
+            log.error("sink stopped: %s", exc)
+            self.exit_status = 1
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's own graceful stop
+
+    async def on_start(self) -> None:
+        """Rate-limit aiokafka's repeated lines (about 100 a second while Kafka is unreachable) on
+        the handlers faust's worker installed, as every kafkagen process does (:mod:`streams.logs`)."""
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(RetriedCoordinatorLookupAsInfo())
+            handler.addFilter(RepeatFilter())
 
     async def on_stop(self) -> None:
         self.runner.request_stop()
@@ -991,6 +1226,19 @@ class SinkService(mode.Service):
             await asyncio.wait_for(
                 self.runner.done.wait(), self.runner.settings.sink.shutdown_deadline_s + 15
             )
+
+
+class SinkWorker(faust.Worker):
+    """faust's worker, exiting with :attr:`SinkService.exit_status` after a graceful stop."""
+
+    def __init__(self, app: faust.App, service: SinkService, **kwargs: Any) -> None:
+        super().__init__(app, service, **kwargs)
+        self.sink_service = service
+
+    def stop_and_shutdown(self) -> None:
+        super().stop_and_shutdown()
+        if self.sink_service.exit_status:
+            raise SystemExit(self.sink_service.exit_status)  # not caught by mode's exiting()
 
 
 def create_app(settings: Settings) -> tuple[faust.App, SinkService]:
@@ -1026,8 +1274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Any setting is a flag or ``KAFKAGEN_*`` variable (``--run-id``, ``--topics.completions``,
     ``--s3.prefix``, ``--sink.flush-records``...). Exit status: 0 after a graceful stop, 1 on a
-    fatal error, 2 on bad settings, 3 when Kafka is unreachable at start (later outages are
-    retried).
+    fatal error (a permanent S3 error: one ``sink stopped: ...`` line says what to do), 2 on bad
+    settings or ``--metrics-port``, 3 when Kafka is unreachable at start (later outages are
+    waited out).
     """
     parser = argparse.ArgumentParser(
         prog="python -m sinks.s3",
@@ -1036,6 +1285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(see `python -m sinks.s3 --settings-help`).",
     )
     parser.add_argument("--loglevel", default="info", help="faust worker log level (default info)")
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (see SinkMetrics)"
+    )
     parser.add_argument("--settings-help", action="store_true", help="list every settings flag")
     args, rest = parser.parse_known_args(argv)
     try:
@@ -1049,7 +1301,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KafkaError, TimeoutError) as exc:
         print(unreachable_message(settings.kafka, exc), file=sys.stderr)
         return 3
-    worker = faust.Worker(app, service, loglevel=args.loglevel, quiet=True)
+    if args.metrics_port is not None:
+        try:
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=service.runner.metrics.registry)
+        except (OSError, OverflowError) as exc:
+            print(f"error: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
+            return 2
+    worker = SinkWorker(app, service, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()  # exits the process: 0 graceful, 1 crash
     return 0  # pragma: no cover
 

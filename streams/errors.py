@@ -87,3 +87,11 @@ class StorageError(KafkagenError):
     """An S3 operation failed. Retriable: the sink blocks the partition and retries with backoff."""
 
     retriable = True
+
+
+class PermanentStorageError(StorageError):
+    """An S3 operation that cannot succeed until someone acts: access denied, no such bucket, bad
+    credentials, or a key the sink must write already holding an object that is not the sink's.
+    Never retriable: the message names the bucket or key and what to do."""
+
+    retriable = False

@@ -23,6 +23,7 @@ Units: token counts are tokens of the served model's tokenizer; times are second
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
@@ -297,3 +298,16 @@ def fit_error(error: ErrorRecord, max_bytes: int) -> ErrorRecord:
 def key_of(record_id: str) -> bytes:
     """The Kafka message key for a record id: its UTF-8 bytes."""
     return record_id.encode("utf-8")
+
+
+_identity_encoder: Final = msgspec.json.Encoder(order="sorted")
+
+
+def prompt_identity(prompt: PromptRecord) -> str:
+    """What makes two prompts the same request, as a hex BLAKE2b-128 digest: the prompt's
+    ``messages``, ``tools`` and ``params``, encoded as JSON with sorted keys (so key order in the
+    input does not matter). The id, run id, ``attempt`` and ``metadata`` are left out: a re-publish
+    of the same prompt (a new attempt, another run) has the same identity; the same id with
+    other content is a conflict (:mod:`sinks.export`)."""
+    data = _identity_encoder.encode([prompt.messages, prompt.tools, prompt.params])
+    return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from sinks.layout import ObjectMeta, decode_line, iter_body_lines, parse_key, topic_prefix
-from sinks.s3 import PAUSE_ENV, PAUSE_MARKER, group_id
+from sinks.layout import ObjectMeta, decode_line, iter_body_lines, object_key, parse_key, topic_prefix
+from sinks.s3 import PAUSE_ENV, PAUSE_MARKER, Batch, ObjectStore, group_id, record_line
 from streams.config import Settings, settings_to_env
 from streams.kafka import consumer_kwargs, producer_kwargs
 from streams.records import (
     CompletionRecord,
+    ErrorRecord,
     PromptMetadata,
     PromptRecord,
     SourceOffset,
@@ -219,7 +220,9 @@ def assert_exact_coverage(objects: list[StoredObject], ends: dict[int, int]) -> 
 class SinkProcess:
     """``python -m sinks.s3`` as a subprocess with a test's settings in its environment."""
 
-    def __init__(self, settings: Settings, log: Path, *, pause: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, log: Path, *, pause: str | None = None, args: Sequence[str] = ()
+    ) -> None:
         env = {**os.environ, **settings_to_env(settings), "PYTHONUNBUFFERED": "1"}
         env.pop(PAUSE_ENV, None)
         if pause:
@@ -228,7 +231,7 @@ class SinkProcess:
         self._offset = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sinks.s3"],
+                [sys.executable, "-m", "sinks.s3", *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=out,
@@ -307,3 +310,61 @@ async def wait_all_written(
                 f"not all written after {timeout_s:.0f} s: {reached} vs {ends}\n{sink.output()[-3000:]}"
             )
         await asyncio.sleep(0.3)
+
+
+async def read_partition(
+    settings: Settings, topic: str, partition: int
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every committed record of ``topic``-``partition`` (``read_committed``), up to its end offset."""
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[ConsumerRecord[bytes, bytes]] = []
+        deadline = time.monotonic() + 60
+        while await consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"{topic}-{partition}: stuck before {end}"
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            out.extend(r for r in batch.get(tp, []) if r.offset < end)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def write_objects(
+    settings: Settings,
+    topic: str,
+    partition: int,
+    ranges: Sequence[tuple[int, int]] | None = None,
+    *,
+    record_type: type[CompletionRecord] | type[ErrorRecord] = CompletionRecord,
+) -> list[str]:
+    """Write objects as the sink does, from the committed records of ``topic``-``partition`` in
+    Kafka: one object per ``(first, last)`` offset range (inclusive; default: one object for all).
+    Returns the keys."""
+    records = await read_partition(settings, topic, partition)
+    store = ObjectStore(client(settings), settings.s3.bucket, 1 << 30)
+    keys: list[str] = []
+    for first, last in ranges if ranges is not None else [(0, records[-1].offset)]:
+        batch = Batch(3)
+        for rec in records:
+            if first <= rec.offset <= last:
+                line, _ = record_line(
+                    topic=topic,
+                    partition=partition,
+                    offset=rec.offset,
+                    timestamp_ms=rec.timestamp,
+                    key=rec.key,
+                    value=rec.value,
+                    record_type=record_type,
+                    run_id=settings.run_id,
+                )
+                batch.add(rec.offset, line)
+        body, meta = batch.seal()
+        key = object_key(settings.s3.prefix, settings.run_id, topic, partition, meta.start_offset)
+        assert store.put_once(key, body, meta).created
+        keys.append(key)
+    return keys

@@ -8,7 +8,9 @@ import hashlib
 import msgspec
 import pytest
 import zstandard
+from botocore.exceptions import ClientError
 
+from sinks.export import _holes
 from sinks.layout import (
     KEY_SUFFIX,
     LayoutError,
@@ -25,8 +27,8 @@ from sinks.layout import (
     run_prefix,
     single_line_json,
 )
-from sinks.s3 import Batch, TestPause, record_line
-from streams.errors import ConfigError
+from sinks.s3 import Batch, TestPause, permanent_error, record_line
+from streams.errors import ConfigError, PermanentStorageError, StorageError
 from streams.records import CompletionRecord, ErrorRecord, decode, encode
 from tests.sinks.support import completion
 
@@ -212,3 +214,52 @@ def test_pause_hook_is_inert_unless_configured() -> None:
     for bad in ("after-upload", "mid_batch:x", "nowhere:1"):
         with pytest.raises(ConfigError):
             TestPause(bad)
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    """The exception botocore raises for an S3 error response of this code and HTTP status."""
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},  # type: ignore[typeddict-item]
+        "PutObject",
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "permanent"),
+    [
+        ("AccessDenied", 403, True),
+        ("403", 403, True),  # HeadObject/HeadBucket: no body, the code is the status
+        ("SignatureDoesNotMatch", 403, True),
+        ("NoSuchBucket", 404, True),
+        ("NoSuchKey", 404, False),  # a key deleted between calls: the put is retried
+        ("SlowDown", 503, False),
+        ("InternalError", 500, False),
+        ("ConditionalRequestConflict", 409, False),
+    ],
+)
+def test_s3_errors_are_classified_permanent_or_transient(code: str, status: int, permanent: bool) -> None:
+    found = permanent_error(_client_error(code, status), "upload runs/k", "bucket-x")
+    assert (found is not None) == permanent
+    if found is not None:
+        assert not found.retriable and "upload runs/k" in str(found) and "bucket-x" in str(found)
+    assert permanent_error(StorageError("transient"), "list", "b") is None
+    foreign = PermanentStorageError("s3://b/k exists but is not a sink object")
+    assert permanent_error(foreign, "upload", "b") is foreign
+
+
+@pytest.mark.parametrize(
+    ("spans", "start", "end", "holes"),
+    [
+        ([], 0, 0, []),
+        ([], 3, 7, [(3, 6, "no object")]),
+        ([(0, 9)], 0, 10, []),
+        ([(0, 9)], 5, 10, []),  # objects older than Kafka's retention: fine
+        ([(5, 9)], 0, 12, [(0, 4, "before the first object"), (10, 11, "after the last object")]),
+        ([(0, 4), (3, 9), (12, 14)], 0, 15, [(10, 11, "between objects")]),  # overlaps are not holes
+        ([(0, 4), (8, 9)], None, None, [(5, 7, "between objects")]),  # without Kafka
+    ],
+)
+def test_holes_before_between_and_after_objects(
+    spans: list[tuple[int, int]], start: int | None, end: int | None, holes: list[tuple[int, int, str]]
+) -> None:
+    assert _holes(spans, start, end) == holes

@@ -1,7 +1,9 @@
 """``python -m sinks.s3`` as a subprocess against the real Kafka and SeaweedFS: SIGKILLs at
-deterministic points, racing writers, an S3 outage, the idle tail, and a corrupt record.
+deterministic points, racing writers, an S3 outage, the idle tail, a corrupt record, an emptied or
+moved destination (S3 wins over the committed offset), permanent S3 errors (a foreign object at
+the sink's key, a wrong key pair) and a Kafka outage (status, metrics, rate-limited logs).
 
-Every test checks the guarantee itself: per partition the objects cover every offset exactly
+Every test of the data path checks the guarantee itself: per partition the objects cover every offset exactly
 once (metadata start/end, line offsets, SHA-256) and the export yields exactly the produced ids.
 """
 
@@ -17,16 +19,18 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
-from sinks.layout import decode_line, run_prefix
+from sinks.layout import decode_line, object_key, run_prefix
 from sinks.s3 import group_id
 from streams.config import Settings, settings_to_env
-from streams.records import ErrorRecord, decode
+from streams.records import ErrorRecord, decode, encode, key_of
 from streams.stack import LocalStack
 from tests.helpers import with_kafka_at
 from tests.sinks.support import (
@@ -35,6 +39,7 @@ from tests.sinks.support import (
     assert_exact_coverage,
     client,
     committed,
+    completion,
     create_topics,
     end_offsets,
     produce,
@@ -320,3 +325,163 @@ def test_unreachable_kafka_at_start_is_one_clear_line_and_exit_3(settings: Setti
     output = sink.output()
     assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output
     assert "Traceback" not in output
+
+
+def _delete_run_folder(settings: Settings) -> int:
+    s3 = client(settings)
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=settings.s3.bucket, Prefix=run_prefix(settings.s3.prefix, settings.run_id)
+        )
+        for o in page.get("Contents", [])
+    ]
+    for key in keys:
+        s3.delete_object(Bucket=settings.s3.bucket, Key=key)
+    return len(keys)
+
+
+@pytest.mark.parametrize("change", ["folder-deleted", "prefix-changed"])
+async def test_an_emptied_or_changed_destination_is_written_again(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, change: str
+) -> None:
+    """The group's committed offsets are at the end, but the destination holds nothing: S3 wins,
+    every record is written again, and the sink says why."""
+    cfg = sink_settings(settings)
+    await create_topics(cfg)
+    await produce_run(cfg, range(300))
+    ends = await end_offsets(cfg, cfg.topics.completions)
+    log = tmp_path / "sink.log"
+    first = SinkProcess(cfg, log)
+    try:
+        await wait_all_written(cfg, first, cfg.topics.completions, ends, timeout_s=90)
+        assert first.stop() == 0
+    finally:
+        first.kill()
+    assert await committed(cfg, cfg.topics.completions) == ends
+    if change == "folder-deleted":
+        assert _delete_run_folder(cfg) > 0
+        again_cfg = cfg
+    else:
+        again_cfg = cfg.model_copy(
+            update={"s3": cfg.s3.model_copy(update={"prefix": f"{cfg.s3.prefix}-moved"})}
+        )
+    assert stored_objects(again_cfg, again_cfg.topics.completions, read=False) == []
+
+    again = SinkProcess(again_cfg, log)
+    try:
+        await wait_all_written(again_cfg, again, again_cfg.topics.completions, ends, timeout_s=90)
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    assert_exact_coverage(stored_objects(again_cfg, again_cfg.topics.completions), ends)
+    out = again.output()
+    folder = run_prefix(again_cfg.s3.prefix, again_cfg.run_id)
+    assert "S3 wins" in out and f"s3://{again_cfg.s3.bucket}/{folder}" in out and "holds no object" in out
+    assert_export_is_exact(again_cfg, tmp_path / "export", 300)
+
+
+async def test_a_foreign_object_at_the_sinks_key_stops_it_with_a_clear_error(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    """An object the sink did not write sits at the key of the sink's next object: a permanent
+    error, not a retry loop. The sink exits 1 naming the key and what to do; nothing is committed."""
+    cfg = sink_settings(settings)
+    await create_topics(cfg)
+    sink = SinkProcess(cfg, tmp_path / "sink.log")
+    try:
+        await sink.wait_for_log("recovered", count=6, timeout_s=60)
+        key = object_key(cfg.s3.prefix, cfg.run_id, cfg.topics.completions, 0, 0)
+        client(cfg).put_object(Bucket=cfg.s3.bucket, Key=key, Body=b"somebody else's notes\n")
+        await produce(
+            cfg,
+            cfg.topics.completions,
+            [(key_of(f"id-{i:06d}"), encode(completion(i, cfg.run_id))) for i in range(5)],
+            partition=0,
+        )
+        status = sink.proc.wait(timeout=90)
+    finally:
+        sink.kill()
+    out = sink.output()
+    assert status == 1, out[-3000:]
+    assert f"s3://{cfg.s3.bucket}/{key} exists but is not a sink object" in out
+    assert "move it out of the run folder, then start the sink again" in out
+    assert out.count("failed (attempt") == 0, "a permanent error is not retried"
+    assert "Traceback" not in out and "ERROR" in out and "sink stopped: s3://" in out
+    assert (await committed(cfg, cfg.topics.completions))[0] is None
+    assert client(cfg).get_object(Bucket=cfg.s3.bucket, Key=key)["Body"].read() == b"somebody else's notes\n"
+
+
+def test_a_wrong_s3_key_stops_the_sink_with_one_clear_line(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    s3_cfg = settings.s3.model_copy(update={"secret_access_key": SecretStr("not-the-secret")})
+    cfg = sink_settings(settings).model_copy(update={"s3": s3_cfg})
+    sink = SinkProcess(cfg, tmp_path / "sink.log")
+    try:
+        status = sink.proc.wait(timeout=120)
+    finally:
+        sink.kill()
+    out = sink.output()
+    assert status == 1, out[-3000:]
+    assert f"sink stopped: S3 bucket {cfg.s3.bucket!r} at {cfg.s3.endpoint_url}: access denied" in out
+    assert "Traceback" not in out and "failed (attempt" not in out
+
+
+def _metric(port: int, name: str) -> float | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(found[1]) if found else None
+
+
+async def _wait_metric(sink: SinkProcess, port: int, name: str, value: float, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _metric(port, name) != value:
+        assert sink.proc.poll() is None, sink.output()[-3000:]
+        assert time.monotonic() < deadline, f"{name} never became {value}:\n{sink.output()[-3000:]}"
+        await asyncio.sleep(0.5)
+
+
+async def test_a_kafka_outage_shows_in_status_and_metrics_and_its_log_lines_are_rate_limited(
+    local_stack: LocalStack, kafka: str, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Kafka (the shared local broker) stops for 25 s under a running sink: ``kafkagen_sink_kafka_up``
+    drops to 0, the status line says UNREACHABLE, aiokafka's retries do not flood the log (about 100
+    lines a second before), and once Kafka is back the sink says so and writes what arrives."""
+    cfg = sink_settings(settings)
+    await create_topics(cfg)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sink = SinkProcess(cfg, tmp_path / "sink.log", args=["--metrics-port", str(port)])
+    try:
+        await sink.wait_for_log("recovered", count=6, timeout_s=60)
+        await _wait_metric(sink, port, "kafkagen_sink_kafka_up", 1.0, timeout_s=30)
+        before = len(sink.output().splitlines())
+        assert local_stack.processes.stop("kafka")
+        down_at = time.monotonic()
+        try:
+            await _wait_metric(sink, port, "kafkagen_sink_kafka_up", 0.0, timeout_s=30)
+            await sink.wait_for_log("Kafka UNREACHABLE for", timeout_s=30)
+            await asyncio.sleep(max(0.0, 25 - (time.monotonic() - down_at)))
+            down_s = time.monotonic() - down_at
+            during = sink.output().splitlines()[before:]
+        finally:
+            await asyncio.to_thread(local_stack.up, ["kafka"])
+        assert len(during) <= 20 + down_s, f"{len(during)} lines in {down_s:.0f} s:\n" + "\n".join(
+            during[-40:]
+        )
+        assert any("held back" in line or "more like it" in line for line in during), "repeats were counted"
+        await _wait_metric(sink, port, "kafkagen_sink_kafka_up", 1.0, timeout_s=90)
+        await sink.wait_for_log("answers again after", timeout_s=30)
+        await produce_run(cfg, range(50))
+        ends = await end_offsets(cfg, cfg.topics.completions)
+        await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=120)
+        assert sink.stop() == 0
+    finally:
+        sink.kill()
+    assert_exact_coverage(stored_objects(cfg, cfg.topics.completions), ends)
