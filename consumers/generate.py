@@ -81,7 +81,13 @@ from consumers.window import WindowConfig, WindowPolicy
 from streams import logs
 from streams.config import Settings, check_server_url, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
-from streams.kafka import consumer_kwargs, producer_kwargs, remove_group_member, unreachable_message
+from streams.kafka import (
+    KafkaOutage,
+    consumer_kwargs,
+    producer_kwargs,
+    remove_group_member,
+    unreachable_message,
+)
 from streams.records import (
     CompletionRecord,
     ErrorRecord,
@@ -152,10 +158,7 @@ class _Metrics:
             "completion tokens per second finished over the watchdog window",
             registry=self.registry,
         )
-        self.kafka_up = Gauge(
-            "kafkagen_kafka_up", "1 while Kafka accepts our records and commits", registry=self.registry
-        )
-        self.kafka_up.set(1)
+        self.kafka_up = Gauge("kafkagen_kafka_up", "1 while Kafka answers", registry=self.registry)
 
 
 class GenerationConsumer:
@@ -204,6 +207,7 @@ class GenerationConsumer:
         )
         self.tracker = OffsetTracker()
         self.metrics = _Metrics()
+        self.metrics.kafka_up.set_function(lambda: float(self.kafka.up))
         self.stats = _Stats()
         self.jobs: dict[tuple[int, int], _Job] = {}
         """started prompts of assigned partitions, by (partition, offset)."""
@@ -212,7 +216,7 @@ class GenerationConsumer:
         self.orphans: dict[tuple[int, int], _Job] = {}
         self.finished_orphans: set[tuple[int, int]] = set()
         self.done_uncommitted: dict[int, set[int]] = {}
-        self.kafka_down_since: float | None = None
+        self.kafka = KafkaOutage(settings.kafka.bootstrap_servers, log)
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._server_ok = asyncio.Event()
@@ -227,7 +231,6 @@ class GenerationConsumer:
         """while the server is down for a throughput collapse: no health probe before this time."""
         self._give_up = False
         """leave the group at once, without waiting for ``down_grace_s``."""
-        self._kafka_logged = 0.0
         self._rng = random.Random()
         self._assignor = sticky_assignor()
 
@@ -292,7 +295,11 @@ class GenerationConsumer:
         )
         self._producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
         await self._producer.start()
-        background = [asyncio.create_task(self._watch_load()), asyncio.create_task(self._report())]
+        background = [
+            asyncio.create_task(self._watch_load()),
+            asyncio.create_task(self._report()),
+            asyncio.create_task(self.kafka.watch(lambda: self._consumer)),
+        ]
         try:
             await self._join()
             while not self._stopping.is_set():
@@ -744,7 +751,7 @@ class GenerationConsumer:
         """Send and wait for the broker's acknowledgement (acks=all); retry Kafka outages forever
         with backoff: the record is never dropped and its offset is not committed meanwhile.
         The outage is one warning, a reminder every 30 s, the ``kafkagen_kafka_up`` gauge and
-        the status line, not a line per record."""
+        the status line (:class:`streams.kafka.KafkaOutage`), not a line per record."""
         assert self._producer is not None
         attempt = 0
         while True:
@@ -754,28 +761,11 @@ class GenerationConsumer:
                 raise
             except KafkaError as exc:
                 attempt += 1
-                self._kafka_failed(f"producing to {topic} failed: {exc}")
+                self.kafka.failed(f"producing to {topic} failed: {exc}")
                 await asyncio.sleep(self.backoff.delay(min(attempt, 30), self._rng))
             else:
-                self._kafka_ok()
+                self.kafka.ok()
                 return
-
-    def _kafka_failed(self, reason: str) -> None:
-        now = time.monotonic()
-        if self.kafka_down_since is None:
-            self.kafka_down_since = now
-            self._kafka_logged = now
-            self.metrics.kafka_up.set(0)
-            log.warning("Kafka unreachable: %s; retrying, nothing is committed meanwhile", reason)
-        elif now - self._kafka_logged >= 30.0:
-            self._kafka_logged = now
-            log.warning("Kafka unreachable for %.0f s: %s", now - self.kafka_down_since, reason)
-
-    def _kafka_ok(self) -> None:
-        if self.kafka_down_since is not None:
-            log.info("Kafka reachable again after %.0f s", time.monotonic() - self.kafka_down_since)
-            self.kafka_down_since = None
-            self.metrics.kafka_up.set(1)
 
     # -- server down / hung ------------------------------------------------------------------------
     def _check_hung(self) -> None:
@@ -884,9 +874,9 @@ class GenerationConsumer:
             log.info("commit deferred: %s", exc)
             return
         except KafkaError as exc:
-            self._kafka_failed(f"commit failed: {exc}")
+            self.kafka.failed(f"commit failed: {exc}")
             return
-        self._kafka_ok()
+        self.kafka.ok()
         for p, o in offsets.items():
             if p not in self.tracker.assigned or (generation != self._generation and partitions is None):
                 continue
@@ -961,11 +951,7 @@ class GenerationConsumer:
         while True:
             await asyncio.sleep(10.0)
             elapsed = max(1e-9, time.monotonic() - self.stats.started)
-            kafka = (
-                "up"
-                if self.kafka_down_since is None
-                else f"UNREACHABLE for {time.monotonic() - self.kafka_down_since:.0f} s"
-            )
+            kafka = self.kafka.describe()
             log.info(
                 "completions %d (%.2f/s), dead letters %d, retries %d, in flight %d/%d, waiting %d, "
                 "server %s, kafka %s",

@@ -174,7 +174,7 @@ from sinks.layout import (
 )
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, KafkagenError, PermanentStorageError, StorageError
-from streams.kafka import consumer_kwargs, unreachable_message
+from streams.kafka import KafkaOutage, consumer_kwargs, unreachable_message
 from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo
 from streams.records import CompletionRecord, ErrorRecord, RecordDecodeError, SourceOffset, decode, encode
 from streams.storage import s3_client
@@ -589,7 +589,7 @@ class SinkStats:
     compressed_bytes: int = 0
     s3_failures: int = 0
     partitions: int = 0
-    kafka_down_since: float | None = None
+    kafka: KafkaOutage = field(default_factory=lambda: KafkaOutage("Kafka", log))
     s3_down_since: float | None = None
 
     def status(self, now: float) -> str:
@@ -601,7 +601,7 @@ class SinkStats:
         return (
             f"status: {self.records} records, {self.objects} objects written "
             f"({self.existing} existing kept), {self.undecodable} undecodable, "
-            f"{self.partitions} partitions, Kafka {state(self.kafka_down_since)}, "
+            f"{self.partitions} partitions, Kafka {self.kafka.describe()}, "
             f"S3 {state(self.s3_down_since)} ({self.s3_failures} S3 failures retried)"
         )
 
@@ -620,13 +620,11 @@ class SinkMetrics(Collector):
 
     def collect(self) -> Iterable[Metric]:
         s, now = self.stats, time.monotonic()
-        yield GaugeMetricFamily(
-            "kafkagen_sink_kafka_up", "1 when Kafka answers", value=s.kafka_down_since is None
-        )
+        yield GaugeMetricFamily("kafkagen_sink_kafka_up", "1 when Kafka answers", value=s.kafka.up)
         yield GaugeMetricFamily(
             "kafkagen_sink_kafka_down_seconds",
             "seconds Kafka has not answered (0 when up)",
-            value=0 if s.kafka_down_since is None else now - s.kafka_down_since,
+            value=s.kafka.down_for(now),
         )
         yield GaugeMetricFamily(
             "kafkagen_sink_s3_up", "1 unless S3 calls are failing", value=s.s3_down_since is None
@@ -677,7 +675,7 @@ class SinkRunner:
             settings.topics.completions: CompletionRecord,
             settings.topics.errors: ErrorRecord,
         }
-        self.stats = SinkStats()
+        self.stats = SinkStats(kafka=KafkaOutage(settings.kafka.bootstrap_servers, log))
         self.done = asyncio.Event()
         self._parts: dict[TopicPartition, _Partition] = {}
         self._consumer: AIOKafkaConsumer | None = None
@@ -738,7 +736,10 @@ class SinkRunner:
             consumer.subscribe(list(self.types), listener=_Rebalance(self))
             await consumer.start()
             log.info("sink started: group %s, topics %s", self.group, ", ".join(self.types))
-            watchers = [asyncio.create_task(self._watch_kafka(consumer)), asyncio.create_task(self._report())]
+            watchers = [
+                asyncio.create_task(self.stats.kafka.watch(consumer)),
+                asyncio.create_task(self._report()),
+            ]
             try:
                 await self._loop(consumer)
             finally:
@@ -747,34 +748,6 @@ class SinkRunner:
                 await self._shutdown(consumer)
         finally:
             self.done.set()
-
-    async def _watch_kafka(self, consumer: AIOKafkaConsumer) -> None:
-        """Ask Kafka for its metadata every 5 seconds (public ``consumer.topics()``);
-        record and log each change between answering and not (aiokafka itself retries and logs
-        every failed connection: those lines are rate-limited by :class:`streams.logs.RepeatFilter`)."""
-        probe_s = 5.0
-        where = self.settings.kafka.bootstrap_servers
-        while True:
-            try:
-                await asyncio.wait_for(consumer.topics(), timeout=10.0)
-            except (KafkaError, TimeoutError) as exc:
-                if self.stats.kafka_down_since is None:
-                    self.stats.kafka_down_since = time.monotonic()
-                    log.warning(
-                        "Kafka at %s does not answer (%r): commits and new records wait; uploads of "
-                        "what was read go on; nothing is lost",
-                        where,
-                        exc,
-                    )
-            else:
-                if self.stats.kafka_down_since is not None:
-                    log.info(
-                        "Kafka at %s answers again after %.0f s",
-                        where,
-                        time.monotonic() - self.stats.kafka_down_since,
-                    )
-                    self.stats.kafka_down_since = None
-            await asyncio.sleep(probe_s)
 
     async def _report(self) -> None:
         """Log :meth:`SinkStats.status` every ``status_interval_s`` seconds."""

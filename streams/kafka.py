@@ -7,9 +7,13 @@ aiokafka's (``aiokafka.AIOKafkaProducer`` / ``AIOKafkaConsumer`` / ``AIOKafkaAdm
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -114,3 +118,80 @@ async def remove_group_member(settings: KafkaSettings, group: str, member_id: st
         await admin.close()
     log.info("removed member %s from group %s: its partitions move now", member_id, group)
     return True
+
+
+class KafkaOutage:
+    """Whether Kafka answers one long-running process, as its status line and metrics show it.
+
+    Fed two ways: :meth:`watch` asks Kafka for its metadata every few seconds (so an idle process
+    notices too), and the process reports its own failed and successful sends and commits
+    (:meth:`failed`, :meth:`ok`). An outage is one warning when it starts, a reminder every
+    ``remind_s`` seconds and one line when it ends; aiokafka's own per-connection lines are
+    rate-limited by :class:`streams.logs.RepeatFilter`.
+
+    Args:
+        where: the bootstrap servers, for the log lines.
+        logger: the process's logger.
+        remind_s: seconds between reminders while the outage lasts.
+    """
+
+    def __init__(self, where: str, logger: logging.Logger, *, remind_s: float = 30.0) -> None:
+        self.where = where
+        self.log = logger
+        self.remind_s = remind_s
+        self.down_since: float | None = None
+        """monotonic time the outage started; None while Kafka answers."""
+        self._reminded = 0.0
+
+    @property
+    def up(self) -> bool:
+        return self.down_since is None
+
+    def down_for(self, now: float | None = None) -> float:
+        """Seconds the current outage has lasted (0 while Kafka answers)."""
+        if self.down_since is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self.down_since
+
+    def describe(self) -> str:
+        """``up`` or ``UNREACHABLE for N s``, for status lines."""
+        return "up" if self.down_since is None else f"UNREACHABLE for {self.down_for():.0f} s"
+
+    def failed(self, reason: object) -> None:
+        """A request to Kafka failed (``reason``: the error or a sentence)."""
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = self._reminded = now
+            self.log.warning(
+                "Kafka at %s does not answer (%s): commits and new records wait, nothing is lost",
+                self.where,
+                reason,
+            )
+        elif now - self._reminded >= self.remind_s:
+            self._reminded = now
+            self.log.warning("Kafka at %s unreachable for %.0f s: %s", self.where, self.down_for(now), reason)
+
+    def ok(self) -> None:
+        """A request to Kafka succeeded."""
+        if self.down_since is not None:
+            self.log.info("Kafka at %s answers again after %.0f s", self.where, self.down_for())
+            self.down_since = None
+
+    async def watch(
+        self, consumer: AIOKafkaConsumer | Callable[[], AIOKafkaConsumer | None], *, interval_s: float = 5.0
+    ) -> None:
+        """Ask Kafka for its metadata (public ``consumer.topics()``) every ``interval_s`` seconds,
+        forever (cancel the task to stop). ``consumer`` may be a function returning the current
+        consumer (None: skip this turn)."""
+        while True:
+            current = consumer() if callable(consumer) else consumer
+            if current is None:
+                await asyncio.sleep(interval_s)
+                continue
+            try:
+                await asyncio.wait_for(current.topics(), timeout=10.0)
+            except (KafkaError, TimeoutError) as exc:
+                self.failed(repr(exc))
+            else:
+                self.ok()
+            await asyncio.sleep(interval_s)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections import Counter
 from pathlib import Path
 
+import httpx
 from aiokafka import AIOKafkaProducer
 
 from consumers.generate import group_id
@@ -16,9 +18,10 @@ from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from streams.kafka import producer_kwargs
 from streams.records import GenerationParams, PromptRecord, encode
+from streams.stack import LocalStack
 from streams.topics import ensure_topics, topic_specs
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import broker_shapes, committed, make_prompt, publish, wait_for
+from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for
 
 
 def _with(settings: Settings, *, partitions: int | None = None, **consumer: object) -> Settings:
@@ -292,3 +295,69 @@ async def test_a_server_whose_throughput_collapses_gives_up_its_partitions(
         done, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
     assert not failed
     assert set(done) == {p.id for p in prompts}
+
+
+async def _metric(port: int, name: str) -> float | None:
+    """One sample of a consumer's ``/metrics`` (None when it does not answer)."""
+    try:
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics", timeout=5)).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet, local_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The shared broker stops for ~20 s under a working consumer: ``kafkagen_kafka_up`` drops to
+    0, the status line says UNREACHABLE (before: "server up" and nothing else), the outage is a
+    handful of lines, not one per record, and once Kafka is back every prompt is generated."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    prompts = [make_prompt(i, max_tokens=3000) for i in range(200)]
+    await publish(cs, prompts)
+    proc = spawn(
+        ["-m", "consumers.generate", "--server", sim.url, "--instance-id", "c0", "--metrics-port", str(port)],
+        cs,
+        tmp_path / "c0.log",
+    )
+    fleet.procs["c0"] = proc
+    log = tmp_path / "c0.log"
+
+    async def some_done() -> bool:
+        return len(await completions(cs)) >= 20
+
+    await wait_for(some_done, timeout_s=90, what="the first completions")
+    assert await _metric(port, "kafkagen_kafka_up") == 1.0
+    before = len(log.read_text().splitlines())
+    assert local_stack.processes.stop("kafka")
+    try:
+
+        async def kafka_down() -> bool:
+            return await _metric(port, "kafkagen_kafka_up") == 0.0
+
+        await wait_for(kafka_down, timeout_s=60, what="kafkagen_kafka_up 0")
+        await wait_for(
+            lambda: "kafka UNREACHABLE for" in log.read_text(), timeout_s=30, what="the status line"
+        )
+        await asyncio.sleep(5.0)
+        ours = [
+            line
+            for line in log.read_text().splitlines()[before:]
+            if "kafkagen.generate" in line and "Kafka" in line and "UNREACHABLE" not in line
+        ]
+        assert len(ours) <= 3, "\n".join(ours)
+    finally:
+        await asyncio.to_thread(local_stack.up, ["kafka"])
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+    assert not failed and set(done) == {p.id for p in prompts}
+
+    async def kafka_up() -> bool:
+        return await _metric(port, "kafkagen_kafka_up") == 1.0
+
+    await wait_for(kafka_up, timeout_s=60, what="kafkagen_kafka_up 1 again")
