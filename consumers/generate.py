@@ -428,7 +428,10 @@ class GenerationConsumer:
     async def _fetch_once(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        room = self.window.size - self.in_flight - self.waiting
+        # Records queued behind a full span cannot start soon: they do not take room from the
+        # partitions that can.
+        startable = sum(len(q) for p, q in self.buffered.items() if not self._head_blocked(p))
+        room = self.window.size - self.in_flight - startable
         self._apply_pauses(consumer, room)
         generation = self._generation
         batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
@@ -471,6 +474,14 @@ class GenerationConsumer:
         if (paused & assignment) - want:
             consumer.resume(*((paused & assignment) - want))
 
+    def _head_blocked(self, partition: int) -> bool:
+        """Whether the first queued record of ``partition`` lies past its uncommitted span."""
+        queue = self.buffered.get(partition)
+        if not queue or partition not in self.tracker.assigned:
+            return False
+        base = self.tracker.base(partition)
+        return base is not None and queue[0].offset >= base + self.cfg.max_uncommitted
+
     def _span_full(self, partition: int) -> bool:
         """Whether ``partition`` was fetched up to ``max_uncommitted`` past its span's base."""
         if partition not in self.tracker.assigned:
@@ -510,8 +521,7 @@ class GenerationConsumer:
             for p, queue in list(self.buffered.items()):
                 if not queue or room <= 0:
                     continue
-                base = self.tracker.base(p)
-                if base is not None and queue[0].offset >= base + self.cfg.max_uncommitted:
+                if self._head_blocked(p):
                     continue
                 record = queue.popleft()
                 job = _Job(record=record, fetched_at=time.time())
