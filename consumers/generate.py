@@ -35,7 +35,8 @@ is *down*: nothing new is sent, in-flight requests of a hung server are abandone
 later, fetching is paused (while still polling, so ``max.poll.interval`` never expires, and
 keeping every record a poll returns) and a health probe runs every few seconds in the
 background. When the probe passes, work resumes. A prompt is sent at most ``max_attempts``
-times in all, outages included; failures of requests sent before the server came back do not
+times by one consumer, outages included (a prompt fetched again after a rebalance, a leave or a
+crash counts anew); failures of requests sent before the server came back do not
 count against the server (:mod:`consumers.health`).
 If the server stays down for ``down_grace_s``, the consumer leaves the group with an explicit
 LeaveGroup (:func:`streams.kafka.remove_group_member`; a static member otherwise keeps its partitions until
@@ -89,6 +90,7 @@ from streams.kafka import (
     unreachable_message,
 )
 from streams.records import (
+    MAX_ERROR_ID_CHARS,
     CompletionRecord,
     ErrorRecord,
     PromptRecord,
@@ -314,8 +316,11 @@ class GenerationConsumer:
         """One turn of the loop: watch the server, start what may start, fetch, commit."""
         if self.health.is_down:
             await self._watch_down()
-        if self._consumer is None:  # left the group while the server is down
-            await asyncio.sleep(0.2)
+        if self._consumer is None:  # left the group while the server was down
+            if not self.health.is_down:
+                await self._rejoin()
+            else:
+                await asyncio.sleep(0.2)
             return
         self._start_buffered()
         await self._fetch_once()
@@ -337,6 +342,19 @@ class GenerationConsumer:
         consumer.subscribe([self.prompts_topic], listener=_Listener(self))
         self._consumer = consumer
         log.info("joined group %s as %s", self.group, self.instance_id)
+
+    async def _rejoin(self) -> None:
+        """Join the group again after leaving it; while Kafka cannot be reached, wait and retry
+        (the next loop turn) instead of exiting."""
+        if self._consumer is not None:
+            return
+        try:
+            await self._join()
+        except KafkaError as exc:
+            self.kafka.failed(f"rejoining group {self.group} failed: {exc}")
+            await asyncio.sleep(self.backoff.delay(3, self._rng))
+        else:
+            self.kafka.ok()
 
     async def _leave(self) -> None:
         """Give up our partitions: abandon all work, commit what is done, stop the Kafka consumer."""
@@ -754,8 +772,10 @@ class GenerationConsumer:
         self._finish(job)
 
     def _value_budget(self, record_id: str) -> int:
-        """Bytes a record value may have: the record limit less its key and framing."""
-        return self.settings.kafka.max_message_bytes - len(key_of(record_id)) - 1024
+        """Bytes a record value may have: the record limit less its key and framing (an error
+        record's id, its key, is cut to :data:`streams.records.MAX_ERROR_ID_CHARS` first)."""
+        key = key_of(record_id[:MAX_ERROR_ID_CHARS])
+        return self.settings.kafka.max_message_bytes - 4 * len(key) - 1024
 
     async def _produce(self, topic: str, record_id: str, value: bytes) -> None:
         """Send and wait for the broker's acknowledgement (acks=all); retry Kafka outages forever
@@ -846,8 +866,7 @@ class GenerationConsumer:
                 self._server_ok.set()
                 self.metrics.server_up.set(1)
                 log.info("server %s healthy again; resuming", self.server_url)
-                if self._consumer is None:
-                    await self._join()
+                await self._rejoin()
                 return
         if self._consumer is not None and (self._give_up or self.health.should_leave(time.monotonic())):
             self._give_up = False

@@ -256,13 +256,18 @@ def decode(data: bytes | str, cls: type[RecordT]) -> RecordT:
     return result
 
 
+MAX_ERROR_ID_CHARS: Final = 256
+"""A dead letter's id (also its Kafka key) longer than this is cut (:func:`fit_error`)."""
+
+
 def fit_error(error: ErrorRecord, max_bytes: int) -> ErrorRecord:
     """``error`` made to fit in ``max_bytes`` encoded bytes (a Kafka record's value budget).
 
     A dead letter embeds its prompt (or the raw input bytes) so it can be re-published; those can
     be larger than the record limit (a prompt near the limit, or raw bytes that grow 3-6x once
     decoded with replacement characters and JSON-escaped: one character encodes to at most 6
-    bytes). Trimmed in order, each step only while the record is still too large: ``raw`` is cut
+    bytes). An id over :data:`MAX_ERROR_ID_CHARS` characters (a poison record's key) is cut first,
+    keeping its source offset. Then, each step only while the record is still too large: ``raw`` is cut
     to a prefix, then ``prompt`` is left out, then ``message`` is cut. What was left out is said
     at the end of ``message``; the full prompt stays at ``source`` (topic, partition, offset) of
     the prompts topic.
@@ -272,9 +277,13 @@ def fit_error(error: ErrorRecord, max_bytes: int) -> ErrorRecord:
     """
     if max_bytes < 4096:
         raise ValueError(f"max_bytes {max_bytes} is too small for an error record (at least 4096)")
-    if len(encode(error)) <= max_bytes:
-        return error
     notes: list[str] = []
+    if len(error.id) > MAX_ERROR_ID_CHARS:  # a poison record's key: it is the Kafka key too
+        where = f"{error.source.topic}+{error.source.partition}+{error.source.offset}" if error.source else ""
+        notes.append(f"id cut from {len(error.id)} characters")
+        error = msgspec.structs.replace(error, id=f"{error.id[:64]}...{where}")
+    if len(encode(error)) <= max_bytes and not notes:
+        return error
     if error.raw is not None:
         keep = max_bytes // 4 // 6
         if len(error.raw) > keep:
@@ -284,6 +293,8 @@ def fit_error(error: ErrorRecord, max_bytes: int) -> ErrorRecord:
         notes.append(f"prompt left out ({len(encode(error.prompt))} bytes)")
         error = msgspec.structs.replace(error, prompt=None)
     suffix = f" [trimmed to fit {max_bytes} bytes: {'; '.join(notes) or 'message cut'}]"
+    if len(encode(error)) + len(suffix) <= max_bytes:
+        return msgspec.structs.replace(error, message=error.message + suffix)
     message = error.message
     if len(encode(error)) + len(suffix) > max_bytes:
         message = message[: max_bytes // 4 // 6]

@@ -144,16 +144,17 @@ async def test_every_prompt_ends_in_a_record_even_when_its_dead_letter_is_too_la
     near_limit = make_prompt(1, content="x" * (limit - 600))  # over the context: a 400, dead-lettered
     undecodable = b"\xff" * (limit // 2)  # 3 bytes per replacement character once decoded
     normal = [make_prompt(i, max_tokens=50) for i in range(2, 12)]
+    big_key_id = "\ufffd" * 64 + f"...{s.topics.prompts}+0+3"
     await _publish_raw(
         s,
         [(b"p-00000", encode(make_prompt(0, max_tokens=50))), (b"p-00001", encode(near_limit))]
-        + [(b"poison", undecodable)]
+        + [(b"poison", undecodable), (b"\xff" * 1_200_000, b"not json")]
         + [(p.id.encode(), encode(p)) for p in normal],
     )
     fleet.start("c0", sim.url)
-    ids = {"p-00000", "p-00001", "poison", *(p.id for p in normal)}
+    ids = {"p-00000", "p-00001", "poison", big_key_id, *(p.id for p in normal)}
     _, failed = await wait_all_done(s, ids, timeout_s=120)
-    assert set(failed) == {"p-00001", "poison"}
+    assert set(failed) == {"p-00001", "poison", big_key_id}
     dead = {e.id: e for e in await errors(s)}
     assert "trimmed to fit" in dead["poison"].message and dead["poison"].raw is not None
     assert dead["poison"].error_type == "RecordDecodeError"
@@ -161,7 +162,7 @@ async def test_every_prompt_ends_in_a_record_even_when_its_dead_letter_is_too_la
     assert dead["p-00001"].source is not None and dead["p-00001"].source.offset == 1
 
     async def all_committed() -> bool:
-        return (await committed(s, group_id(s), s.topics.prompts)).get(0) == 3 + len(normal)
+        return (await committed(s, group_id(s), s.topics.prompts)).get(0) == 4 + len(normal)
 
     await wait_for(all_committed, timeout_s=60, what="the commit past every record")
 

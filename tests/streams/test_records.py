@@ -61,3 +61,12 @@ def test_fitted_records_decode_as_error_records() -> None:
     fitted = fit_error(_error(prompt=prompt), 524_288)
     assert isinstance(decode(encode(fitted), ErrorRecord), ErrorRecord)
     assert not isinstance(fitted.prompt, PromptRecord)
+
+
+def test_a_huge_id_from_a_poison_key_is_cut_keeping_the_source() -> None:
+    """The id of an undecodable record is its key: 1.2 MB of replacement characters here."""
+    poison_id = (b"\xff" * 400_000).decode("utf-8", "replace")
+    fitted = fit_error(_error(id=poison_id, raw="x"), 1_048_576)
+    assert len(fitted.id) < 300 and fitted.id.endswith("prompts+3+17")
+    assert "id cut from 400000 characters" in fitted.message
+    assert len(encode(fitted)) <= 1_048_576
