@@ -4,7 +4,13 @@ A service started here runs in its own session (``setsid``), so it outlives the 
 the Python process that started it (the old job's background runs died with the SSH
 session). Its pid is kept in ``<home>/run/<name>.pid`` and its output in
 ``<home>/logs/<name>.log``; ``stop`` only ever signals a pid recorded in such a file whose
-command line still matches, so it never stops anything the stack did not start.
+start time still matches, so it never stops anything the stack did not start.
+
+A process's identity is its pid plus its start time in clock ticks since boot (field 22 of
+``/proc/<pid>/stat``, proc(5)): that number never changes for a process. The wall-clock start
+time (psutil's ``create_time``) is not a safe identity: it is computed from the boot time the
+kernel derives from the current wall clock, so it moves when the clock is stepped or slewed,
+and a stack would then lose track of its own running services.
 """
 
 from __future__ import annotations
@@ -79,12 +85,12 @@ class ProcessManager:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
-            # A recycled pid would have another start time: never signal a stranger.
-            if marker and f"{proc.create_time():.2f}" != marker.strip():
-                return None
-            return proc
         except psutil.Error:
             return None
+        # A recycled pid has another start time: never signal a stranger.
+        if marker.strip() and marker.strip() != start_ticks(pid):
+            return None
+        return proc
 
     def recorded_ports(self, name: str) -> tuple[int, ...]:
         """The ports the recorded process of ``name`` was started with (empty if unknown)."""
@@ -145,9 +151,8 @@ class ProcessManager:
             raise StackError(f"{spec.name}: cannot run {spec.argv[0]}: {exc}") from None
         finally:
             log.close()
-        created = psutil.Process(proc.pid).create_time()
         port_list = " ".join(map(str, spec.ports))
-        self.pid_path(spec.name).write_text(f"{proc.pid}\n{created:.2f}\n{port_list}\n")
+        self.pid_path(spec.name).write_text(f"{proc.pid}\n{start_ticks(proc.pid)}\n{port_list}\n")
         return proc.pid, True
 
     def stop(self, name: str, timeout_s: float = 30.0) -> bool:
@@ -184,6 +189,19 @@ class ProcessManager:
         except OSError:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def start_ticks(pid: int) -> str:
+    """Start time of process ``pid`` in clock ticks since boot, as text (field 22 of
+    ``/proc/<pid>/stat``, proc(5)): fixed for the process's lifetime, whatever the wall clock
+    does. ``""`` when the process is gone or ``/proc`` cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # The command name (field 2) is in parentheses and may itself hold spaces or ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else ""
 
 
 def _signal_group(proc: psutil.Process, sig: signal.Signals) -> None:
