@@ -35,7 +35,8 @@ import logging
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from streams.config import Settings
 from streams.errors import ConfigError
@@ -113,48 +114,69 @@ async def ensure_topics(
     )
     await asyncio.wait_for(admin.start(), timeout_s)
     try:
-        existing = set(await admin.list_topics())
-        missing = [s for s in specs if s.name not in existing]
-        if missing:
-            live = len((await admin.describe_cluster())["brokers"])
-            new = []
-            for s in missing:
-                rf, min_isr = replication_for(live, s.replication_factor)
-                if s.replication_factor is None and live == 2:
-                    log.warning(
-                        "topic %s gets %d replicas: only 2 brokers are live (3 from 3 up); set "
-                        "topics.replication_factor to decide it yourself",
-                        s.name,
-                        rf,
-                    )
-                configs = {"min.insync.replicas": str(min_isr), **s.configs}
-                new.append(NewTopic(s.name, s.partitions, rf, topic_configs=configs))
-            # Another process may create it between our list and create: that is fine (error 36,
-            # TOPIC_ALREADY_EXISTS). Any other per-topic error comes back in the response, not raised.
-            with contextlib.suppress(TopicAlreadyExistsError):
-                response = await admin.create_topics(new)
-                for topic, code, *message in response.topic_errors:
-                    if code not in (0, TopicAlreadyExistsError.errno):
-                        raise ConfigError(
-                            f"topic {topic!r} could not be created: Kafka error code {code}"
-                            + (f" ({message[0]})" if message and message[0] else "")
-                        )
-        # A just-created topic can be missing from metadata for a moment (error 3,
-        # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or time runs out.
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            described = await admin.describe_topics([s.name for s in specs])
-            failed = [t for t in described if t.get("error_code", 0) not in (0, None)]
-            if not failed:
-                break
-            if asyncio.get_running_loop().time() >= deadline:
-                topic = failed[0]
-                raise ConfigError(
-                    f"topic {topic.get('topic')!r} could not be created or described: "
-                    f"Kafka error code {topic['error_code']}"
-                )
-            await asyncio.sleep(0.1)
-        counts = {t["topic"]: len(t["partitions"]) for t in described}
-        return counts
+        # The admin client sends each request to one broker of its metadata. Just after a broker
+        # died, the metadata still lists it and the request fails with a retriable error
+        # (NodeNotReadyError) although the other brokers answer: ask again, within the timeout.
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, KafkaError) and e.retriable),
+            stop=stop_after_delay(timeout_s),
+            wait=wait_exponential(multiplier=0.2, max=2.0),
+            before_sleep=lambda state: log.info(
+                "topic set-up: %s; asking another broker", state.outcome and state.outcome.exception()
+            ),
+            reraise=True,
+        ):
+            with attempt:
+                return await _ensure_with(admin, specs, timeout_s)
+        raise AssertionError("unreachable: tenacity either returns or re-raises")
     finally:
         await admin.close()
+
+
+async def _ensure_with(
+    admin: AIOKafkaAdminClient, specs: list[TopicSpec], timeout_s: float
+) -> dict[str, int]:
+    """One pass of :func:`ensure_topics` with a started ``admin`` client."""
+    existing = set(await admin.list_topics())
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        live = len((await admin.describe_cluster())["brokers"])
+        new = []
+        for s in missing:
+            rf, min_isr = replication_for(live, s.replication_factor)
+            if s.replication_factor is None and live == 2:
+                log.warning(
+                    "topic %s gets %d replicas: only 2 brokers are live (3 from 3 up); set "
+                    "topics.replication_factor to decide it yourself",
+                    s.name,
+                    rf,
+                )
+            configs = {"min.insync.replicas": str(min_isr), **s.configs}
+            new.append(NewTopic(s.name, s.partitions, rf, topic_configs=configs))
+        # Another process may create it between our list and create: that is fine (error 36,
+        # TOPIC_ALREADY_EXISTS). Any other per-topic error comes back in the response, not raised.
+        with contextlib.suppress(TopicAlreadyExistsError):
+            response = await admin.create_topics(new)
+            for topic, code, *message in response.topic_errors:
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    raise ConfigError(
+                        f"topic {topic!r} could not be created: Kafka error code {code}"
+                        + (f" ({message[0]})" if message and message[0] else "")
+                    )
+    # A just-created topic can be missing from metadata for a moment (error 3,
+    # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or time runs out.
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        described = await admin.describe_topics([s.name for s in specs])
+        failed = [t for t in described if t.get("error_code", 0) not in (0, None)]
+        if not failed:
+            break
+        if asyncio.get_running_loop().time() >= deadline:
+            topic = failed[0]
+            raise ConfigError(
+                f"topic {topic.get('topic')!r} could not be created or described: "
+                f"Kafka error code {topic['error_code']}"
+            )
+        await asyncio.sleep(0.1)
+    counts = {t["topic"]: len(t["partitions"]) for t in described}
+    return counts
