@@ -225,6 +225,9 @@ class GenerationConsumer:
         self._abandon = asyncio.Event()
         self._stopping = asyncio.Event()
         self._probe: asyncio.Task[bool] | None = None
+        """health probe of a server marked down."""
+        self._hang_probe: asyncio.Task[bool] | None = None
+        """generation probe of a server whose in-flight requests have not finished for a while."""
         self._next_probe = 0.0
         self._generation = 0
         """bumped by every rebalance callback: a fetch position read across one is stale."""
@@ -799,17 +802,47 @@ class GenerationConsumer:
 
     # -- server down / hung ------------------------------------------------------------------------
     def _check_hung(self) -> None:
+        """Requests in flight and none finished for ``hang_timeout_s``: long generations, or a
+        wedged engine? The server's own generation probe tells them apart before anything is
+        abandoned. SGLang's ``/health_generate`` passes when the engine sent any output since the
+        probe began, and it sends the output of every running non-streaming request each 50
+        tokens (sglang 0.5 ``entrypoints/http_server.py`` ``health_generate``,
+        ``managers/scheduler_output_processor_mixin.py`` ``DEFAULT_FORCE_STREAM_INTERVAL``), so
+        it passes under a full batch of long generations and fails on a hung engine. Passed: the
+        in-flight requests count as progressing. Failed: the server is hung (marked down)."""
         now = time.monotonic()
-        if not self.health.is_down and self.health.hung(now, self.in_flight):
-            self.health.mark_down(
-                now,
-                f"hung: {self.in_flight} requests in flight, none finished for "
-                f"{self.cfg.hang_timeout_s:.0f} s",
+        if self.health.is_down or not self.health.hung(now, self.in_flight):
+            return
+        if self._hang_probe is None:
+            self._hang_probe = asyncio.create_task(
+                self.client.healthy(timeout_s=min(30.0, self.cfg.hang_timeout_s))
             )
-            self._server_ok.clear()
-            self.metrics.server_up.set(0)
-            self._abandon.set()
-            self._abandon = asyncio.Event()
+            return
+        if not self._hang_probe.done():
+            return
+        probe, self._hang_probe = self._hang_probe, None
+        if not probe.cancelled() and probe.exception() is None and probe.result():
+            self.health.record_progress(time.monotonic())
+            log.info(
+                "server %s: %d requests in flight, none finished for %.0f s, but it is generating; not hung",
+                self.server_url,
+                self.in_flight,
+                self.cfg.hang_timeout_s,
+            )
+            return
+        self._declare_down(
+            f"hung: {self.in_flight} requests in flight, none finished for "
+            f"{self.cfg.hang_timeout_s:.0f} s, and its generation probe failed"
+        )
+
+    def _declare_down(self, reason: str) -> None:
+        """Mark the server down for ``reason``: stop starting work and abandon what is in flight
+        (each abandoned prompt is retried within its ``max_attempts``)."""
+        self.health.mark_down(time.monotonic(), reason)
+        self._server_ok.clear()
+        self.metrics.server_up.set(0)
+        self._abandon.set()
+        self._abandon = asyncio.Event()
 
     def _check_throughput(self) -> None:
         """Feed the output-rate watchdog (:mod:`consumers.watchdog`); on a lasting collapse, mark the
@@ -834,18 +867,13 @@ class GenerationConsumer:
             )
         if not collapsed:
             return
-        self.health.mark_down(
-            now,
+        self._declare_down(
             f"throughput collapsed: {rate:.1f} tokens/s for {self.cfg.watchdog_collapse_s:.0f} s against a "
             f"recent peak of {baseline:.1f}; out of the group for {self.cfg.watchdog_hold_s:.0f} s",
         )
         self._hold_until = now + self.cfg.watchdog_hold_s
         self._give_up = True
         self.watchdog.reset(now)
-        self._server_ok.clear()
-        self.metrics.server_up.set(0)
-        self._abandon.set()
-        self._abandon = asyncio.Event()
 
     async def _watch_down(self) -> None:
         """While the server is down: probe it every few seconds in the background (the loop keeps
@@ -944,8 +972,9 @@ class GenerationConsumer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        for probe in (self._probe, self._hang_probe):
+            if probe is not None:
+                probe.cancel()
         await self._cancel(list(self.jobs.values()) + list(self.orphans.values()))
         if self._consumer is not None:
             # A graceful stop (a scale-down) hands the partitions over at once; a crash does not.

@@ -8,8 +8,9 @@ grace period. The verdicts:
 * **down**: ``down_after_failures`` consecutive retriable failures (connection refused,
   timeouts, 5xx), or an explicit :meth:`ServerHealth.mark_down` (e.g. hung);
 * **hung**: requests in flight and none finished (success or failure) for ``hang_timeout_s``
-  seconds: SGLang can keep answering ``/health`` while nothing completes
-  (shared/notes/sglang-api.md, "requests hanging while /health says 200");
+  seconds, unless the server showed since that it is generating (:meth:`ServerHealth.record_progress`,
+  after a passed generation probe: long generations are not a hang). SGLang can keep answering
+  ``/health`` while nothing completes (docs/sglang.md, "requests hanging while /health says 200");
 * **leave**: down for longer than ``down_grace_s`` seconds.
 
 Stale evidence does not count: a failure of a request sent before the server was last marked
@@ -53,6 +54,11 @@ class ServerHealth:
     def record_success(self, now: float) -> None:
         """A request finished with a usable answer (or a non-retriable verdict from the server)."""
         self.consecutive_failures = 0
+        self.last_progress = now
+
+    def record_progress(self, now: float) -> None:
+        """The server showed it is generating (a generation probe passed) although none of the
+        requests in flight has finished: they are long, not stuck; the hang clock restarts."""
         self.last_progress = now
 
     def record_failure(self, now: float, reason: str, *, sent_at: float | None = None) -> bool:

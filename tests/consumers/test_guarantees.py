@@ -362,3 +362,24 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
         return await _metric(port, "kafkagen_kafka_up") == 1.0
 
     await wait_for(kafka_up, timeout_s=60, what="kafkagen_kafka_up 1 again")
+
+
+async def test_generations_longer_than_the_hang_timeout_are_not_abandoned(cs: Settings, fleet: Fleet) -> None:
+    """Every request in flight runs longer than ``hang_timeout_s`` (long reasoning at the tail of
+    a run) on a server that is generating the whole time. Before the fix the consumer called it
+    hung, abandoned every request and retried it until ``max_attempts``: all were dead-lettered.
+    Now the server's generation probe passes, and each prompt completes once, at its first attempt."""
+    s = _with(cs, hang_timeout_s=3.0, max_attempts=3)
+    fleet.settings = s
+    # In real time, 3000 tokens at about 240 tokens/s: each request takes over 12 s, four times
+    # the hang timeout, and all six run at once.
+    async with SimulatedServer(time_scale=1.0) as slow:
+        prompts = [make_prompt(i, max_tokens=3000, min_tokens=3000) for i in range(6)]
+        await publish(s, prompts)
+        fleet.start("c0", slow.url)
+        done, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=120, fleet=fleet)
+    assert not failed, [e.message for e in await errors(s)]
+    assert done == Counter({p.id: 1 for p in prompts})
+    log = (fleet.logs / "c0.log").read_text()
+    assert "but it is generating; not hung" in log
+    assert "hung:" not in log
