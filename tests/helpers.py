@@ -119,6 +119,17 @@ async def read_topic(settings: Settings, topic: str, cls: type[T]) -> list[T]:
         await consumer.stop()
 
 
+async def partition_leader(settings: Settings, topic: str, partition: int) -> int:
+    """Node id of the broker leading ``topic``-``partition`` now (``kafka-<id>`` in a local cluster)."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="test-admin"))
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return int(next(p["leader"] for p in described["partitions"] if p["partition"] == partition))
+
+
 async def committed(settings: Settings, group: str, topic: str) -> dict[int, int | None]:
     """The group's committed offset per partition of ``topic``."""
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))

@@ -25,8 +25,10 @@ from producers.prompts import IdIndex, input_salt, main, partition_for
 from streams.config import Settings
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, PromptMetadata, PromptRecord, decode, key_of
+from streams.stack import LocalStack
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
+from tests.helpers import broker_shapes, partition_leader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kafka
@@ -288,8 +290,9 @@ async def test_key_by_prefix_puts_a_shared_system_prompt_on_one_partition(
 # --- exactly once across a SIGKILL ------------------------------------------------------------
 
 
+@broker_shapes()
 async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
-    kafka: str, settings: Settings, tmp_path: Path
+    settings: Settings, tmp_path: Path
 ) -> None:
     n = 4000
     path = tmp_path / "big.jsonl"
@@ -364,6 +367,55 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
     assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
     assert len(await read_all(settings, settings.topics.prompts, isolation="read_uncommitted")) > n
+
+
+@pytest.mark.parametrize("brokers", [pytest.param(3, id="3brokers")])
+async def test_a_broker_killed_mid_file_loses_and_repeats_nothing(
+    kafka_cluster_stack: LocalStack, settings: Settings, tmp_path: Path
+) -> None:
+    """On 3 brokers (3 replicas, min ISR 2), SIGKILL the leader of a prompts partition while the
+    producer is mid-file, inside a transaction, and start it again later: the producer finishes
+    on the brokers left and exits 0, and read_committed readers see every id exactly once."""
+    n = 3000
+    path = tmp_path / "big.jsonl"
+    write_chat_rows(path, n)
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
+    leader = await partition_leader(settings, settings.topics.prompts, 0)
+    victim = f"kafka-{leader}"
+    progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await progress.start()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        tp = TopicPartition(settings.topics.producer_progress, 0)
+        progress.assign([tp])
+        await progress.seek_to_beginning(tp)
+        # 500 records/s: 6 s of publishing, so the kill lands mid-file on a busy machine too.
+        proc = spawn(settings, str(path), "--producer.max-records-per-s", "500", cwd=tmp_path)
+        committed = 0
+        deadline = time.monotonic() + 60
+        while committed < n * 0.2:
+            assert time.monotonic() < deadline, "the producer never committed a fifth of the file"
+            assert proc.poll() is None, "the producer ended before the broker was killed"
+            for messages in (await progress.getmany(timeout_ms=100)).values():
+                committed = max(
+                    [committed, *(decode(m.value or b"", ProgressRecord).published for m in messages)]
+                )
+        assert kafka_cluster_stack.kill(victim)
+        try:
+            _, err = await asyncio.to_thread(proc.communicate, None, 120)
+        finally:
+            await asyncio.to_thread(kafka_cluster_stack.up, [victim])
+    finally:
+        await progress.stop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert f"summary: published {n}," in err.decode()
+    counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
+    assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
+    assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
 
 
 async def test_a_second_producer_of_the_same_input_takes_over_and_each_id_lands_once(

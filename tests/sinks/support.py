@@ -92,10 +92,11 @@ def sink_settings(settings: Settings, **sink: object) -> Settings:
 
 
 async def create_topics(settings: Settings) -> None:
-    """The prompts, completions and errors topics (``topics.partitions`` each)."""
+    """The prompts, completions and errors topics (``topics.partitions`` each), replicated as the
+    cluster allows (3 replicas and ``min.insync.replicas`` 2 on 3 brokers, :func:`ensure_topics`)."""
     t = settings.topics
     await ensure_topics(
-        settings, [TopicSpec(name, t.partitions, 1) for name in (t.prompts, t.completions, t.errors)]
+        settings, [TopicSpec(name, t.partitions, None) for name in (t.prompts, t.completions, t.errors)]
     )
 
 

@@ -32,7 +32,7 @@ from sinks.s3 import group_id
 from streams.config import Settings, settings_to_env
 from streams.records import ErrorRecord, decode, encode, key_of
 from streams.stack import LocalStack
-from tests.helpers import with_kafka_at
+from tests.helpers import broker_shapes, partition_leader, with_kafka_at
 from tests.sinks.support import (
     REPO_ROOT,
     SinkProcess,
@@ -93,6 +93,7 @@ def assert_export_is_exact(settings: Settings, dest: Path, n: int) -> dict[str, 
     return manifest
 
 
+@broker_shapes()
 @pytest.mark.parametrize(
     ("pause", "sink"),
     [
@@ -145,6 +146,57 @@ async def test_sigkill_then_restart_covers_every_offset_exactly_once(
         obj = next(o for o in objects if o.key == key_match[1])
         assert f"at offset {obj.meta.end_offset + 1} (S3 next {obj.meta.end_offset + 1}" in second.output()
     assert_export_is_exact(cfg, tmp_path / "export", N)
+
+
+@pytest.mark.parametrize("brokers", [pytest.param(3, id="3brokers")])
+async def test_a_broker_and_the_sink_killed_together_lose_and_repeat_nothing(
+    kafka_cluster_stack: LocalStack, s3: str, settings: Settings, tmp_path: Path
+) -> None:
+    """On 3 brokers, the sink is SIGKILLed between an upload and its commit while the leader of
+    the partition it was writing is SIGKILLed too. A new sink runs on the two brokers left (3
+    replicas, min ISR 2), the broker comes back under it, and every offset lands in exactly one
+    object, the ones written before the kills never rewritten."""
+    cfg = sink_settings(settings)
+    await create_topics(cfg)
+    await produce_run(cfg, range(N))
+    ends = await end_offsets(cfg, cfg.topics.completions)
+    log = tmp_path / "sink.log"
+    first = SinkProcess(cfg, log, pause="after_upload:2")
+    try:
+        marker = await first.wait_paused(timeout_s=60)
+    finally:
+        first.kill()
+    key_match = re.search(r"key=(\S+)", marker)
+    assert key_match is not None
+    paused = next(o for o in stored_objects(cfg, cfg.topics.completions, read=False) if o.key == key_match[1])
+    leader = await partition_leader(cfg, cfg.topics.completions, paused.partition)
+    victim = f"kafka-{leader}"
+    assert kafka_cluster_stack.kill(victim)
+    before = snapshot(cfg)
+    try:
+        second = SinkProcess(cfg, log)
+        try:
+            # Everything produced so far, on two brokers; then the broker comes back mid-run.
+            await wait_all_written(cfg, second, cfg.topics.completions, ends, timeout_s=120)
+        except BaseException:
+            second.kill()
+            raise
+    finally:
+        await asyncio.to_thread(kafka_cluster_stack.up, [victim])
+    try:
+        await produce_run(cfg, range(N, N + 300), prompts=False)
+        ends = await end_offsets(cfg, cfg.topics.completions)
+        await wait_all_written(cfg, second, cfg.topics.completions, ends, timeout_s=120)
+        assert second.stop() == 0
+    finally:
+        second.kill()
+    objects = stored_objects(cfg, cfg.topics.completions)
+    assert_exact_coverage(objects, ends)
+    after = {o.key: o.etag for o in objects}
+    assert {k: after.get(k) for k in before} == before, (
+        "objects written before the kills were never rewritten"
+    )
+    assert "already exists" not in second.output(), "the restart resumed from S3, not by colliding"
 
 
 async def test_two_writers_racing_on_one_folder_never_overlap(
