@@ -10,7 +10,7 @@ grace period. The verdicts:
 * **hung**: requests in flight and none finished (success or failure) for ``hang_timeout_s``
   seconds, unless the server showed since that it is generating (:meth:`ServerHealth.record_progress`,
   after a passed generation probe: long generations are not a hang). SGLang can keep answering
-  ``/health`` while nothing completes (docs/sglang.md, "requests hanging while /health says 200");
+  ``/health`` while nothing completes (docs/sglang.md, "Failure modes");
 * **leave**: down for longer than ``down_grace_s`` seconds.
 
 Stale evidence does not count: a failure of a request sent before the server was last marked

@@ -3,7 +3,7 @@
 A generation consumer keeps many prompts in flight and their completions finish in any
 order. Kafka stores one committed offset per partition, meaning "every record below this
 one is done", so the offset we may commit is the lowest offset still in flight, never the
-highest finished one (shared/notes/kafka-pitfalls.md: out-of-order completions, in-order
+highest finished one (docs/kafka.md: out-of-order completions, in-order
 commits; faust's acks get this wrong with ``concurrency > 1``).
 
 Gaps. Offsets on a partition are not always consecutive: compaction removes records, and

@@ -2,7 +2,7 @@
 
 A server can answer 200 with output that is useless: the Qwen3 reasoning parser puts a thought
 cut off by the token budget in ``reasoning_content`` and returns ``content == ""`` with
-``finish_reason == "length"`` (the degenerate run's signature, shared/notes/sglang-api.md);
+``finish_reason == "length"`` (the degenerate run's signature, docs/sglang.md);
 speculative decoding and long runs can loop. These flags make such completions visible and
 countable per server, and :func:`degenerate` says which of them make a completion unusable.
 

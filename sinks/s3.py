@@ -8,7 +8,7 @@ Guarantee
 ---------
 Every record of the two topics ends up in exactly one object of the run folder, however often
 the sink is stopped or killed, and no offset is committed before its record is in S3. It rests on
-four rules, the Kafka Connect S3 sink's recipe (shared/notes/kafka-pitfalls.md) plus position
+four rules, the Kafka Connect S3 sink's recipe (docs/kafka.md) plus position
 recovery from the objects themselves (as Connect's HDFS sink does from its file names):
 
 1. **Deterministic objects.** An object starts at the first record at or after a *chain

@@ -90,7 +90,7 @@ class GenerationSettings(BaseModel):
     """Default generation parameters; any PromptRecord may override them per record.
 
     ``max_tokens`` counts reasoning **and** answer tokens together (SGLang
-    ``max_completion_tokens`` semantics, shared/notes/sglang-api.md), so it must leave room for both.
+    ``max_completion_tokens`` semantics, docs/sglang.md), so it must leave room for both.
     """
 
     model_config = _FROZEN
@@ -392,7 +392,7 @@ def aws_environment() -> dict[str, str]:
     """Environment variables every process that talks to S3 gets.
 
     ``AWS_EC2_METADATA_DISABLED=true`` stops botocore probing 169.254.169.254 for
-    credentials (shared/notes/local-stack.md): no traffic may leave the machine.
+    credentials (docs/local-stack.md): no traffic may leave the machine.
     """
     return {"AWS_EC2_METADATA_DISABLED": "true"}
 

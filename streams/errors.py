@@ -71,7 +71,7 @@ class RetriableServerError(ServerError):
     """503/429/5xx, connection refused or reset, timeout, ``finish_reason == "abort"``.
 
     Retried with backoff a bounded number of times, then dead-lettered
-    (classification from ``shared/notes/sglang-api.md``: SGLang's 503 queue-full,
+    (classification from ``docs/sglang.md``: SGLang's 503 queue-full,
     timeouts and graceful aborts).
     """
 

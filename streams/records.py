@@ -31,7 +31,7 @@ import msgspec
 SCHEMA_VERSION: Final = 1
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort", "content_filter", "function_call"]
-"""OpenAI/SGLang ``finish_reason`` values (shared/notes/sglang-api.md)."""
+"""OpenAI/SGLang ``finish_reason`` values (docs/sglang.md)."""
 
 
 class _Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):

@@ -2,7 +2,7 @@
 
 Path-style addressing (SeaweedFS and MinIO need it; AWS accepts it), explicit keys, and
 ``AWS_EC2_METADATA_DISABLED=true`` so botocore never probes the cloud metadata address
-(shared/notes/local-stack.md). Retries use botocore's "standard" mode (exponential backoff
+(docs/local-stack.md). Retries use botocore's "standard" mode (exponential backoff
 with jitter on throttling, 5xx and connection errors; botocore docs, "Retries").
 """
 

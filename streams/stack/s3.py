@@ -3,7 +3,7 @@
 Runs ``weed mini`` (master + volume + filer + S3 gateway in one process) on 127.0.0.1 with
 a persistent data dir. The flags ``-ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false``
 are what keep it from binding the machine's public address and posting telemetry
-(shared/notes/local-stack.md). Started with the key pair in its environment it enforces that
+(docs/local-stack.md). Started with the key pair in its environment it enforces that
 identity and pre-creates the bucket.
 """
 
