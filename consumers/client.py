@@ -2,7 +2,7 @@
 
 Talks to SGLang (production) and to llama.cpp's ``llama-server`` (local stand-in) over the
 OpenAI-compatible ``POST /v1/chat/completions``, with an httpx keep-alive pool sized to the
-consumer's in-flight window. Facts used here come from shared/notes/sglang-api.md (SGLang
+consumer's in-flight window. Facts used here come from docs/sglang.md (SGLang
 0.5.x source): endpoints, the ``reasoning_content`` split, ``usage.reasoning_tokens``,
 ``rid``, ``chat_template_kwargs``, and the error classes:
 
@@ -18,6 +18,7 @@ connect/read errors, timeouts               :class:`RetriableServerError`, ``sta
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -77,6 +78,22 @@ class ChatResult:
     usage: Usage
     model: str
     latency_s: float
+
+
+def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:
+    """SGLang's request id (``rid``) for the ``send``-th send (1-based) of attempt ``attempt`` of
+    prompt ``prompt_id`` in run ``run_id`` (``send`` < 2**32): ``kg-<40 hex digits>-<send as 8 hex
+    digits>``.
+
+    Deterministic, so a consumer restarted after a crash sends the same rid as its predecessor
+    and SGLang refuses a duplicate still in flight. Fixed length, so no rid is a prefix of
+    another: SGLang aborts every request whose rid *starts with* the rid it aborts, on
+    ``/abort_request`` and on a client disconnect (docs/sglang.md, "Errors and overload"); with
+    the raw id in the rid, aborting ``run-p1-0-1`` would also abort ``run-p1-0-10`` and
+    ``run-p1-0-1-0-1``.
+    """
+    digest = hashlib.blake2b(msgspec.json.encode([run_id, prompt_id, attempt]), digest_size=20)
+    return f"kg-{digest.hexdigest()}-{send:08x}"
 
 
 class ServerClient:
@@ -203,7 +220,7 @@ class ServerClient:
         """True when the server can generate now.
 
         SGLang: ``GET /health_generate`` (it runs a 1-token generation; plain ``/health`` stays
-        200 on a wedged server, per shared/notes/sglang-api.md). Other servers: a 1-token chat
+        200 on a wedged server, per docs/sglang.md). Other servers: a 1-token chat
         completion, for the same reason (llama.cpp's ``/health`` does not generate).
         """
         kind = kind or (self.info.kind if self.info else "openai")

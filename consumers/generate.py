@@ -73,7 +73,7 @@ from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitio
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from consumers.client import ChatResult, ServerClient
+from consumers.client import ChatResult, ServerClient, request_id
 from consumers.health import Backoff, HealthConfig, ServerHealth
 from consumers.offsets import OffsetTracker
 from consumers.quality import quality_flags
@@ -619,7 +619,7 @@ class GenerationConsumer:
         while True:
             await self._server_ok.wait()
             attempts += 1
-            rid = f"{self.settings.run_id}-{prompt.id}-{prompt.attempt}-{attempts}"
+            rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, attempts)
             body = self.client.request_body(prompt, rid)
             sent_at = time.time()
             sent_mono = time.monotonic()

@@ -532,10 +532,15 @@ class SimulatedServer:
             body = await request.json()
         except ValueError:
             return _error(400, "The request body must be JSON.")
+        # SGLang aborts every request whose rid *starts with* the given one, in the waiting queue
+        # and running (sglang 0.5 ``managers/scheduler.py`` ``abort_request``:
+        # ``req.rid.startswith(recv_req.rid)``); so does the simulator, never kinder.
         rid = body.get("rid") if isinstance(body, dict) else None
-        job = self._inflight.get(rid) if isinstance(rid, str) else None
-        if job is not None:
-            self._require_engine().cancel(job, "abort_request")
+        if isinstance(rid, str):
+            engine = self._require_engine()
+            for other, job in list(self._inflight.items()):
+                if other.startswith(rid):
+                    engine.cancel(job, "abort_request")
         return web.Response(status=200)
 
     async def _chat(self, request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from consumers.client import request_id
 from consumers.simulator import (
     DEFAULT_PROFILE,
     FaultConfig,
@@ -371,6 +372,33 @@ async def test_abort_request_endpoint_ends_the_request_with_abort(client: httpx.
         body = (await pending).json()
         assert body["choices"][0]["finish_reason"] == "abort"
         assert 5 <= body["usage"]["completion_tokens"] < 1000
+
+
+async def test_abort_request_ends_every_request_whose_rid_starts_with_it(client: httpx.AsyncClient) -> None:
+    """As in SGLang, an abort matches rids by prefix: aborting ``x-1`` ends ``x-10`` too."""
+    async with SimulatedServer(steady(), time_scale=10) as server:
+        tasks = {
+            rid: asyncio.create_task(post_chat(client, server, chat(rid=rid, max_tokens=1000)))
+            for rid in ("x-1", "x-10", "x-2")
+        }
+        await wait_until(lambda: server.stats().generation_tokens_total >= 15)
+        assert (await client.post(f"{server.url}/abort_request", json={"rid": "x-1"})).status_code == 200
+        reasons = {rid: (await task).json()["choices"][0]["finish_reason"] for rid, task in tasks.items()}
+        assert reasons == {"x-1": "abort", "x-10": "abort", "x-2": "length"}
+
+
+def test_request_ids_are_deterministic_and_never_a_prefix_of_one_another() -> None:
+    first = request_id("run", "p1", 0, 1)
+    assert first == request_id("run", "p1", 0, 1), "a restarted consumer sends the same rid"
+    others = [
+        request_id("run", "p1", 0, 10),
+        request_id("run", "p1-0-1", 0, 1),
+        request_id("run", "p1", 1, 1),
+        request_id("run2", "p1", 0, 1),
+    ]
+    rids = [first, *others]
+    assert len(set(rids)) == len(rids)
+    assert not [(a, b) for a in rids for b in rids if a != b and b.startswith(a)]
 
 
 # -- health, info, metrics ---------------------------------------------------------------
