@@ -79,7 +79,7 @@ from consumers.offsets import OffsetTracker
 from consumers.quality import quality_flags
 from consumers.watchdog import ThroughputWatchdog, WatchdogConfig
 from consumers.window import WindowConfig, WindowPolicy
-from streams import logs
+from streams import logs, naming
 from streams.config import Settings, check_server_url, load_settings
 from streams.errors import FatalRequestError, KafkagenError, RetriableServerError, ServerError
 from streams.kafka import (
@@ -1038,10 +1038,8 @@ def _last_user_text(prompt: PromptRecord) -> str | None:
     return None
 
 
-def group_id(settings: Settings) -> str:
-    """The generation consumers' group id: ``<consumer.group>.<run_id>``. One group per run, so a
-    new run id replays the prompts topic from the start (a replay) and a re-run resumes."""
-    return f"{settings.consumer.group}.{settings.run_id}"
+group_id = naming.generate_group
+"""The generation consumers' group id (:func:`streams.naming.generate_group`)."""
 
 
 def default_instance_id(server_url: str) -> str:

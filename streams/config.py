@@ -19,9 +19,19 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
+from streams import naming
 from streams.errors import ConfigError
 
 ENV_PREFIX = "KAFKAGEN_"
@@ -53,13 +63,19 @@ class KafkaSettings(BaseModel):
 
 
 class TopicSettings(BaseModel):
-    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`."""
+    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`.
+
+    The prompts, completions and errors names default to ``""``: derived from the run id by
+    :class:`Settings` (:mod:`streams.naming`, ``docs/runs.md``): ``<run>.prompts`` (``<replay_of>.prompts``
+    for a replay), ``<run>.completions``, ``<run>.errors``. A name set here wins."""
 
     model_config = _FROZEN
 
-    prompts: str = "prompts"
-    completions: str = "completions"
-    errors: str = Field("errors", description="the dead-letter topic: ErrorRecords")
+    prompts: str = Field(
+        "", description="PromptRecords; empty: <run id>.prompts, or <replay_of>.prompts for a replay"
+    )
+    completions: str = Field("", description="CompletionRecords; empty: <run id>.completions")
+    errors: str = Field("", description="the dead-letter topic: ErrorRecords; empty: <run id>.errors")
     producer_progress: str = Field(
         "kafkagen-producer-progress", description="compacted topic: the prompt producer's resume points"
     )
@@ -249,7 +265,12 @@ class StackSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``.
+    """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``;
+    switch to another run id with :func:`streams.naming.for_run` (``model_copy`` runs no validator,
+    so it would keep the old run's derived topic names).
+
+    Topic names left empty are derived from ``run_id`` and ``replay_of`` when the object is built
+    (:func:`streams.naming.fill_topic_names`; the rule: ``docs/runs.md``).
 
     Raises:
         ConfigError: from :func:`load_settings` when a value is malformed.
@@ -265,7 +286,16 @@ class Settings(BaseSettings):
         nested_model_default_partial_update=True,
     )
 
-    run_id: str = Field("default", description="names this generation run in S3 keys and exports")
+    run_id: str = Field(
+        "default",
+        description="names this generation run: its topics, consumer groups and S3 folder derive from it "
+        "(docs/runs.md)",
+    )
+    replay_of: str | None = Field(
+        None,
+        description="this run regenerates run REPLAY_OF's prompts (topic <REPLAY_OF>.prompts) under its own "
+        "run id, completions and errors topics, groups and S3 folder (docs/runs.md)",
+    )
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     s3: S3Settings = S3Settings()
@@ -279,11 +309,24 @@ class Settings(BaseSettings):
     sink: SinkSettings = SinkSettings()
     stack: StackSettings = StackSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_topic_names(cls, data: Any) -> Any:
+        return naming.fill_topic_names(data)
+
     @field_validator("run_id")
     @classmethod
     def _run_id_is_key_safe(cls, value: str) -> str:
-        if not value or any(c in value for c in "/+ \t\n") or value.startswith("."):
-            raise ValueError("run_id must be non-empty and contain no '/', '+', or whitespace")
+        return naming.check_run_id(value)
+
+    @field_validator("replay_of", mode="before")
+    @classmethod
+    def _replay_of_is_another_run(cls, value: Any, info: ValidationInfo) -> Any:
+        if value == "":  # KAFKAGEN_REPLAY_OF= (e.g. docker compose's ${REPLAY_OF:-}): not a replay
+            return None
+        if isinstance(value, str):
+            naming.check_run_id(value, what="replay_of")
+            naming.check_not_self_replay(info.data.get("run_id", ""), value)
         return value
 
     @field_validator("servers")
