@@ -39,6 +39,13 @@ Partitioning
     ``retention.ms=-1`` (kept for replays, see :mod:`streams.topics`); an existing topic keeps its
     partition count.
 
+Runs
+    The prompts topic is ``<run id>.prompts`` unless ``--topics.prompts`` names another
+    (:mod:`streams.naming`), and every record carries the run id. A prompts topic belongs to one
+    run (``docs/runs.md``): publishing into a topic whose records carry another run id is refused
+    with exit 2 before anything is sent (to generate run A's prompts again under a new run id, start
+    the consumers with ``--replay-of A`` instead). Publishing again under the same run id resumes.
+
 Exactly once, across crashes
     Each input is published by a *transactional* producer (``transactional_id`` =
     ``kafkagen-prompts-<hash of the progress key>``, so stable per input). Records are sent in
@@ -91,9 +98,9 @@ Bad lines and duplicate ids
 
 Exit status
     0 success; 1 some line was bad (0 with ``--allow-bad``); 2 usage error, missing or unreadable
-    input, input changed since an earlier run; 3 Kafka or S3 failure (unreachable, fenced by
-    another producer of the same input); 130 interrupted (SIGINT or SIGTERM: the open transaction
-    is aborted, a re-run continues after the last commit).
+    input, input changed since an earlier run, prompts topic of another run; 3 Kafka or S3 failure
+    (unreachable, fenced by another producer of the same input); 130 interrupted (SIGINT or
+    SIGTERM: the open transaction is aborted, a re-run continues after the last commit).
 """
 
 from __future__ import annotations
@@ -123,11 +130,13 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from producers.formats import FormatName, MappingOptions, parse_line
+from streams import naming
 from streams.config import KeyBy, Settings, load_settings
-from streams.errors import ConfigError, InputError, KafkagenError, StorageError
+from streams.errors import ConfigError, ForeignRunError, InputError, KafkagenError, StorageError
 from streams.inputs import CHUNK_BYTES, CountingRaw, InputSpec, open_input, resolve_inputs
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import ProgressRecord, PromptRecord, RecordDecodeError, decode, encode, key_of
+from streams.runs import describe_owners, foreign_owners, topic_owners
 from streams.topics import ensure_topics, topic_specs
 
 if TYPE_CHECKING:
@@ -1038,6 +1047,36 @@ async def _topic_max_message_bytes(settings: Settings, topic: str) -> int | None
     return None
 
 
+async def check_topic_owner(settings: Settings) -> None:
+    """Refuse to publish into a prompts topic that belongs to another run (``docs/runs.md``):
+    its first records carry another ``run_id`` (:func:`streams.runs.topic_owners`). A topic of
+    this run id (a re-run: exactly-once resume), an empty one and one without run ids are fine.
+
+    Raises:
+        ForeignRunError: the topic belongs to another run; the message names it and the fix.
+        KafkaError, TimeoutError: Kafka could not be asked.
+    """
+    topic, run = settings.topics.prompts, settings.run_id
+    foreign = foreign_owners(await topic_owners(settings, topic), [run])
+    if not foreign:
+        return
+    other = foreign[0]
+    if settings.replay_of is not None:
+        raise ForeignRunError(
+            f"prompts topic {topic} belongs to {describe_owners(foreign)}, and run {run} is declared a "
+            f"replay of run {settings.replay_of} (replay_of): a replay publishes nothing, it regenerates the "
+            f"prompts already on {topic}: start the consumers with --replay-of {settings.replay_of}; to "
+            f"publish new prompts for run {run}, unset KAFKAGEN_REPLAY_OF (they go to "
+            f"{naming.prompts_topic(run)})"
+        )
+    raise ForeignRunError(
+        f"prompts topic {topic} belongs to {describe_owners(foreign)}, not run {run}: nothing was published. "
+        f"Publish to {naming.prompts_topic(run)} (the default: drop --topics.prompts / "
+        f"KAFKAGEN_TOPICS__PROMPTS) or regenerate run {other} with `--replay-of {other}` on the consumers "
+        "(docs/runs.md)"
+    )
+
+
 async def publish(
     settings: Settings,
     options: MappingOptions,
@@ -1051,9 +1090,11 @@ async def publish(
 ) -> RunResult:
     """Publish ``inputs`` in order to ``settings.topics.prompts``, exactly once per run id.
 
-    Creates the prompts and progress topics when missing. Bad lines go to ``report``.
+    Creates the prompts and progress topics when missing. Bad lines go to ``report``. The prompts
+    topic must not belong to another run (:func:`check_topic_owner`).
 
     Raises:
+        ForeignRunError: the prompts topic belongs to another run; nothing is published.
         InputError: an input cannot be read, is a JSON array, or changed since an earlier run.
         KafkaError, asyncio.TimeoutError: Kafka is unreachable or refused the records; the open
             transaction is aborted (its records never become visible).
@@ -1069,6 +1110,7 @@ async def publish(
             f"note: topic {settings.topics.prompts} exists with {partitions} partitions "
             f"(topics.partitions is {settings.topics.partitions}): using {partitions}"
         )
+    await check_topic_owner(settings)
     topic_limit = await _topic_max_message_bytes(settings, settings.topics.prompts)
     record_limit = min(settings.kafka.max_message_bytes, topic_limit or settings.kafka.max_message_bytes)
     store = ProgressStore(settings)
@@ -1264,7 +1306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except asyncio.CancelledError:
         echo("interrupted: the open transaction was aborted; run the same command again to continue")
         return EXIT_INTERRUPTED
-    except InputError as exc:
+    except (InputError, ForeignRunError) as exc:
         echo(f"error: {exc}")
         return EXIT_USAGE
     except ProducerFenced:
