@@ -49,16 +49,21 @@ Runs
 Exactly once, across crashes
     Each input is published by a *transactional* producer (``transactional_id`` =
     ``kafkagen-prompts-<hash of the progress key>``, so stable per input). Records are sent in
-    transactions of at most ``producer.checkpoint_every`` records (or ``checkpoint_interval_s``
-    seconds), and every transaction also writes one record to the compacted
+    transactions of at most ``producer.checkpoint_every`` records or ``checkpoint_interval_s``
+    seconds, whichever comes first: the age of the open transaction is checked after every record,
+    while waiting for a slow input and while the rate limiter (``max_records_per_s``) sleeps, and
+    ``checkpoint_interval_s`` must be below a third of ``producer.transaction_timeout_ms`` (60 s),
+    so the broker never aborts a transaction of a live producer however slowly it publishes. Every
+    transaction also writes one record to the compacted
     ``topics.producer_progress`` topic: key = the progress key, value = :class:`ProgressRecord`
     (the last input line handled, the byte offset after it, a SHA-256 of the input bytes up to
     there, the count of records published). Records and resume point are committed atomically.
     A SIGKILL leaves the open transaction uncommitted: readers with ``isolation_level=
     read_committed`` (as :func:`streams.kafka.consumer_kwargs` sets) never see its records, and the
     re-run's producer, with the same transactional id, fences the dead one and makes the broker
-    abort that transaction (without a re-run the broker aborts it after the 60 s transaction
-    timeout; until then read_committed consumers of the touched partitions wait). The re-run then
+    abort that transaction (without a re-run the broker aborts it after the transaction timeout,
+    ``producer.transaction_timeout_ms``; until then read_committed consumers of the touched
+    partitions wait). The re-run then
     reads the progress topic up to its high watermark (waiting for any open transaction of another
     producer to end) and skips every line at or before the committed line. So each record is
     committed exactly once, however often the producer is killed; records of aborted transactions
@@ -736,6 +741,7 @@ class _InputPublisher:
                 **{
                     **kwargs,
                     "transactional_id": transactional_id(self.pkey),
+                    "transaction_timeout_ms": ctx.settings.producer.transaction_timeout_ms,
                     "max_batch_size": min(kwargs["max_batch_size"], ctx.record_limit),
                 }
             )
@@ -861,13 +867,13 @@ class _InputPublisher:
                 await self._append(partition, key, value)
                 stats.published += 1
                 self.txn_records += 1
-                if self.txn_records >= self.checkpoint_every:
+                if self.txn_records >= self.checkpoint_every or self._txn_due():
                     await self._checkpoint(done=False)
                 if self.max_rate is not None:
                     ahead = rate_started + stats.published / self.max_rate - time.monotonic()
                     if ahead > 0.05:  # sleep in steps of at least 50 ms, with what is buffered sent
                         await self._submit_all()
-                        await asyncio.sleep(ahead)
+                        await self._rate_sleep(ahead)
             stats.lines = self.line
             stats.bytes = self.offset
             bar.update(chunk.raw_bytes - raw_seen)
@@ -880,8 +886,27 @@ class _InputPublisher:
                 await self._checkpoint(done=False)
         if self.line < resume_line:
             raise self._changed(f"it now has {self.line} lines")
-        if self.line > max(resume_line, self.committed_line):
+        if self.line > resume_line:  # also when the last line was committed mid-chunk: mark it done
             await self._checkpoint(done=True)
+
+    def _txn_due(self) -> bool:
+        """Whether the open transaction has been open ``checkpoint_interval_s``: commit it now."""
+        return self.txn_open and time.monotonic() - self.txn_started >= self.checkpoint_interval_s
+
+    async def _rate_sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` for the rate limit, committing the open transaction meanwhile when it
+        reaches ``checkpoint_interval_s``: however slow the rate, no transaction stays open past it
+        (below a third of ``transaction_timeout_ms``, so the broker never aborts one). Records
+        up to the current line are all sent (:meth:`_submit_all`), so the resume point is exact."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.txn_open:
+                due = self.txn_started + self.checkpoint_interval_s - time.monotonic()
+                if due <= left:
+                    await asyncio.sleep(max(due, 0.0))
+                    await self._checkpoint(done=False)
+                    continue
+            await asyncio.sleep(left)
 
     def _verify_resume_point(self) -> None:
         assert self.prior is not None

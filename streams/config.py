@@ -147,12 +147,30 @@ class ProducerSettings(BaseModel):
     checkpoint_interval_s: float = Field(
         10.0,
         gt=0,
-        description="seconds a transaction may stay open before it is committed early (slow inputs); "
-        "must stay well under the 60 s transaction timeout",
+        description="seconds a transaction may stay open before it is committed early (slow inputs, "
+        "the rate limit); must be below a third of transaction_timeout_ms",
+    )
+    transaction_timeout_ms: int = Field(
+        60000,
+        gt=0,
+        description="Kafka transaction.timeout.ms of the producer (ms): the broker aborts a transaction "
+        "open longer (at most the broker's transaction.max.timeout.ms, 15 min by default)",
     )
     max_records_per_s: float | None = Field(
         None, gt=0, description="publish at most this many records per second (None: no limit)"
     )
+
+    @model_validator(mode="after")
+    def _commits_well_within_the_transaction_timeout(self) -> ProducerSettings:
+        limit_s = self.transaction_timeout_ms / 1000 / 3
+        if self.checkpoint_interval_s >= limit_s:
+            raise ValueError(
+                f"checkpoint_interval_s {self.checkpoint_interval_s:g} must be below a third of "
+                f"transaction_timeout_ms {self.transaction_timeout_ms} ({limit_s:g} s), so a transaction is "
+                "committed long before the broker aborts it: lower KAFKAGEN_PRODUCER__CHECKPOINT_INTERVAL_S "
+                "or raise KAFKAGEN_PRODUCER__TRANSACTION_TIMEOUT_MS"
+            )
+        return self
 
 
 class ConsumerSettings(BaseModel):
