@@ -39,19 +39,31 @@ Partitioning
     ``retention.ms=-1`` (kept for replays, see :mod:`streams.topics`); an existing topic keeps its
     partition count.
 
+Runs
+    The prompts topic is ``<run id>.prompts`` unless ``--topics.prompts`` names another
+    (:mod:`streams.naming`), and every record carries the run id. A prompts topic belongs to one
+    run (``docs/runs.md``): publishing into a topic whose records carry another run id is refused
+    with exit 2 before anything is sent (to generate run A's prompts again under a new run id, start
+    the consumers with ``--replay-of A`` instead). Publishing again under the same run id resumes.
+
 Exactly once, across crashes
     Each input is published by a *transactional* producer (``transactional_id`` =
     ``kafkagen-prompts-<hash of the progress key>``, so stable per input). Records are sent in
-    transactions of at most ``producer.checkpoint_every`` records (or ``checkpoint_interval_s``
-    seconds), and every transaction also writes one record to the compacted
+    transactions of at most ``producer.checkpoint_every`` records or ``checkpoint_interval_s``
+    seconds, whichever comes first: the age of the open transaction is checked after every record,
+    while waiting for a slow input and while the rate limiter (``max_records_per_s``) sleeps, and
+    ``checkpoint_interval_s`` must be below a third of ``producer.transaction_timeout_ms`` (60 s),
+    so the broker never aborts a transaction of a live producer however slowly it publishes. Every
+    transaction also writes one record to the compacted
     ``topics.producer_progress`` topic: key = the progress key, value = :class:`ProgressRecord`
     (the last input line handled, the byte offset after it, a SHA-256 of the input bytes up to
     there, the count of records published). Records and resume point are committed atomically.
     A SIGKILL leaves the open transaction uncommitted: readers with ``isolation_level=
     read_committed`` (as :func:`streams.kafka.consumer_kwargs` sets) never see its records, and the
     re-run's producer, with the same transactional id, fences the dead one and makes the broker
-    abort that transaction (without a re-run the broker aborts it after the 60 s transaction
-    timeout; until then read_committed consumers of the touched partitions wait). The re-run then
+    abort that transaction (without a re-run the broker aborts it after the transaction timeout,
+    ``producer.transaction_timeout_ms``; until then read_committed consumers of the touched
+    partitions wait). The re-run then
     reads the progress topic up to its high watermark (waiting for any open transaction of another
     producer to end) and skips every line at or before the committed line. So each record is
     committed exactly once, however often the producer is killed; records of aborted transactions
@@ -91,9 +103,9 @@ Bad lines and duplicate ids
 
 Exit status
     0 success; 1 some line was bad (0 with ``--allow-bad``); 2 usage error, missing or unreadable
-    input, input changed since an earlier run; 3 Kafka or S3 failure (unreachable, fenced by
-    another producer of the same input); 130 interrupted (SIGINT or SIGTERM: the open transaction
-    is aborted, a re-run continues after the last commit).
+    input, input changed since an earlier run, prompts topic of another run; 3 Kafka or S3 failure
+    (unreachable, fenced by another producer of the same input); 130 interrupted (SIGINT or
+    SIGTERM: the open transaction is aborted, a re-run continues after the last commit).
 """
 
 from __future__ import annotations
@@ -123,11 +135,13 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from producers.formats import FormatName, MappingOptions, parse_line
+from streams import naming
 from streams.config import KeyBy, Settings, load_settings
-from streams.errors import ConfigError, InputError, KafkagenError, StorageError
+from streams.errors import ConfigError, ForeignRunError, InputError, KafkagenError, StorageError
 from streams.inputs import CHUNK_BYTES, CountingRaw, InputSpec, open_input, resolve_inputs
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, unreachable_message
 from streams.records import ProgressRecord, PromptRecord, RecordDecodeError, decode, encode, key_of
+from streams.runs import describe_owners, foreign_owners, topic_owners
 from streams.topics import ensure_topics, topic_specs
 
 if TYPE_CHECKING:
@@ -727,6 +741,7 @@ class _InputPublisher:
                 **{
                     **kwargs,
                     "transactional_id": transactional_id(self.pkey),
+                    "transaction_timeout_ms": ctx.settings.producer.transaction_timeout_ms,
                     "max_batch_size": min(kwargs["max_batch_size"], ctx.record_limit),
                 }
             )
@@ -852,13 +867,13 @@ class _InputPublisher:
                 await self._append(partition, key, value)
                 stats.published += 1
                 self.txn_records += 1
-                if self.txn_records >= self.checkpoint_every:
+                if self.txn_records >= self.checkpoint_every or self._txn_due():
                     await self._checkpoint(done=False)
                 if self.max_rate is not None:
                     ahead = rate_started + stats.published / self.max_rate - time.monotonic()
                     if ahead > 0.05:  # sleep in steps of at least 50 ms, with what is buffered sent
                         await self._submit_all()
-                        await asyncio.sleep(ahead)
+                        await self._rate_sleep(ahead)
             stats.lines = self.line
             stats.bytes = self.offset
             bar.update(chunk.raw_bytes - raw_seen)
@@ -871,8 +886,27 @@ class _InputPublisher:
                 await self._checkpoint(done=False)
         if self.line < resume_line:
             raise self._changed(f"it now has {self.line} lines")
-        if self.line > max(resume_line, self.committed_line):
+        if self.line > resume_line:  # also when the last line was committed mid-chunk: mark it done
             await self._checkpoint(done=True)
+
+    def _txn_due(self) -> bool:
+        """Whether the open transaction has been open ``checkpoint_interval_s``: commit it now."""
+        return self.txn_open and time.monotonic() - self.txn_started >= self.checkpoint_interval_s
+
+    async def _rate_sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` for the rate limit, committing the open transaction meanwhile when it
+        reaches ``checkpoint_interval_s``: however slow the rate, no transaction stays open past it
+        (below a third of ``transaction_timeout_ms``, so the broker never aborts one). Records
+        up to the current line are all sent (:meth:`_submit_all`), so the resume point is exact."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.txn_open:
+                due = self.txn_started + self.checkpoint_interval_s - time.monotonic()
+                if due <= left:
+                    await asyncio.sleep(max(due, 0.0))
+                    await self._checkpoint(done=False)
+                    continue
+            await asyncio.sleep(left)
 
     def _verify_resume_point(self) -> None:
         assert self.prior is not None
@@ -1038,6 +1072,36 @@ async def _topic_max_message_bytes(settings: Settings, topic: str) -> int | None
     return None
 
 
+async def check_topic_owner(settings: Settings) -> None:
+    """Refuse to publish into a prompts topic that belongs to another run (``docs/runs.md``):
+    its first records carry another ``run_id`` (:func:`streams.runs.topic_owners`). A topic of
+    this run id (a re-run: exactly-once resume), an empty one and one without run ids are fine.
+
+    Raises:
+        ForeignRunError: the topic belongs to another run; the message names it and the fix.
+        KafkaError, TimeoutError: Kafka could not be asked.
+    """
+    topic, run = settings.topics.prompts, settings.run_id
+    foreign = foreign_owners(await topic_owners(settings, topic), [run])
+    if not foreign:
+        return
+    other = foreign[0]
+    if settings.replay_of is not None:
+        raise ForeignRunError(
+            f"prompts topic {topic} belongs to {describe_owners(foreign)}, and run {run} is declared a "
+            f"replay of run {settings.replay_of} (replay_of): a replay publishes nothing, it regenerates the "
+            f"prompts already on {topic}: start the consumers with --replay-of {settings.replay_of}; to "
+            f"publish new prompts for run {run}, unset KAFKAGEN_REPLAY_OF (they go to "
+            f"{naming.prompts_topic(run)})"
+        )
+    raise ForeignRunError(
+        f"prompts topic {topic} belongs to {describe_owners(foreign)}, not run {run}: nothing was published. "
+        f"Publish to {naming.prompts_topic(run)} (the default: drop --topics.prompts / "
+        f"KAFKAGEN_TOPICS__PROMPTS) or regenerate run {other} with `--replay-of {other}` on the consumers "
+        "(docs/runs.md)"
+    )
+
+
 async def publish(
     settings: Settings,
     options: MappingOptions,
@@ -1051,9 +1115,11 @@ async def publish(
 ) -> RunResult:
     """Publish ``inputs`` in order to ``settings.topics.prompts``, exactly once per run id.
 
-    Creates the prompts and progress topics when missing. Bad lines go to ``report``.
+    Creates the prompts and progress topics when missing. Bad lines go to ``report``. The prompts
+    topic must not belong to another run (:func:`check_topic_owner`).
 
     Raises:
+        ForeignRunError: the prompts topic belongs to another run; nothing is published.
         InputError: an input cannot be read, is a JSON array, or changed since an earlier run.
         KafkaError, asyncio.TimeoutError: Kafka is unreachable or refused the records; the open
             transaction is aborted (its records never become visible).
@@ -1069,6 +1135,7 @@ async def publish(
             f"note: topic {settings.topics.prompts} exists with {partitions} partitions "
             f"(topics.partitions is {settings.topics.partitions}): using {partitions}"
         )
+    await check_topic_owner(settings)
     topic_limit = await _topic_max_message_bytes(settings, settings.topics.prompts)
     record_limit = min(settings.kafka.max_message_bytes, topic_limit or settings.kafka.max_message_bytes)
     store = ProgressStore(settings)
@@ -1264,7 +1331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except asyncio.CancelledError:
         echo("interrupted: the open transaction was aborted; run the same command again to continue")
         return EXIT_INTERRUPTED
-    except InputError as exc:
+    except (InputError, ForeignRunError) as exc:
         echo(f"error: {exc}")
         return EXIT_USAGE
     except ProducerFenced:

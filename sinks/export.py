@@ -10,14 +10,15 @@ the ids with the expected ones, and writes the dataset:
 * ``errors-00000.jsonl.zst`` ...: the :class:`~streams.records.ErrorRecord` of each id whose
   winning record is an error (dead letters, and records the sink could not decode);
 * ``manifest.json``: run id, creation time, counts by ``finish_reason``, by quality flag and by
-  ``attempt``, token totals, duplicate counts, conflicts, expected/missing/unexpected ids (lists
-  capped by ``--list-cap``), per-shard record counts and SHA-256 (of the shard file as stored),
-  and what was checked in the source objects.
+  ``attempt``, token totals, duplicate counts, conflicts, foreign records, expected/missing/
+  unexpected ids (lists capped by ``--list-cap``), per-shard record counts and SHA-256 (of the
+  shard file as stored), and what was checked in the source objects.
 
 Deduplication
-    Per id, the record of the latest ``attempt`` wins (a re-published prompt's new generation
-    replaces the old one); within an attempt a completion beats an error; then the earliest
-    Kafka offset wins (then topic, partition, for a deterministic order). Records of one id whose
+    Records of other runs are left out first (*Foreign records*). Per id, the record of the latest
+    ``attempt`` wins (a re-published prompt's new generation replaces the old one); within an
+    attempt a completion beats an error; then the earliest Kafka offset wins (then topic,
+    partition, for a deterministic order). Records of one id whose
     prompts differ (:func:`streams.records.prompt_identity`: messages, tools and params) are a
     *conflict*: two different prompts share the id. Each is reported with both sources
     (topic/partition/offset and attempt) and the export fails; a winner is still written.
@@ -41,8 +42,14 @@ Coverage
     first offset in Kafka cannot be checked and counts as a gap. ``--no-topic-check`` skips
     Kafka: every hole between objects is then a gap.
 
-Unreadable or corrupt source objects, gaps and conflicts are printed (one line each, the first
-20) and listed in the manifest, and fail the export.
+Foreign records
+    A record in the run's folder whose ``run_id`` is set and is not the run's belongs to another
+    run (a prompts topic or folder shared by two runs, ``docs/runs.md``): it is left out of the
+    dataset (it neither wins nor conflicts nor counts as present), counted in the manifest
+    (``foreign``: count, per run, the first ``--list-cap`` with their sources) and fails the export.
+
+Unreadable or corrupt source objects, gaps, conflicts and foreign records are printed (one line
+each, the first 20) and listed in the manifest, and fail the export.
 
 Destination
     Shards are written to a staging folder (inside a local destination; a temporary folder for
@@ -55,7 +62,8 @@ Two passes over the objects keep memory to the id index (about 300 bytes per id)
 object; shards are streamed to disk (uploaded per shard for an ``s3://`` destination).
 
 Exit status: 0; 1 when ids are missing (unless ``--allow-missing``), a source object is corrupt
-or unreadable, offsets are not covered, or ids conflict; 2 on bad arguments, settings or inputs;
+or unreadable, offsets are not covered, ids conflict, or records of another run are in the
+folder; 2 on bad arguments, settings or inputs;
 3 when Kafka or S3 cannot be reached.
 """
 
@@ -98,6 +106,7 @@ from sinks.layout import (
     parse_key,
     run_prefix,
 )
+from streams import naming
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StorageError
 from streams.inputs import open_input, resolve_inputs
@@ -132,6 +141,12 @@ class _Head(msgspec.Struct):
     id: str
     attempt: int = 0
     prompt: PromptRecord | None = None
+    run_id: str | None = None
+
+
+def _foreign(head: _Head, run_id: str) -> bool:
+    """Whether the record belongs to another run than ``run_id`` (its ``run_id`` is set and differs)."""
+    return head.run_id is not None and head.run_id != run_id
 
 
 _head_decoder: Final = msgspec.json.Decoder(_Head)
@@ -182,7 +197,10 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
     """
     partitions = (await _partitions(settings, [topic])).get(topic)
     if not partitions:
-        raise ConfigError(f"prompts topic {topic!r} does not exist (set --prompts-topic or --input)")
+        raise ConfigError(
+            f"prompts topic {topic!r} does not exist: set --prompts-topic or --input, or --replay-of RUN "
+            "when this run replays run RUN's prompts (docs/runs.md)"
+        )
     tps = [TopicPartition(topic, p) for p in partitions]
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
     await consumer.start()
@@ -661,7 +679,7 @@ def export(
         key=lambda s: (s.parsed.topic, s.parsed.partition, s.parsed.start_offset),
     )
 
-    # Pass 1: the winning line of every id; prompt conflicts.
+    # Pass 1: the winning line of every id; prompt conflicts; records of other runs.
     winners: dict[str, _Rank] = {}
     kinds_seen: dict[str, int] = {}  # id -> (lines << 2) | 1 if a completion | 2 if an error
     origins: dict[str, _Origin] = {}
@@ -670,12 +688,23 @@ def export(
     superseded: set[str] = set()  # ids with records of more than one attempt
     lines_total = 0
     lines_by_kind: Counter[str] = Counter()
+    foreign: list[dict[str, Any]] = []
+    foreign_runs: Counter[str] = Counter()
     for source in sources:
         for line, head in _read_object(client, bucket, source):
             record_id = head.id
-            rank = _rank(line.kind, head.attempt, line.offset, line.topic, line.partition)
             lines_total += 1
             lines_by_kind[line.kind] += 1
+            if _foreign(head, run_id):  # counted and reported, never part of the dataset
+                assert head.run_id is not None
+                foreign_runs[head.run_id] += 1
+                if len(foreign) < list_cap:
+                    foreign.append(
+                        {"id": record_id, "run_id": head.run_id, "kind": line.kind}
+                        | _where(line.topic, line.partition, line.offset, head.attempt)
+                    )
+                continue
+            rank = _rank(line.kind, head.attempt, line.offset, line.topic, line.partition)
             best = winners.get(record_id)
             if best is None or rank < best:
                 winners[record_id] = rank
@@ -715,6 +744,8 @@ def export(
                 continue
             for line, head in _read_object(client, bucket, source):
                 record_id = head.id
+                if _foreign(head, run_id):
+                    continue
                 if winners.get(record_id) != _rank(
                     line.kind, head.attempt, line.offset, line.topic, line.partition
                 ):
@@ -750,7 +781,15 @@ def export(
         corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
         missing = sorted(expected.ids - present) if expected is not None else []
         unexpected = sorted(present - expected.ids) if expected is not None else []
-        failed = bool(corrupt or gaps or coverage_problems or conflicts or (missing and not allow_missing))
+        foreign_count = sum(foreign_runs.values())
+        failed = bool(
+            corrupt
+            or gaps
+            or coverage_problems
+            or conflicts
+            or foreign_count
+            or (missing and not allow_missing)
+        )
         written = {kind: sum(e["records"] for e in s.written) for kind, s in shards.items()}
         manifest: dict[str, Any] = {
             "run_id": run_id,
@@ -768,6 +807,12 @@ def export(
                 "coverage_problems": coverage_problems,
                 "offset_overlaps": overlaps[:list_cap],
             },
+            "foreign": {
+                "count": foreign_count,
+                "by_run": dict(sorted(foreign_runs.items())),
+                "items": foreign,
+                "truncated": foreign_count > len(foreign),
+            },
             "records": {
                 "ids": len(present),
                 "completions": written["completions"],
@@ -780,7 +825,7 @@ def export(
             "errors_by_type": dict(sorted(by_error.items())),
             "tokens": {k: tokens[k] for k in ("prompt", "completion", "reasoning")},
             "duplicates": {
-                "records_dropped": lines_total - len(present),
+                "records_dropped": lines_total - foreign_count - len(present),
                 "ids": sum(1 for info in kinds_seen.values() if info >> 2 > 1),
                 "completion_beat_error": sum(1 for info in kinds_seen.values() if info & 3 == 3),
                 "older_attempts_dropped": len(superseded),
@@ -849,6 +894,16 @@ def problem_lines(manifest: dict[str, Any]) -> list[str]:
         ],
         conflicts["count"],
     )
+    foreign = manifest["foreign"]
+    listed(
+        "FOREIGN record",
+        [
+            f"id {f['id']!r} at {_at(f)}: a {f['kind']} of run {f['run_id']}, not run {manifest['run_id']} "
+            "(left out of the dataset; a prompts topic or S3 folder shared by two runs? see docs/runs.md)"
+            for f in foreign["items"]
+        ],
+        foreign["count"],
+    )
     return lines
 
 
@@ -896,7 +951,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(see `python -m sinks.export --settings-help`).",
     )
     parser.add_argument(
-        "--run", required=False, help="the run id to export (default: the run_id setting, i.e. --run-id)"
+        "--run",
+        required=False,
+        help="the run id to export (default: the run_id setting, i.e. --run-id); its topics derive from it "
+        "(docs/runs.md)",
     )
     parser.add_argument("--to", required=False, help="output folder, or s3://bucket/prefix")
     source = parser.add_mutually_exclusive_group()
@@ -937,7 +995,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--to is required")
         if args.shard_records <= 0 or args.list_cap < 0:
             parser.error("--shard-records must be positive and --list-cap not negative")
-        run_id = args.run or settings.run_id
+        if args.run and args.run != settings.run_id:
+            try:  # the run's own names: <run>.prompts ... unless set explicitly (streams.naming)
+                settings = naming.for_run(settings, args.run)
+            except ValueError as exc:
+                raise ConfigError(f"--run: {exc}") from None
+        run_id = settings.run_id
         if args.input is not None:
             try:
                 fmt = FormatName(args.format)

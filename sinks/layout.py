@@ -31,6 +31,8 @@ from typing import Final, Literal
 import msgspec
 import zstandard
 
+from streams import naming
+
 KEY_SUFFIX: Final = ".jsonl.zst"
 OFFSET_WIDTH: Final = 10
 """Zero-padding of start offsets below 10^10 (Kafka Connect's default width)."""
@@ -69,13 +71,11 @@ def format_offset(offset: int) -> str:
     return f"{offset:0{OFFSET_WIDTH if offset < 10**OFFSET_WIDTH else WIDE_OFFSET_WIDTH}d}"
 
 
-def _clean_prefix(prefix: str) -> str:
-    return prefix.strip("/")
-
-
 def _check_run_id(run_id: str) -> None:
-    if not run_id or any(c in run_id for c in "/+ \t\n") or run_id.startswith("."):
-        raise LayoutError(f"run id {run_id!r} must be non-empty and contain no '/', '+' or whitespace")
+    try:
+        naming.check_run_id(run_id, what="run id")
+    except ValueError as exc:
+        raise LayoutError(str(exc)) from None
 
 
 def _check_topic(topic: str) -> None:
@@ -90,8 +90,7 @@ def run_prefix(prefix: str, run_id: str) -> str:
         LayoutError: a run id with ``/``, ``+`` or whitespace.
     """
     _check_run_id(run_id)
-    clean = _clean_prefix(prefix)
-    return f"{clean}/{run_id}/" if clean else f"{run_id}/"
+    return naming.run_folder(prefix, run_id)
 
 
 def topic_prefix(prefix: str, run_id: str, topic: str) -> str:

@@ -67,6 +67,8 @@ server and tables are switched off (``BootStrategy``), and the sink's
 (``read_committed``, manual commits, the project's security settings). Values arrive as raw
 bytes and are decoded here with :func:`streams.records.decode`; no faust ack or commit exists.
 The faust app id and the consumer group are both :func:`group_id`: ``<sink.group>.<run_id>``.
+The topics it reads are the run's (``<run id>.completions`` and ``.errors`` unless set,
+:mod:`streams.naming`, ``docs/runs.md``).
 Rule 4 makes S3, not the group, the position, so the committed offsets serve progress and lag
 reports.
 
@@ -172,6 +174,7 @@ from sinks.layout import (
     partition_prefix,
     single_line_json,
 )
+from streams import naming
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, KafkagenError, PermanentStorageError, StorageError
 from streams.kafka import KafkaOutage, consumer_kwargs, unreachable_message
@@ -195,9 +198,9 @@ MIN_PART_BYTES: Final = 5 * 1024 * 1024
 """S3's smallest multipart part (all parts but the last)."""
 
 
-def group_id(settings: Settings) -> str:
-    """The sink's consumer group and faust app id: ``<sink.group>.<run_id>`` (see the module docstring)."""
-    return f"{settings.sink.group}.{settings.run_id}"
+group_id = naming.sink_group
+"""The sink's consumer group and faust app id: ``<sink.group>.<run_id>``
+(:func:`streams.naming.sink_group`; see the module docstring)."""
 
 
 # -- records → lines ---------------------------------------------------------------------------

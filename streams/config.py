@@ -19,9 +19,19 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
+from streams import naming
 from streams.errors import ConfigError
 
 ENV_PREFIX = "KAFKAGEN_"
@@ -53,13 +63,19 @@ class KafkaSettings(BaseModel):
 
 
 class TopicSettings(BaseModel):
-    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`."""
+    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`.
+
+    The prompts, completions and errors names default to ``""``: derived from the run id by
+    :class:`Settings` (:mod:`streams.naming`, ``docs/runs.md``): ``<run>.prompts`` (``<replay_of>.prompts``
+    for a replay), ``<run>.completions``, ``<run>.errors``. A name set here wins."""
 
     model_config = _FROZEN
 
-    prompts: str = "prompts"
-    completions: str = "completions"
-    errors: str = Field("errors", description="the dead-letter topic: ErrorRecords")
+    prompts: str = Field(
+        "", description="PromptRecords; empty: <run id>.prompts, or <replay_of>.prompts for a replay"
+    )
+    completions: str = Field("", description="CompletionRecords; empty: <run id>.completions")
+    errors: str = Field("", description="the dead-letter topic: ErrorRecords; empty: <run id>.errors")
     producer_progress: str = Field(
         "kafkagen-producer-progress", description="compacted topic: the prompt producer's resume points"
     )
@@ -131,12 +147,30 @@ class ProducerSettings(BaseModel):
     checkpoint_interval_s: float = Field(
         10.0,
         gt=0,
-        description="seconds a transaction may stay open before it is committed early (slow inputs); "
-        "must stay well under the 60 s transaction timeout",
+        description="seconds a transaction may stay open before it is committed early (slow inputs, "
+        "the rate limit); must be below a third of transaction_timeout_ms",
+    )
+    transaction_timeout_ms: int = Field(
+        60000,
+        gt=0,
+        description="Kafka transaction.timeout.ms of the producer (ms): the broker aborts a transaction "
+        "open longer (at most the broker's transaction.max.timeout.ms, 15 min by default)",
     )
     max_records_per_s: float | None = Field(
         None, gt=0, description="publish at most this many records per second (None: no limit)"
     )
+
+    @model_validator(mode="after")
+    def _commits_well_within_the_transaction_timeout(self) -> ProducerSettings:
+        limit_s = self.transaction_timeout_ms / 1000 / 3
+        if self.checkpoint_interval_s >= limit_s:
+            raise ValueError(
+                f"checkpoint_interval_s {self.checkpoint_interval_s:g} must be below a third of "
+                f"transaction_timeout_ms {self.transaction_timeout_ms} ({limit_s:g} s), so a transaction is "
+                "committed long before the broker aborts it: lower KAFKAGEN_PRODUCER__CHECKPOINT_INTERVAL_S "
+                "or raise KAFKAGEN_PRODUCER__TRANSACTION_TIMEOUT_MS"
+            )
+        return self
 
 
 class ConsumerSettings(BaseModel):
@@ -249,7 +283,12 @@ class StackSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``.
+    """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``;
+    switch to another run id with :func:`streams.naming.for_run` (``model_copy`` runs no validator,
+    so it would keep the old run's derived topic names).
+
+    Topic names left empty are derived from ``run_id`` and ``replay_of`` when the object is built
+    (:func:`streams.naming.fill_topic_names`; the rule: ``docs/runs.md``).
 
     Raises:
         ConfigError: from :func:`load_settings` when a value is malformed.
@@ -265,7 +304,16 @@ class Settings(BaseSettings):
         nested_model_default_partial_update=True,
     )
 
-    run_id: str = Field("default", description="names this generation run in S3 keys and exports")
+    run_id: str = Field(
+        "default",
+        description="names this generation run: its topics, consumer groups and S3 folder derive from it "
+        "(docs/runs.md)",
+    )
+    replay_of: str | None = Field(
+        None,
+        description="this run regenerates run REPLAY_OF's prompts (topic <REPLAY_OF>.prompts) under its own "
+        "run id, completions and errors topics, groups and S3 folder (docs/runs.md)",
+    )
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     s3: S3Settings = S3Settings()
@@ -279,11 +327,24 @@ class Settings(BaseSettings):
     sink: SinkSettings = SinkSettings()
     stack: StackSettings = StackSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_topic_names(cls, data: Any) -> Any:
+        return naming.fill_topic_names(data)
+
     @field_validator("run_id")
     @classmethod
     def _run_id_is_key_safe(cls, value: str) -> str:
-        if not value or any(c in value for c in "/+ \t\n") or value.startswith("."):
-            raise ValueError("run_id must be non-empty and contain no '/', '+', or whitespace")
+        return naming.check_run_id(value)
+
+    @field_validator("replay_of", mode="before")
+    @classmethod
+    def _replay_of_is_another_run(cls, value: Any, info: ValidationInfo) -> Any:
+        if value == "":  # KAFKAGEN_REPLAY_OF= (e.g. docker compose's ${REPLAY_OF:-}): not a replay
+            return None
+        if isinstance(value, str):
+            naming.check_run_id(value, what="replay_of")
+            naming.check_not_self_replay(info.data.get("run_id", ""), value)
         return value
 
     @field_validator("servers")

@@ -28,6 +28,12 @@ class ConfigError(KafkagenError):
     """A setting is missing, malformed or inconsistent. Fix the setting; never retriable."""
 
 
+class ForeignRunError(ConfigError):
+    """A topic or record belongs to another run than the one this process works for
+    (``docs/runs.md``). Never retriable: the message names the topic, its owner and the flag that
+    fixes it."""
+
+
 class StackError(KafkagenError):
     """The local stack (Kafka, S3, LLM servers) could not be installed, started or stopped.
 

@@ -12,8 +12,10 @@
    running: ``python -m streams.stack down`` stops it).
 
 Each run has its own topics (``<run id>.prompts``, ``.completions``, ``.errors``), consumer groups
-and S3 folder, so re-running with the same ``--run-id`` resumes or reports the run as done, and a
-new run id is an independent run. Files of a run: ``<stack.home>/runs/<run id>/`` (supervisord
+and S3 folder (:mod:`streams.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
+resumes or reports the run as done, and a new run id is an independent run. ``--replay-of RUN``
+makes the run a replay: it regenerates run RUN's prompts (topic ``RUN.prompts``) under its own
+run id and publishes nothing. Files of a run: ``<stack.home>/runs/<run id>/`` (supervisord
 config, logs), the dataset in ``<stack.home>/datasets/<run id>/`` unless ``--to`` says otherwise.
 
 Local defaults (all servers on loopback, i.e. llama.cpp with Gemma-3-270M on CPU): ``max_tokens``
@@ -40,9 +42,8 @@ from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumers.client import ServerClient
-from consumers.generate import group_id as generate_group
 from producers.sample import DEMO_FILE
-from sinks.s3 import group_id as sink_group
+from streams import naming
 from streams.config import Settings, check_server_url, load_settings, settings_to_env
 from streams.errors import ConfigError, KafkagenError
 from streams.kafka import consumer_kwargs
@@ -76,6 +77,10 @@ class Progress:
 def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
     """Apply the run's choices to ``settings``: per-run topics, servers, budget, thinking.
 
+    The topics are always the run's own (:func:`streams.naming.derived_topics`: ``<run>.prompts``,
+    or ``<replay_of>.prompts`` for a replay, ``<run>.completions``, ``<run>.errors``), whatever
+    ``topics.*`` says: the main job keeps every run apart (``docs/runs.md``).
+
     Raises:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`).
     """
@@ -85,9 +90,7 @@ def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
             check_server_url(url)
         except ValueError as exc:
             raise ConfigError(f"--server {exc}") from None
-    topics = settings.topics.model_copy(
-        update={"prompts": f"{run}.prompts", "completions": f"{run}.completions", "errors": f"{run}.errors"}
-    )
+    topics = settings.topics.model_copy(update=naming.derived_topics(run, settings.replay_of))
     servers = args.server or settings.servers
     local = all(local_port(u) is not None for u in servers)
     gen = settings.generation
@@ -128,8 +131,8 @@ async def _offsets(settings: Settings, group: str | None, topics: Sequence[str])
 
 async def _progress(settings: Settings) -> Progress:
     t = settings.topics
-    generated, prompts_end = await _offsets(settings, generate_group(settings), [t.prompts])
-    in_s3, results_end = await _offsets(settings, sink_group(settings), [t.completions, t.errors])
+    generated, prompts_end = await _offsets(settings, naming.generate_group(settings), [t.prompts])
+    in_s3, results_end = await _offsets(settings, naming.sink_group(settings), [t.completions, t.errors])
     return Progress(prompts_end=prompts_end, generated=generated, results_end=results_end, in_s3=in_s3)
 
 
@@ -278,10 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         settings = load_settings(Settings, rest, prog=parser.prog)
-        if args.run_id:
-            settings = settings.model_copy(update={"run_id": args.run_id})
-        elif settings.run_id == "default":
-            settings = settings.model_copy(update={"run_id": "demo"})
+        run_id = args.run_id or ("demo" if settings.run_id == "default" else settings.run_id)
+        try:
+            settings = naming.for_run(settings, run_id)
+        except ValueError as exc:
+            raise ConfigError(f"--run-id: {exc}") from None
         settings = run_settings(settings, args)
         return _run(settings, args)
     except KafkagenError as exc:
@@ -330,27 +334,34 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     supervisor.start(programs, cwd=root)
     say(f"consumers and sink started under supervisord; logs in {supervisor.log_dir}")
     try:
-        prompts = args.prompts or [DEMO_FILE]
-        publish = subprocess.run(
-            _python(
-                "-m",
-                "producers.prompts",
-                *map(str, prompts),
-                "--keep-field",
-                "source",
-                "--keep-field",
-                "reference",
-                "--bad-lines",
-                str(supervisor.home / "bad-lines.jsonl"),
-                *(["--no-progress"] if args.no_progress else []),
-            ),
-            env={**os.environ, **env},
-            cwd=root,
-            check=False,
-        )
-        if publish.returncode not in (0, 1):
-            say(f"error: publishing failed (exit {publish.returncode}); see the messages above")
-            return 1
+        if settings.replay_of is not None:
+            say(
+                f"run {settings.run_id} replays run {settings.replay_of}: regenerating the prompts of "
+                f"{settings.topics.prompts}, publishing nothing"
+                + (" (--prompts ignored)" if args.prompts else "")
+            )
+        else:
+            prompts = args.prompts or [DEMO_FILE]
+            publish = subprocess.run(
+                _python(
+                    "-m",
+                    "producers.prompts",
+                    *map(str, prompts),
+                    "--keep-field",
+                    "source",
+                    "--keep-field",
+                    "reference",
+                    "--bad-lines",
+                    str(supervisor.home / "bad-lines.jsonl"),
+                    *(["--no-progress"] if args.no_progress else []),
+                ),
+                env={**os.environ, **env},
+                cwd=root,
+                check=False,
+            )
+            if publish.returncode not in (0, 1):
+                say(f"error: publishing failed (exit {publish.returncode}); see the messages above")
+                return 1
         progress = asyncio.run(wait_until_done(settings, args.timeout, show=not args.no_progress))
         dataset = args.to or str(stack.home / "datasets" / settings.run_id)
         export = subprocess.run(

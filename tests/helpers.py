@@ -23,6 +23,7 @@ from streams.records import (
     CompletionRecord,
     ErrorRecord,
     GenerationParams,
+    ProgressRecord,
     PromptMetadata,
     PromptRecord,
     decode,
@@ -32,7 +33,7 @@ from streams.records import (
 from streams.topics import ensure_topics, topic_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord)
+T = TypeVar("T", CompletionRecord, ErrorRecord, PromptRecord, ProgressRecord)
 
 
 def broker_shapes(*, xfail_on_3: str | None = None) -> pytest.MarkDecorator:

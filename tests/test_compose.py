@@ -309,7 +309,12 @@ def test_app_environment_configures_settings(
     assert s.s3.access_key_id == "kafkagen"
     assert s.s3.secret_access_key.get_secret_value() == _defaults(minio["MINIO_ROOT_PASSWORD"])
     assert s.generation.model == "Qwen/Qwen3-8B"
-    assert s.run_id == "default"
+    assert s.run_id == "default" and s.replay_of is None
+    assert (s.topics.prompts, s.topics.completions, s.topics.errors) == (
+        "default.prompts",
+        "default.completions",
+        "default.errors",
+    )
 
 
 # --- Dockerfile --------------------------------------------------------------------------------------

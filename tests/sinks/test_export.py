@@ -476,3 +476,55 @@ def test_conditional_create_never_overwrites(s3: str, settings: Settings, thresh
         client(settings).get_object(Bucket=settings.s3.bucket, Key=key)["Body"].read() == body
     )  # ...untouched
     assert store.abort_uploads(f"{settings.s3.prefix}/") == 0  # a failed complete leaves no upload behind
+
+
+async def test_a_record_of_another_run_in_the_folder_is_reported_and_fails_the_export(
+    cfg: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's folder holds completions 0..2 of the run, and two records of another run (as when
+    two runs shared a prompts topic, docs/runs.md): id 3, and a later attempt of id 1 that would
+    win the dedupe if it counted. Both are left out, counted, printed, and fail the export."""
+    run_id = cfg.run_id
+    stray_new = completion(3, "another-run")
+    stray_newer = msgspec.structs.replace(completion(1, "another-run"), attempt=1, finish_reason="length")
+    await _produce(
+        cfg,
+        cfg.topics.completions,
+        [encode(completion(i, run_id)) for i in range(3)] + [encode(stray_new), encode(stray_newer)],
+    )
+    await write_objects(cfg, cfg.topics.completions, 0)
+    inputs = tmp_path / "prompts.jsonl"
+    inputs.write_text(_input_rows(range(3)))
+    out = tmp_path / "dataset"
+
+    assert await _amain(_argv(cfg, str(out), inputs)) == 1
+    printed = capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ok"] is False
+    c = cfg.topics.completions
+    assert manifest["foreign"] == {
+        "count": 2,
+        "by_run": {"another-run": 2},
+        "items": [
+            {"id": "id-000003", "run_id": "another-run", "kind": "completion"}
+            | {"topic": c, "partition": 0, "offset": 3, "attempt": 0},
+            {"id": "id-000001", "run_id": "another-run", "kind": "completion"}
+            | {"topic": c, "partition": 0, "offset": 4, "attempt": 1},
+        ],
+        "truncated": False,
+    }
+    assert manifest["records"] == {"ids": 3, "completions": 3, "errors": 0}
+    assert manifest["unexpected"]["count"] == 0 and manifest["missing"]["count"] == 0
+    assert manifest["duplicates"]["records_dropped"] == 0 and manifest["by_attempt"] == {"0": 3}
+    assert manifest["source"]["lines"] == 5
+    dataset = [
+        msgspec.json.decode(line, type=CompletionRecord)
+        for s in manifest["shards"]
+        for line in _lines(out / s["path"])
+    ]
+    assert [(r.id, r.run_id, r.attempt) for r in dataset] == [(f"id-00000{i}", run_id, 0) for i in range(3)]
+    assert (
+        f"FOREIGN record: id 'id-000003' at {c}-0@3 (attempt 0): a completion of run another-run, "
+        f"not run {run_id}" in printed
+    )
+    assert f"FOREIGN record: id 'id-000001' at {c}-0@4 (attempt 1)" in printed

@@ -1,0 +1,163 @@
+"""The one owner of every name derived from a run id (the rule: ``docs/runs.md``).
+
+A run ``R`` owns, unless a setting names something else explicitly:
+
+=====================  ==========================================================================
+what                   name
+=====================  ==========================================================================
+prompts topic          ``R.prompts``; ``A.prompts`` when ``R`` is declared a replay of run ``A``
+                       (``replay_of``: ``R`` regenerates ``A``'s prompts)
+completions topic      ``R.completions``
+errors topic (DLT)     ``R.errors``
+generate group         ``<consumer.group>.R`` (:func:`generate_group`)
+sink group, faust app  ``<sink.group>.R`` (:func:`sink_group`)
+S3 run folder          ``<s3.prefix>/R/`` (:func:`run_folder`)
+=====================  ==========================================================================
+
+The topic-name settings (``topics.prompts``, ``.completions``, ``.errors``) default to ``""``,
+"derive from the run id": :class:`streams.config.Settings` fills them with :func:`fill_topic_names`
+when it is built (from the environment, flags or keyword arguments), so every entry point sees the
+derived names; an explicit name (``--topics.prompts X``) wins. ``model_copy(update={"run_id": ...})``
+does not run validators and would keep the old run's names: switch runs with :func:`for_run`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from streams.config import Settings
+
+TOPIC_ROLES: Final = ("prompts", "completions", "errors")
+"""The topic settings derived from the run id (``topics.<role>``)."""
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+KEEP: Final = _Keep.KEEP
+"""For :func:`for_run`: keep the settings' ``replay_of``."""
+
+
+def check_run_id(run_id: str, *, what: str = "run_id") -> str:
+    """``run_id`` unchanged when it can name a run: S3 keys and topic names are built from it.
+
+    Raises:
+        ValueError: empty, starts with ``.``, or contains ``/``, ``+`` or whitespace; the message
+            names ``what`` (the setting) and the value.
+    """
+    if not run_id or any(c in run_id for c in "/+ \t\n") or run_id.startswith("."):
+        raise ValueError(
+            f"{what} {run_id!r} must be non-empty, not start with '.' and contain no '/', '+' or whitespace"
+        )
+    return run_id
+
+
+def prompts_topic(run_id: str, replay_of: str | None = None) -> str:
+    """The prompts topic of run ``run_id``: ``<run_id>.prompts``, or ``<replay_of>.prompts`` when
+    the run is a replay of run ``replay_of``."""
+    return f"{replay_of or run_id}.prompts"
+
+
+def completions_topic(run_id: str) -> str:
+    """The completions topic of run ``run_id``: ``<run_id>.completions``."""
+    return f"{run_id}.completions"
+
+
+def errors_topic(run_id: str) -> str:
+    """The dead-letter topic of run ``run_id``: ``<run_id>.errors``."""
+    return f"{run_id}.errors"
+
+
+def derived_topics(run_id: str, replay_of: str | None = None) -> dict[str, str]:
+    """``{"prompts": ..., "completions": ..., "errors": ...}``: the topic names run ``run_id``
+    (a replay of ``replay_of`` when set) derives."""
+    return {
+        "prompts": prompts_topic(run_id, replay_of),
+        "completions": completions_topic(run_id),
+        "errors": errors_topic(run_id),
+    }
+
+
+def generate_group(settings: Settings) -> str:
+    """The generation consumers' group id: ``<consumer.group>.<run_id>``. One group per run, so a
+    new run id reads its prompts topic from the start and a re-run of the same id resumes. A replay
+    (``replay_of``) has its own group, so it regenerates every prompt of the replayed run."""
+    return f"{settings.consumer.group}.{settings.run_id}"
+
+
+def sink_group(settings: Settings) -> str:
+    """The S3 sink's consumer group and faust app id: ``<sink.group>.<run_id>`` (its committed
+    offsets must describe the same stream as the run's S3 folder, :mod:`sinks.s3`)."""
+    return f"{settings.sink.group}.{settings.run_id}"
+
+
+def run_folder(prefix: str, run_id: str) -> str:
+    """The S3 folder of run ``run_id``: ``<prefix>/<run_id>/`` (``<run_id>/`` for an empty prefix;
+    slashes around ``prefix`` are dropped).
+
+    Raises:
+        ValueError: ``run_id`` cannot name a run (:func:`check_run_id`).
+    """
+    check_run_id(run_id)
+    clean = prefix.strip("/")
+    return f"{clean}/{run_id}/" if clean else f"{run_id}/"
+
+
+def fill_topic_names(data: Any) -> Any:
+    """``Settings`` input data with every empty topic name (``topics.prompts``, ``.completions``,
+    ``.errors``) replaced by the name derived from ``data["run_id"]`` (default ``default``) and
+    ``data["replay_of"]``. ``data["topics"]`` may be missing, a dict or a ``TopicSettings``;
+    anything that is not a dict is returned unchanged (pydantic reports it). Used by
+    :class:`streams.config.Settings` as a ``model_validator(mode="before")``."""
+    if not isinstance(data, dict):
+        return data
+    run_id = data.get("run_id") or "default"
+    replay_of = data.get("replay_of") or None
+    if not isinstance(run_id, str) or not (replay_of is None or isinstance(replay_of, str)):
+        return data  # a mistyped value: the field validators say what is wrong
+    derived = derived_topics(run_id, replay_of)
+    topics = data.get("topics")
+    if topics is None:
+        return {**data, "topics": derived}
+    if isinstance(topics, dict):
+        return {**data, "topics": {**topics, **{r: derived[r] for r in TOPIC_ROLES if not topics.get(r)}}}
+    if hasattr(topics, "model_copy"):
+        empty = {r: derived[r] for r in TOPIC_ROLES if not getattr(topics, r, "x")}
+        return {**data, "topics": topics.model_copy(update=empty)} if empty else data
+    return data
+
+
+def for_run(settings: Settings, run_id: str, *, replay_of: str | _Keep | None = KEEP) -> Settings:
+    """``settings`` switched to run ``run_id`` (and, when given, declared a replay of ``replay_of``,
+    ``None``: not a replay), with the names re-derived: each topic name that is the one the old run
+    derived becomes the new run's; a topic named explicitly (any other name) is kept. Groups and the
+    S3 folder follow the run id by themselves.
+
+    Raises:
+        ValueError: ``run_id`` or ``replay_of`` cannot name a run (:func:`check_run_id`), or the
+            run would be a replay of itself.
+    """
+    new_replay = settings.replay_of if replay_of is KEEP else replay_of
+    assert not isinstance(new_replay, _Keep)
+    check_run_id(run_id)
+    if new_replay is not None:
+        check_run_id(new_replay, what="replay_of")
+        check_not_self_replay(run_id, new_replay)
+    old = derived_topics(settings.run_id, settings.replay_of)
+    new = derived_topics(run_id, new_replay)
+    update = {r: new[r] for r in TOPIC_ROLES if getattr(settings.topics, r) == old[r]}
+    topics = settings.topics.model_copy(update=update)
+    return settings.model_copy(update={"run_id": run_id, "replay_of": new_replay, "topics": topics})
+
+
+def check_not_self_replay(run_id: str, replay_of: str | None) -> None:
+    """Raises ``ValueError`` when ``replay_of`` is ``run_id`` (a run cannot replay itself: re-running
+    the same run id resumes it)."""
+    if replay_of is not None and replay_of == run_id:
+        raise ValueError(
+            f"replay_of {replay_of!r} is the run id itself: a replay regenerates another run's prompts "
+            "under a new run id; to resume this run, drop --replay-of (KAFKAGEN_REPLAY_OF)"
+        )
