@@ -274,7 +274,10 @@ async def drain(pipeline: Pipeline, monitor: Monitor, timeout_s: float, t0: floa
         problems.append(
             f"not drained {timeout_s:.0f} s after the last fault: committed offsets do not reach the ends"
         )
-    say(f"drained at {time.monotonic() - t0:.0f} s ({time.monotonic() - start:.0f} s after the last fault)")
+    say(
+        f"drained at {time.monotonic() - t0:.0f} s, "
+        f"{time.monotonic() - start:.0f} s after the last fault was undone"
+    )
     return problems
 
 

@@ -27,6 +27,7 @@ class FaultOutcome:
         ok: injected and undone as planned.
         outcome: one line: what happened.
         owned: prompts partitions the target consumer(s) owned when it was injected.
+        moved: partition handovers the monitor saw from injection to undo (SIGKILLs included).
     """
 
     fault: Fault
@@ -35,6 +36,7 @@ class FaultOutcome:
     ok: bool = True
     outcome: str = ""
     owned: list[int] = field(default_factory=list)
+    moved: int = 0
 
 
 def _consumers_on(pipeline: Pipeline, server: int) -> list[str]:
@@ -47,13 +49,15 @@ async def run_fault(fault: Fault, pipeline: Pipeline, monitor: Monitor, t0: floa
     """Inject ``fault`` at ``t0 + fault.at_s`` (monotonic seconds), undo it ``hold_s`` later."""
     await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
     out = FaultOutcome(fault, at_s=time.monotonic() - t0)
+    before = sum(monitor.handovers.values())
     try:
         await _inject_and_undo(fault, pipeline, monitor, out)
     except Exception as exc:  # an outcome to report, never the end of the audit
         out.ok = False
         out.outcome += f"; failed: {type(exc).__name__}: {exc}"
     out.undone_s = time.monotonic() - t0
-    out.outcome = out.outcome.lstrip("; ")
+    out.moved = sum(monitor.handovers.values()) - before
+    out.outcome = out.outcome.lstrip("; ") + f"; {out.moved} partition handovers"
     return out
 
 
