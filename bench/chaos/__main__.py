@@ -35,7 +35,7 @@ from bench.chaos.collect import collect
 from bench.chaos.faults import FaultOutcome, run_fault
 from bench.chaos.inputs import write_inputs
 from bench.chaos.monitor import Monitor
-from bench.chaos.pipeline import CONTEXT_TOKENS, MAX_BASE_PORT, Pipeline, audit_settings
+from bench.chaos.pipeline import CONTEXT_TOKENS, MAX_BASE_PORT, Pipeline, audit_settings, time_scale_for
 from bench.chaos.report import FAULT_HEADER, check_lines, fault_row, summary_line, write_json
 from bench.chaos.schedule import Shape, make_schedule
 from streams.config import Settings, load_settings
@@ -56,7 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration", type=float, default=200.0, help="seconds of the fault window (default 200)"
     )
     parser.add_argument(
-        "--time-scale", type=float, default=20.0, help="simulated seconds per wall second (default 20)"
+        "--time-scale",
+        type=float,
+        help="the simulators' simulated seconds per wall second (default: what makes them serve --load "
+        "times the producer's rate)",
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=1.1,
+        help="the producer's rate over the simulators' capacity (default 1.1: a small backlog keeps "
+        "every consumer saturated)",
     )
     parser.add_argument("--servers", type=int, default=3, help="simulators (default 3)")
     parser.add_argument(
@@ -110,13 +120,15 @@ async def run(args: argparse.Namespace) -> int:
         max_message_bytes=probe.kafka.max_message_bytes,
         context_tokens=CONTEXT_TOKENS,
     )
+    rate = len(plan.valid) / publish_s
+    time_scale = args.time_scale or time_scale_for(rate, args.servers, 1 / args.load)
     settings = audit_settings(
         base,
         work_dir=work,
         base_port=args.base_port,
         run_id=run_id,
         servers=args.servers,
-        publish_rate=len(plan.valid) / publish_s,
+        publish_rate=rate,
     )
     shape = Shape(
         consumers=args.consumers, servers=args.servers, brokers=3, partitions=settings.topics.partitions
@@ -124,9 +136,10 @@ async def run(args: argparse.Namespace) -> int:
     schedule = make_schedule(args.seed, args.faults, window_s=args.duration, publish_s=publish_s, shape=shape)
     say(
         f"chaos seed {args.seed}: run {run_id}, {len(plan.valid)} valid prompts, "
-        f"{len(plan.bad)} poison lines, {len(schedule)} faults over {args.duration:.0f} s; work dir {work}"
+        f"{len(plan.bad)} poison lines, {len(schedule)} faults over {args.duration:.0f} s, "
+        f"simulators at time scale {time_scale:.2f}; work dir {work}"
     )
-    pipeline = Pipeline(settings, work, plan.path, args.consumers, args.time_scale)
+    pipeline = Pipeline(settings, work, plan.path, args.consumers, time_scale)
     monitor = Monitor(settings)
     tasks: list[asyncio.Task[None]] = []
     outcomes: list[FaultOutcome] = []
@@ -216,7 +229,7 @@ async def run(args: argparse.Namespace) -> int:
             "faults_requested": args.faults,
             "prompts": args.prompts,
             "duration_s": args.duration,
-            "time_scale": args.time_scale,
+            "time_scale": time_scale,
             "run_id": run_id,
             "work_dir": str(work),
             "wall_s": round(wall, 1),
@@ -287,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1024 <= args.base_port <= MAX_BASE_PORT:
         parser.error(f"--base-port must be in 1024..{MAX_BASE_PORT}: every port stays below 32768")
-    if args.prompts < 1 or args.servers < 1 or args.consumers < 1 or args.time_scale <= 0:
-        parser.error("--prompts, --servers, --consumers and --time-scale must be positive")
+    if min(args.prompts, args.servers, args.consumers, args.load) <= 0 or (args.time_scale or 1) <= 0:
+        parser.error("--prompts, --servers, --consumers, --load and --time-scale must be positive")
     try:  # the schedule is pure: check it before anything starts
         make_schedule(args.seed, args.faults, window_s=args.duration, publish_s=1.0, shape=Shape())
     except ValueError as exc:

@@ -39,6 +39,20 @@ MAX_BASE_PORT: Final = 21700
 """Highest ``--base-port``: SeaweedFS's highest port is the S3 port + 11007, kept below 32768."""
 CONTEXT_TOKENS: Final = 8192
 """The simulators' context length (tokens): an over-context prompt still fits a 256 KiB record."""
+SLOTS: Final = 2
+"""The simulators' ``--max-running-requests``: few slots, so the time scale that matches the
+producer's rate is high enough for a slowed-down request to finish within ``hang_timeout_s``."""
+REQUEST_SIM_S: Final = 1.0
+"""Simulated seconds one audit request takes with every slot busy: ~225 completion tokens (256
+at most, thinking off) at 245 / (1 + 0.05 x 1) tokens/s (the default profile)."""
+
+
+def time_scale_for(rate: float, servers: int, load: float) -> float:
+    """The simulators' time scale at which ``servers`` of them serve ``load`` times ``rate``
+    requests a second: a load just under 1 keeps a small backlog, so every consumer's window stays
+    full (the throughput watchdog judges only saturated servers) and the run still drains soon
+    after the producer ends."""
+    return load * rate * REQUEST_SIM_S / (servers * SLOTS)
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,8 @@ class Pipeline:
             str(self.time_scale),
             "--context-length",
             str(CONTEXT_TOKENS),
+            "--max-running-requests",
+            str(SLOTS),
             "--seed",
             str(i),
         ]

@@ -190,5 +190,5 @@ def _details(
     if kind == "server_crash":
         return server, hold(0.3, 1.0), {"mode": float(rng.randrange(2))}
     if kind == "server_slow":
-        return server, hold(0.6, 1.0), {"slow_factor": float(rng.choice([10, 20, 50]))}
+        return server, hold(0.6, 1.0), {"slow_factor": float(rng.choice([8, 10, 20]))}
     return server, hold(0.3, 1.0), {}  # server_hang, server_503
