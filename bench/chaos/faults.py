@@ -89,6 +89,12 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         extra = [f"extra-{fault.index}-{j}" for j in range(int(fault.params["extra"]))]
         for j, name in enumerate(extra):
             pipeline.add_consumer(name, j)
+        joined = {pipeline.instance_id(n) for n in extra}
+        for _ in range(120):  # up to 60 s: five Python processes start slowly on a busy machine
+            if joined <= monitor.members:
+                break
+            await asyncio.sleep(0.5)
+        out.ok = joined <= monitor.members
         await asyncio.sleep(hold)
         owners = {monitor.owners.get(p) for p in range(pipeline.settings.topics.partitions)}
         idle = sum(1 for n in extra if pipeline.instance_id(n) not in owners)
@@ -104,11 +110,11 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         )
         for name in extra:
             del pipeline.commands[name]
-        out.ok = all(s == 0 for s in statuses)
+        out.ok = out.ok and all(s == 0 for s in statuses)
         out.outcome = (
-            f"{len(extra)} extra consumers ({total} in all for {pipeline.settings.topics.partitions} "
-            f"partitions, {idle} extras idle) for {hold:.1f} s, then SIGTERM: "
-            f"exits {sorted(set(statuses), key=str)}"
+            f"{len(extra)} extra consumers {'joined' if out.ok else 'did NOT all join'} "
+            f"({total} in all for {pipeline.settings.topics.partitions} partitions, {idle} extras idle) "
+            f"for {hold:.1f} s, then SIGTERM: exits {sorted(set(statuses), key=str)}"
         )
     elif kind == "server_crash":
         server = int(target.split("-")[1])

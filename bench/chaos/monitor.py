@@ -45,6 +45,7 @@ class Monitor:
         owners: the latest ``Stable`` owner (instance id) per prompts partition.
         handovers: prompts partition -> times its owner changed between ``Stable`` samples.
         failures: samples that could not be taken (Kafka unreachable).
+        members: instance ids of the members at the latest ``Stable`` sample.
     """
 
     settings: Settings
@@ -54,6 +55,7 @@ class Monitor:
     owners: dict[int, str] = field(default_factory=dict)
     handovers: dict[int, int] = field(default_factory=dict)
     failures: int = 0
+    members: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         t = self.settings.topics
@@ -74,6 +76,7 @@ class Monitor:
         """Update the owners from one DescribeGroups answer (ignored unless ``Stable``)."""
         if state != "Stable":
             return
+        self.members = {instance_of(m) for m in members}
         current = {p: instance_of(m) for m, parts in members.items() for p in parts}
         for p, before in self.owners.items():
             if current.get(p) != before:
