@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.audit import audit, duplicates_per_partition
+from bench.chaos.audit import Check, audit, duplicates_per_partition
 from bench.chaos.collect import collect
 from bench.chaos.faults import FaultOutcome, run_fault
 from bench.chaos.inputs import write_inputs
@@ -162,8 +162,25 @@ async def run(args: argparse.Namespace) -> int:
         async def assigned() -> bool:
             return len(monitor.owners) == settings.topics.partitions
 
-        if not await _wait(assigned, 180):
-            raise KafkagenError(f"the consumers did not take every partition in 180 s: {monitor.owners}")
+        if not await _wait(assigned, 180):  # the product failing to start is an audit failure
+            problem = (
+                f"the consumer group never settled: {len(monitor.owners)} of {settings.topics.partitions} "
+                f"partitions owned after 180 s; see {pipeline.log_dir}/generate-*.log"
+            )
+            checks = [Check("pipeline_recovered", False, problem, [problem])]
+            summary = summary_line(args.seed, [], checks, time.monotonic() - started)
+            say(problem)
+            say(summary)
+            write_json(
+                work / "report.json",
+                header={"seed": args.seed, "run_id": run_id, "work_dir": str(work)},
+                outcomes=[],
+                exits=pipeline.exits,
+                checks=checks,
+                stats={},
+                summary=summary,
+            )
+            return 1
         say(f"pipeline up after {time.monotonic() - started:.0f} s; starting the producer and the faults")
         say(FAULT_HEADER)
         t0 = time.monotonic()
