@@ -1,0 +1,175 @@
+"""Injecting the schedule's faults into the running pipeline, one at a time, and undoing each.
+
+:func:`run_fault` waits for the fault's time, injects it, waits ``hold_s``, undoes it and returns
+a :class:`FaultOutcome`: when it really happened, what it hit (pid, the partitions the target
+owned) and whether injecting and undoing worked. A failure to inject or undo is an outcome, not
+an exception, so one broken fault does not stop the audit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from bench.chaos.monitor import Monitor
+from bench.chaos.pipeline import Pipeline
+from bench.chaos.schedule import Fault
+
+
+@dataclass
+class FaultOutcome:
+    """What one fault did.
+
+    Attributes:
+        fault: the scheduled fault.
+        at_s / undone_s: seconds after the window opened when it was injected and undone.
+        ok: injected and undone as planned.
+        outcome: one line: what happened.
+        owned: prompts partitions the target consumer(s) owned when it was injected.
+        moved: partition handovers the monitor saw from injection to undo (SIGKILLs included).
+    """
+
+    fault: Fault
+    at_s: float = 0.0
+    undone_s: float = 0.0
+    ok: bool = True
+    outcome: str = ""
+    owned: list[int] = field(default_factory=list)
+    moved: int = 0
+
+
+def _consumers_on(pipeline: Pipeline, server: int) -> list[str]:
+    """Names of the running consumers whose server is simulator ``server``."""
+    url = pipeline.servers[server]
+    return [n for n, cmd in pipeline.commands.items() if cmd[1] == "consumers.generate" and url in cmd]
+
+
+async def run_fault(fault: Fault, pipeline: Pipeline, monitor: Monitor, t0: float) -> FaultOutcome:
+    """Inject ``fault`` at ``t0 + fault.at_s`` (monotonic seconds), undo it ``hold_s`` later."""
+    await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
+    out = FaultOutcome(fault, at_s=time.monotonic() - t0)
+    before = sum(monitor.handovers.values())
+    try:
+        await _inject_and_undo(fault, pipeline, monitor, out)
+    except Exception as exc:  # an outcome to report, never the end of the audit
+        out.ok = False
+        out.outcome += f"; failed: {type(exc).__name__}: {exc}"
+    out.undone_s = time.monotonic() - t0
+    out.moved = sum(monitor.handovers.values()) - before
+    out.outcome = out.outcome.lstrip("; ") + f"; {out.moved} partition handovers"
+    return out
+
+
+async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, out: FaultOutcome) -> None:
+    kind, target, hold = fault.kind, fault.target, fault.hold_s
+    if kind in ("producer_kill", "consumer_kill", "sink_kill"):
+        if target.startswith("generate"):
+            out.owned = monitor.owned_by(pipeline.instance_id(target))
+        pid = pipeline.kill(target)
+        if pid is None:
+            if not (target == "producer" and pipeline.producer_status is not None):
+                pipeline.down.discard(target)  # it died on its own: the supervisor restarts it
+            out.outcome = f"{target} was not running: nothing to kill"
+            return
+        monitor.add_handovers(out.owned)
+        await asyncio.sleep(hold)
+        pipeline.spawn(target)
+        out.outcome = f"SIGKILL pid {pid}, restarted after {hold:.1f} s"
+        if out.owned:
+            out.outcome += f" (owned partitions {out.owned})"
+    elif kind == "consumer_stop":
+        out.owned = monitor.owned_by(pipeline.instance_id(target))
+        status = await pipeline.terminate(target, pipeline.settings.consumer.shutdown_deadline_s + 15)
+        out.ok = status == 0
+        await asyncio.sleep(hold)
+        pipeline.spawn(target)
+        out.outcome = f"SIGTERM: exit {status}; started again after {hold:.1f} s (owned {out.owned})"
+    elif kind == "scale_out":
+        extra = [f"extra-{fault.index}-{j}" for j in range(int(fault.params["extra"]))]
+        for j, name in enumerate(extra):
+            pipeline.add_consumer(name, j)
+        joined = {pipeline.instance_id(n) for n in extra}
+        for _ in range(120):  # up to 60 s: five Python processes start slowly on a busy machine
+            if joined <= monitor.members:
+                break
+            await asyncio.sleep(0.5)
+        out.ok = joined <= monitor.members
+        await asyncio.sleep(hold)
+        owners = {monitor.owners.get(p) for p in range(pipeline.settings.topics.partitions)}
+        idle = sum(1 for n in extra if pipeline.instance_id(n) not in owners)
+        total = len(
+            [
+                n
+                for n in pipeline.commands
+                if pipeline.running(n) and "consumers.generate" in pipeline.commands[n]
+            ]
+        )
+        statuses = await asyncio.gather(
+            *(pipeline.terminate(n, pipeline.settings.consumer.shutdown_deadline_s + 15) for n in extra)
+        )
+        for name in extra:
+            del pipeline.commands[name]
+        out.ok = out.ok and all(s == 0 for s in statuses)
+        out.outcome = (
+            f"{len(extra)} extra consumers {'joined' if out.ok else 'did NOT all join'} "
+            f"({total} in all for {pipeline.settings.topics.partitions} partitions, {idle} extras idle) "
+            f"for {hold:.1f} s, then SIGTERM: exits {sorted(set(statuses), key=str)}"
+        )
+    elif kind == "server_crash":
+        server = int(target.split("-")[1])
+        out.owned = sorted(
+            p for n in _consumers_on(pipeline, server) for p in monitor.owned_by(pipeline.instance_id(n))
+        )
+        if fault.params.get("mode"):
+            pipeline.down.add(target)
+            await pipeline.set_faults(server, {"crash_after_s": 0})
+            how = "crash fault"
+        else:
+            pipeline.kill(target)
+            how = "SIGKILL"
+        await asyncio.sleep(hold)
+        if pipeline.running(target):
+            out.ok = False
+            how += " (still running)"
+            pipeline.kill(target)
+        pipeline.spawn(target)
+        healthy = await pipeline.wait_healthy(server)
+        out.ok = out.ok and healthy
+        out.outcome = f"{how}; restarted after {hold:.1f} s, {'healthy' if healthy else 'NOT healthy'}"
+    elif kind in ("server_hang", "server_slow", "server_503"):
+        server = int(target.split("-")[1])
+        out.owned = sorted(
+            p for n in _consumers_on(pipeline, server) for p in monitor.owned_by(pipeline.instance_id(n))
+        )
+        scale = pipeline.time_scale
+        on: dict[str, object]
+        off: dict[str, object]
+        if kind == "server_hang":
+            on, off = {"hang": True}, {"hang": False}
+        elif kind == "server_slow":
+            on, off = {"slow_factor": fault.params["slow_factor"]}, {"slow_factor": 1.0}
+        else:  # simulated seconds: the 503 window lasts hold_s of wall time
+            on, off = {"error_503_for_s": hold * scale}, {"error_503_for_s": 0.0}
+        set_ok = await pipeline.set_faults(server, on)
+        await asyncio.sleep(hold)
+        clear_ok = await pipeline.set_faults(server, off)
+        out.ok = set_ok and clear_ok
+        out.outcome = f"{on} for {hold:.1f} s, cleared" + (
+            "" if out.ok else " (the simulator did not answer)"
+        )
+    elif kind == "broker_kill":
+        killed = await asyncio.to_thread(pipeline.stack.kill, target)
+        await asyncio.sleep(hold)
+        started = time.monotonic()
+        await asyncio.to_thread(pipeline.stack.up, [target])
+        out.ok = killed
+        out.outcome = f"SIGKILL, restarted after {hold:.1f} s, ready {time.monotonic() - started:.1f} s later"
+    elif kind == "s3_down":
+        await asyncio.to_thread(pipeline.stack.down, ["s3"])
+        await asyncio.sleep(hold)
+        started = time.monotonic()
+        await asyncio.to_thread(pipeline.stack.up, ["s3"])
+        out.outcome = f"S3 stopped for {hold:.1f} s, ready {time.monotonic() - started:.1f} s after restart"
+    else:
+        raise ValueError(f"unknown fault kind {kind!r}")

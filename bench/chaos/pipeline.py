@@ -1,0 +1,388 @@
+"""The chaos audit's pipeline: a 3-broker Kafka cluster and S3 of its own, SGLang-API simulators,
+generation consumers, the S3 sink and the producer, each a separate OS process.
+
+Addresses, from ``--base-port P`` (all on 127.0.0.1, all below 32768 for P < 21750): Kafka
+brokers on P, P+2, P+4 (controllers one above each), S3 on P+10 (SeaweedFS's internal ports
++555, +1000, +1007 and each +10000 above it), simulators on P+20, P+21, ... The stack lives in
+``<work dir>/stack`` (:class:`streams.stack.LocalStack` with that home), so it never touches
+another stack; :meth:`Pipeline.stop_stack` stops it.
+
+Processes are started by :class:`bench.children.Children` (killed with this process) and
+supervised like supervisord does in production (:meth:`Pipeline.supervise`): a process that
+exits on its own is recorded (:class:`Exit`) and started again, except the producer once it has
+finished (exit 0, or 1 for bad lines). Faults mark what they take down on purpose
+(:attr:`Pipeline.down`) so the supervisor leaves those alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from bench.children import REPO_ROOT, Children
+from streams.config import Settings, settings_to_env
+from streams.stack import LocalStack
+from streams.topics import ensure_topics, topic_specs
+
+KAFKA_OFFSETS: Final = (0, 2, 4)
+S3_OFFSET: Final = 10
+SIM_OFFSET: Final = 20
+MAX_BASE_PORT: Final = 21700
+"""Highest ``--base-port``: SeaweedFS's highest port is the S3 port + 11007, kept below 32768."""
+CONTEXT_TOKENS: Final = 8192
+"""The simulators' context length (tokens): an over-context prompt still fits a 256 KiB record."""
+SLOTS: Final = 2
+"""The simulators' ``--max-running-requests``: few slots, so the time scale that matches the
+producer's rate is high enough for a slowed-down request to finish within ``hang_timeout_s``."""
+REQUEST_SIM_S: Final = 1.0
+"""Simulated seconds one audit request takes with every slot busy: ~225 completion tokens (256
+at most, thinking off) at 245 / (1 + 0.05 x 1) tokens/s (the default profile)."""
+
+
+def time_scale_for(rate: float, servers: int, load: float) -> float:
+    """The simulators' time scale at which ``servers`` of them serve ``load`` times ``rate``
+    requests a second: a load just under 1 keeps a small backlog, so every consumer's window stays
+    full (the throughput watchdog judges only saturated servers) and the run still drains soon
+    after the producer ends."""
+    return load * rate * REQUEST_SIM_S / (servers * SLOTS)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """A process that exited on its own: name, exit status, when (monotonic s), end of its log."""
+
+    name: str
+    status: int | None
+    at: float
+    log_tail: str
+
+
+def audit_settings(
+    base: Settings, *, work_dir: Path, base_port: int, run_id: str, servers: int, publish_rate: float
+) -> Settings:
+    """``base`` pointed at the audit's own stack and tuned so that faults show within seconds.
+
+    Kafka records at most 256 KiB; topics named after ``run_id``; ``servers`` simulators; thinking
+    off and 256 tokens (fast simulated answers); consumer timeouts of seconds instead of minutes
+    (down grace 8 s, hang 6 s, watchdog window 10 s / collapse 5 s / hold 12 s, session 10 s,
+    shutdown 15 s), ``max_uncommitted`` 32 (so the duplicate bound is tight) and commits every
+    second; the producer publishes ``publish_rate`` records a second in transactions of 50; the
+    sink writes objects of 200 records and flushes after 2 s idle.
+
+    Raises:
+        ValueError: ``base_port`` outside 1024..:data:`MAX_BASE_PORT`.
+    """
+    if not 1024 <= base_port <= MAX_BASE_PORT:
+        raise ValueError(
+            f"--base-port must be in 1024..{MAX_BASE_PORT} (ports stay below 32768), not {base_port}"
+        )
+    kafka = base.kafka.model_copy(
+        update={
+            "bootstrap_servers": ",".join(f"127.0.0.1:{base_port + o}" for o in KAFKA_OFFSETS),
+            "max_message_bytes": 256 * 1024,
+        }
+    )
+    topics = base.topics.model_copy(
+        update={
+            "prompts": f"{run_id}.prompts",
+            "completions": f"{run_id}.completions",
+            "errors": f"{run_id}.errors",
+            "producer_progress": f"{run_id}.producer-progress",
+            "replication_factor": None,
+        }
+    )
+    s3 = base.s3.model_copy(
+        update={"endpoint_url": f"http://127.0.0.1:{base_port + S3_OFFSET}", "prefix": "chaos"}
+    )
+    generation = base.generation.model_copy(
+        update={"max_tokens": 256, "chat_template_kwargs": {"enable_thinking": False}}
+    )
+    consumer = base.consumer.model_copy(
+        update={
+            "max_uncommitted": 32,
+            "commit_interval_s": 1.0,
+            "down_grace_s": 8.0,
+            "hang_timeout_s": 6.0,
+            "backoff_initial_s": 0.5,
+            "backoff_max_s": 4.0,
+            "startup_timeout_s": 300.0,
+            "shutdown_deadline_s": 15.0,
+            "watchdog_window_s": 10.0,
+            "watchdog_collapse_s": 5.0,
+            "watchdog_hold_s": 12.0,
+            "session_timeout_ms": 10000,
+            "heartbeat_interval_ms": 1000,
+        }
+    )
+    producer = base.producer.model_copy(
+        update={"checkpoint_every": 50, "checkpoint_interval_s": 2.0, "max_records_per_s": publish_rate}
+    )
+    sink = base.sink.model_copy(
+        update={
+            "instance_id": f"{run_id}-sink",
+            "flush_records": 200,
+            "idle_flush_s": 2.0,
+            "retry_max_s": 2.0,
+            "shutdown_deadline_s": 10.0,
+            "session_timeout_ms": 10000,
+            "heartbeat_interval_ms": 1000,
+        }
+    )
+    stack = base.stack.model_copy(
+        update={
+            "home": str(work_dir / "stack"),
+            "cache": str((REPO_ROOT / base.stack.cache).resolve()),
+        }
+    )
+    return base.model_copy(
+        update={
+            "run_id": run_id,
+            "kafka": kafka,
+            "topics": topics,
+            "s3": s3,
+            "generation": generation,
+            "servers": [f"http://127.0.0.1:{base_port + SIM_OFFSET + i}" for i in range(servers)],
+            "consumer": consumer,
+            "producer": producer,
+            "sink": sink,
+            "stack": stack,
+        }
+    )
+
+
+@dataclass
+class Pipeline:
+    """The processes of one audit run.
+
+    Args:
+        settings: from :func:`audit_settings`.
+        work_dir: logs go to ``<work_dir>/logs``.
+        input_path: the producer's input.
+        consumers: base consumers ``generate-<i>``, consumer ``i`` on simulator ``i % servers``.
+        time_scale: the simulators' ``--time-scale``.
+    """
+
+    settings: Settings
+    work_dir: Path
+    input_path: Path
+    consumers: int
+    time_scale: float
+    children: Children = field(default_factory=Children)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    """process name -> ``python`` arguments; a restart runs the same."""
+    down: set[str] = field(default_factory=set)
+    """processes a fault stopped on purpose: the supervisor does not restart them."""
+    exits: list[Exit] = field(default_factory=list)
+    producer_status: int | None = None
+    """the producer's exit status once it finished (0, or 1: bad lines)."""
+
+    def __post_init__(self) -> None:
+        self.stack = LocalStack(self.settings)
+        self.env = settings_to_env(self.settings)
+        self.log_dir = self.work_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.started = time.monotonic()
+
+    # -- names ----------------------------------------------------------------------------------
+    @property
+    def servers(self) -> list[str]:
+        return list(self.settings.servers)
+
+    def sim_name(self, i: int) -> str:
+        return f"sim-{i}"
+
+    def instance_id(self, name: str) -> str:
+        """The static membership id of consumer ``name``: ``<run id>-<name>``."""
+        return f"{self.settings.run_id}-{name}"
+
+    def running(self, name: str) -> bool:
+        proc = self.children.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def pid(self, name: str) -> int | None:
+        proc = self.children.procs.get(name)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    # -- start ----------------------------------------------------------------------------------
+    async def start_stack(self) -> None:
+        """Start the 3 brokers and S3 (waits until each is ready) and create the run's topics.
+
+        Raises:
+            StackError, ServiceNotReadyError: a service could not start (see :meth:`LocalStack.up`).
+        """
+        await asyncio.to_thread(self.stack.up, ["kafka", "s3"])
+        specs = topic_specs(self.settings)
+        await ensure_topics(self.settings, [specs["prompts"], specs["completions"], specs["errors"]])
+
+    def spawn(self, name: str) -> None:
+        """Start process ``name`` from its command (main thread only: children die with the thread
+        that forked them)."""
+        self.down.discard(name)
+        self.children.spawn(name, self.commands[name], self.env, self.log_dir / f"{name}.log")
+
+    def add_simulator(self, i: int) -> None:
+        port = int(self.servers[i].rsplit(":", 1)[1])
+        self.commands[self.sim_name(i)] = [
+            "-m",
+            "consumers.simulator",
+            "--port",
+            str(port),
+            "--time-scale",
+            str(self.time_scale),
+            "--context-length",
+            str(CONTEXT_TOKENS),
+            "--max-running-requests",
+            str(SLOTS),
+            "--seed",
+            str(i),
+        ]
+        self.spawn(self.sim_name(i))
+
+    def add_consumer(self, name: str, server: int) -> None:
+        self.commands[name] = [
+            "-m",
+            "consumers.generate",
+            "--server",
+            self.servers[server % len(self.servers)],
+            "--instance-id",
+            self.instance_id(name),
+        ]
+        self.spawn(name)
+
+    def add_sink(self) -> None:
+        self.commands["sink"] = ["-m", "sinks.s3"]
+        self.spawn("sink")
+
+    def add_producer(self) -> None:
+        self.commands["producer"] = [
+            "-m",
+            "producers.prompts",
+            str(self.input_path),
+            "--bad-lines",
+            str(self.bad_lines_path),
+            "--no-progress",
+        ]
+        self.spawn("producer")
+
+    @property
+    def bad_lines_path(self) -> Path:
+        return self.work_dir / "bad-lines.jsonl"
+
+    async def wait_healthy(self, i: int, timeout_s: float = 60.0) -> bool:
+        """Wait until simulator ``i`` answers ``GET /health`` with 200; False after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{self.servers[i]}/health")).status_code == 200:
+                        return True
+                await asyncio.sleep(0.3)
+        return False
+
+    async def set_faults(self, i: int, faults: dict[str, object] | None) -> bool:
+        """``POST /simulator/faults`` (``None``: ``DELETE``, clear all) on simulator ``i``, up to
+        3 tries of 5 s; True when it answered 200."""
+        url = f"{self.servers[i]}/simulator/faults"
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            for _ in range(3):
+                try:
+                    resp = await (client.delete(url) if faults is None else client.post(url, json=faults))
+                    if resp.status_code == 200:
+                        return True
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.5)
+        return False
+
+    # -- stop -----------------------------------------------------------------------------------
+    def kill(self, name: str) -> int | None:
+        """SIGKILL ``name`` now and reap it; returns its pid (None: it was not running)."""
+        self.down.add(name)
+        proc = self.children.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return proc.pid
+
+    async def terminate(self, name: str, grace_s: float) -> int | None:
+        """SIGTERM ``name`` and wait up to ``grace_s`` seconds (then SIGKILL); its exit status."""
+        self.down.add(name)
+        proc = self.children.procs.get(name)
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(asyncio.to_thread(proc.wait), grace_s)
+            except TimeoutError:
+                proc.kill()
+                await asyncio.to_thread(proc.wait, 10)
+        return proc.returncode
+
+    async def stop_all(self) -> dict[str, int | None]:
+        """SIGTERM every process (consumers and sink drain), in parallel; exit statuses."""
+        names = [n for n in self.children.procs if self.running(n)]
+        grace = self.settings.consumer.shutdown_deadline_s + 15
+        statuses = await asyncio.gather(*(self.terminate(n, grace) for n in names))
+        self.children.terminate_all(5.0)
+        return dict(zip(names, statuses, strict=True))
+
+    def stop_stack(self) -> None:
+        """Stop the brokers and S3 of this audit's stack, all at once (SIGTERM, SIGKILL after 30 s)."""
+        names = self.stack.names(["kafka", "s3"])
+        with ThreadPoolExecutor(len(names)) as pool:
+            list(pool.map(self.stack.processes.stop, names))
+
+    # -- supervision ----------------------------------------------------------------------------
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.log_dir / f"{name}.log"
+        try:
+            return path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def check_exits(self) -> list[Exit]:
+        """Record and restart processes that exited on their own (the producer only until it
+        finished); returns the exits found now."""
+        found = []
+        for name, proc in list(self.children.procs.items()):
+            if name in self.down or proc.poll() is None:
+                continue
+            status = proc.returncode
+            if name == "producer" and status in (0, 1):
+                self.producer_status = status
+                self.down.add(name)
+                continue
+            exit_ = Exit(name, status, time.monotonic(), self.log_tail(name))
+            self.exits.append(exit_)
+            found.append(exit_)
+            self.spawn(name)
+        return found
+
+    async def supervise(self, interval_s: float = 1.0) -> None:
+        """:meth:`check_exits` every ``interval_s`` seconds, until cancelled."""
+        while True:
+            self.check_exits()
+            await asyncio.sleep(interval_s)
+
+    async def run_export(self, to: Path, timeout_s: float = 300.0) -> tuple[int, str]:
+        """``python -m sinks.export`` on the run into ``to``: (exit status, its output)."""
+        argv = ["-m", "sinks.export", "--run", self.settings.run_id, "--to", str(to)]
+        log = self.log_dir / "export.log"
+        proc = self.children.spawn("export", argv, self.env, log)
+        try:
+            status = await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            status = -9
+        self.children.procs.pop("export", None)
+        return status, log.read_text(errors="replace")
