@@ -16,9 +16,9 @@ which is made every ``commit_interval_s`` and at once when a span is half full).
 in a completion or a dead letter: a result too large for a Kafka record, or any failure that
 escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.records.fit_error`).
 
-Rebalances (aiokafka is eager: every rebalance revokes every partition, kafka-pitfalls.md; its
+Rebalances (aiokafka is eager: every rebalance revokes every partition, docs/kafka.md; its
 callbacks run in its coordinator task, concurrently with our fetch loop). The assignment is
-sticky (:func:`sticky_assignor`): a member's loss moves only its partitions.
+sticky (:mod:`consumers.assignor`): a member's loss moves only its partitions.
 On revoke we commit what is contiguous, then keep the revoked partitions' requests running as
 *orphans* instead of cancelling them. When a partition comes back to us (the common case with
 static membership and a sticky assignment) the re-fetched record adopts its orphan: no request
@@ -75,11 +75,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from consumers.assignor import stable_sticky_assignor
 from consumers.client import ChatResult, ServerClient, request_id
 from consumers.health import Backoff, HealthConfig, ServerHealth
 from consumers.offsets import OffsetTracker
@@ -252,7 +251,7 @@ class GenerationConsumer:
         self._give_up = False
         """leave the group at once, without waiting for ``down_grace_s``."""
         self._rng = random.Random()
-        self._assignor = sticky_assignor()
+        self._assignor = stable_sticky_assignor(self.instance_id)
 
     # -- public ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -396,7 +395,9 @@ class GenerationConsumer:
             session_timeout_ms=self.cfg.session_timeout_ms,
             heartbeat_interval_ms=self.cfg.heartbeat_interval_ms,
             max_poll_records=self.cfg.max_in_flight,
-            partition_assignment_strategy=(self._assignor, RoundRobinPartitionAssignor),
+            # One assignor only: aiokafka 0.14 sends one JoinGroup per listed assignor, each with
+            # a longer protocol list, which feeds rebalance storms (consumers/assignor.py).
+            partition_assignment_strategy=(self._assignor,),
         )
         await consumer.start()
         consumer.subscribe([self.prompts_topic], listener=_Listener(self))
@@ -1113,16 +1114,6 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self.owner.on_assigned(assigned)
-
-
-def sticky_assignor() -> type[StickyPartitionAssignor]:
-    """A sticky partition assignor class of one consumer's own (aiokafka's
-    ``coordinator/assignors/sticky/sticky_assignor.py``, 0.14): a member's loss moves only its
-    partitions, so in-flight work on the others is kept. aiokafka keeps the member's last
-    assignment in class attributes, so each consumer gets a subclass: several consumers in one
-    process (benchmarks) must not share it. Listed before round-robin, which older members of the
-    group may still speak during a rolling upgrade."""
-    return type("KafkagenStickyAssignor", (StickyPartitionAssignor,), {})
 
 
 def _source_id(record: ConsumerRecord[bytes, bytes]) -> str:

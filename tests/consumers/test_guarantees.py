@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from consumers.generate import group_id
+from consumers.generate import GenerationConsumer, group_id
 from consumers.simulator import SimulatedServer
 from streams.config import Settings
 from streams.kafka import producer_kwargs
@@ -383,3 +383,42 @@ async def test_generations_longer_than_the_hang_timeout_are_not_abandoned(cs: Se
     log = (fleet.logs / "c0.log").read_text()
     assert "but it is generating; not hung" in log
     assert "hung:" not in log
+
+
+@broker_shapes()
+async def test_joining_a_group_takes_one_generation_per_membership_change(cs: Settings) -> None:
+    """aiokafka 0.14 sends one JoinGroup per listed assignor, each with a longer protocol list
+    (``consumer/group_coordinator.py`` ``perform_group_join``). Kafka takes the second one,
+    arriving after the join completed, as changed metadata and rebalances again, so each join
+    cost one more generation. With churn, members kept re-sending both JoinGroups and the group
+    never settled (finding F1: 9 members, generation 2,900 in 4 minutes, nothing generated). The
+    consumer lists one assignor, so a lone member of a new group is assigned in generation 1,
+    and a second member's join moves it to generation 2, not 4."""
+    async with SimulatedServer(time_scale=TIME_SCALE) as sim:
+        await publish(cs, [make_prompt(i, max_tokens=50) for i in range(14)])
+        first = GenerationConsumer(cs, sim.url, instance_id="g1")
+        second = GenerationConsumer(cs, sim.url, instance_id="g2")
+        tasks = [asyncio.create_task(first.run())]
+        try:
+
+            def generation(worker: GenerationConsumer) -> int:
+                consumer = worker._consumer
+                return -1 if consumer is None else int(consumer._coordinator.generation)
+
+            def owns(worker: GenerationConsumer, count: int) -> bool:
+                return len(worker.tracker.assigned) == count
+
+            await wait_for(lambda: owns(first, 7), timeout_s=60, what="the first member to own 7 partitions")
+            assert generation(first) == 1
+            tasks.append(asyncio.create_task(second.run()))
+            await wait_for(
+                lambda: len(first.tracker.assigned) in (3, 4) and len(second.tracker.assigned) in (3, 4),
+                timeout_s=60,
+                what="the two members to share the partitions",
+            )
+            await asyncio.sleep(3.0)  # a doubled JoinGroup would rebalance once more by now
+            assert generation(first) == generation(second) == 2
+        finally:
+            for worker in (first, second):
+                worker.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)

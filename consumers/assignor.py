@@ -1,0 +1,122 @@
+"""The generation consumers' partition assignor: sticky, with JoinGroup metadata that never changes.
+
+Why not aiokafka's own sticky assignor (``coordinator/assignors/sticky/sticky_assignor.py``,
+aiokafka 0.14): each member puts its current partitions into its JoinGroup metadata, so the
+metadata changes whenever the member's assignment does. Kafka's group coordinator starts a new
+rebalance when a member rejoins with changed metadata while the group is completing a rebalance
+or stable (Kafka 4.1 ``GroupMetadataManager.classicGroupJoinExistingMember``: "Updating metadata
+for member ... during CompletingRebalance"). Under churn (members killed and restarted, slow
+machines) that became a livelock: 9 static members on 7 partitions rebalanced about 10 times a
+second for minutes, generation 2 to 2,900, nothing generated (issue 9, finding F1; reproduced
+with the broker's group coordinator log at INFO). With round-robin, whose metadata is constant,
+the same storm produced no such rebalance. So this assignor's metadata is constant: the topic
+list and the member's group instance id, nothing else.
+
+Stickiness comes from the leader instead: the member elected leader remembers the assignment it
+computed last (by group instance id, which survives restarts) and hands it to aiokafka's sticky
+algorithm (``StickyAssignmentExecutor``) as each member's previous partitions. Kafka keeps the
+leader of a group while it stays in the group, so as long as the leader lives, losing a member
+moves only that member's partitions and a new member takes only what balancing needs. A member
+that becomes leader without such a memory knows only its own partitions (from its last
+assignment) and balances the rest afresh: one reshuffle when the leader itself is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import (
+    StickyAssignmentExecutor,
+    StickyAssignorMemberMetadataV1,
+)
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from aiokafka.structs import TopicPartition
+
+__all__ = ["StableStickyAssignor", "stable_sticky_assignor"]
+
+
+class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Sticky assignment with constant JoinGroup metadata (see the module docstring).
+
+    Use :func:`stable_sticky_assignor` for a class of one consumer's own: the memory lives in
+    class attributes, because aiokafka calls assignors as classes.
+
+    Attributes:
+        instance_id: this member's group instance id, sent as its metadata's user data (UTF-8).
+        remembered: the last assignment this member computed as leader, ``instance id ->
+            partitions``; empty until it leads.
+        own: this member's partitions from its last assignment.
+    """
+
+    name = "kafkagen-sticky"
+    version = 0
+    instance_id: ClassVar[str] = ""
+    remembered: ClassVar[dict[str, list[TopicPartition]]] = {}
+    own: ClassVar[list[TopicPartition]] = []
+
+    @classmethod
+    def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        """The JoinGroup metadata: the subscribed topics (sorted) and the instance id. It depends
+        on nothing that a rebalance changes."""
+        return ConsumerProtocolMemberMetadata(cls.version, sorted(topics), cls.instance_id.encode())
+
+    @classmethod
+    def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+        """Keep this member's new partitions (used when it becomes leader without a memory)."""
+        cls.own = list(assignment.partitions())
+
+    @classmethod
+    def assign(
+        cls, cluster: Any, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        """Assign every partition of the members' topics, as sticky as the leader's memory allows.
+
+        Args:
+            cluster: aiokafka's ``ClusterMetadata`` (partitions per topic).
+            members: ``member id -> metadata`` from the JoinGroup response.
+
+        Returns:
+            ``member id -> assignment`` for every member, balanced to within one partition per
+            topic subscription (aiokafka's sticky algorithm).
+        """
+        instance = {m: (md.user_data or b"").decode("utf-8", "replace") or m for m, md in members.items()}
+        previous = dict(cls.remembered)
+        if not previous and cls.instance_id:
+            previous = {cls.instance_id: list(cls.own)}
+        taken: set[TopicPartition] = set()
+        sticky: dict[str, StickyAssignorMemberMetadataV1] = {}
+        for member_id, md in sorted(members.items()):
+            valid = cluster.partitions_for_topic
+            kept = [
+                tp
+                for tp in previous.get(instance[member_id], [])
+                if tp.topic in md.subscription and tp.partition in (valid(tp.topic) or ()) and tp not in taken
+            ]
+            taken.update(kept)
+            sticky[member_id] = StickyAssignorMemberMetadataV1(
+                partitions=kept, generation=1, subscription=list(md.subscription)
+            )
+        executor = StickyAssignmentExecutor(cluster, sticky)
+        executor.perform_initial_assignment()
+        executor.balance()
+        final = {m: sorted(executor.get_final_assignment(m)) for m in members}
+        cls.remembered = {
+            instance[m]: [TopicPartition(t, p) for t, ps in a for p in ps] for m, a in final.items()
+        }
+        return {m: ConsumerProtocolMemberAssignment(cls.version, a, b"") for m, a in final.items()}
+
+
+def stable_sticky_assignor(instance_id: str) -> type[StableStickyAssignor]:
+    """A :class:`StableStickyAssignor` class of one consumer's own, for group instance id
+    ``instance_id``: several consumers in one process (benchmarks, tests) must not share the
+    leader's memory."""
+    return type(
+        "KafkagenStickyAssignor",
+        (StableStickyAssignor,),
+        {"instance_id": instance_id, "remembered": {}, "own": []},
+    )
