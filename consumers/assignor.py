@@ -12,17 +12,18 @@ with the broker's group coordinator log at INFO). With round-robin, whose metada
 the same storm produced no such rebalance. So this assignor's metadata is constant: the topic
 list and the member's group instance id, nothing else.
 
-Stickiness comes from the leader instead: the member elected leader remembers the assignment it
-computed last (by group instance id, which survives restarts) and hands it to aiokafka's sticky
-algorithm (``StickyAssignmentExecutor``) as each member's previous partitions. Kafka keeps the
-leader of a group while it stays in the group, so as long as the leader lives, losing a member
-moves only that member's partitions and a new member takes only what balancing needs. A member
-that becomes leader without such a memory knows only its own partitions (from its last
-assignment) and balances the rest afresh: one reshuffle when the leader itself is lost.
+Stickiness travels in the SyncGroup answer instead, which no rebalance compares: the leader
+writes the whole assignment (group instance id -> partitions; instance ids survive restarts) into
+the user data of every member's assignment, so every member knows it, and whichever member leads
+the next rebalance hands it to aiokafka's sticky algorithm (``StickyAssignmentExecutor``) as each
+member's previous partitions. Losing a member, the leader included, moves only that member's
+partitions, and a new member takes only what balancing needs. A member with no such memory (a
+whole group restarted at once) keeps its own last partitions and balances the rest afresh.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -48,8 +49,8 @@ class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     Attributes:
         instance_id: this member's group instance id, sent as its metadata's user data (UTF-8).
-        remembered: the last assignment this member computed as leader, ``instance id ->
-            partitions``; empty until it leads.
+        remembered: the group's last assignment, ``instance id -> partitions``, from the user
+            data of this member's last assignment; empty before its first one.
         own: this member's partitions from its last assignment.
     """
 
@@ -67,8 +68,17 @@ class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     @classmethod
     def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
-        """Keep this member's new partitions (used when it becomes leader without a memory)."""
+        """Keep this member's new partitions and the group's whole assignment (its user data:
+        JSON ``{instance id: {topic: [partition, ...]}}``; unreadable user data is ignored)."""
         cls.own = list(assignment.partitions())
+        try:
+            group = json.loads(assignment.user_data or b"{}")
+            cls.remembered = {
+                instance: [TopicPartition(t, int(p)) for t, ps in topics.items() for p in ps]
+                for instance, topics in group.items()
+            }
+        except (ValueError, AttributeError, TypeError):
+            cls.remembered = {}
 
     @classmethod
     def assign(
@@ -85,9 +95,7 @@ class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             topic subscription (aiokafka's sticky algorithm).
         """
         instance = {m: (md.user_data or b"").decode("utf-8", "replace") or m for m, md in members.items()}
-        previous = dict(cls.remembered)
-        if not previous and cls.instance_id:
-            previous = {cls.instance_id: list(cls.own)}
+        previous = dict(cls.remembered) or {cls.instance_id: list(cls.own)}
         taken: set[TopicPartition] = set()
         sticky: dict[str, StickyAssignorMemberMetadataV1] = {}
         for member_id, md in sorted(members.items()):
@@ -105,10 +113,8 @@ class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         executor.perform_initial_assignment()
         executor.balance()
         final = {m: sorted(executor.get_final_assignment(m)) for m in members}
-        cls.remembered = {
-            instance[m]: [TopicPartition(t, p) for t, ps in a for p in ps] for m, a in final.items()
-        }
-        return {m: ConsumerProtocolMemberAssignment(cls.version, a, b"") for m, a in final.items()}
+        group = json.dumps({instance[m]: dict(a) for m, a in final.items()}, sort_keys=True).encode()
+        return {m: ConsumerProtocolMemberAssignment(cls.version, a, group) for m, a in final.items()}
 
 
 def stable_sticky_assignor(instance_id: str) -> type[StableStickyAssignor]:

@@ -29,6 +29,7 @@ import httpx
 
 from bench.children import REPO_ROOT, Children
 from streams.config import Settings, settings_to_env
+from streams.naming import derived_topics
 from streams.stack import LocalStack
 from streams.topics import ensure_topics, topic_specs
 
@@ -92,9 +93,7 @@ def audit_settings(
     )
     topics = base.topics.model_copy(
         update={
-            "prompts": f"{run_id}.prompts",
-            "completions": f"{run_id}.completions",
-            "errors": f"{run_id}.errors",
+            **derived_topics(run_id),
             "producer_progress": f"{run_id}.producer-progress",
             "replication_factor": None,
         }

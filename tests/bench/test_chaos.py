@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos import summary
 from bench.chaos.audit import AuditData, ObjectSpan, Result, Sample, audit
 from bench.chaos.inputs import write_inputs
 from bench.chaos.monitor import Monitor, instance_of
@@ -248,3 +249,33 @@ def test_run_problems_fail_the_recovery_check() -> None:
     d = _clean()
     d.run_problems = ["generate-1 exited on its own with status 3"]
     assert _failed(d) == {"pipeline_recovered": ["generate-1 exited on its own with status 3"]}
+
+
+def _report(seed: int, ok: bool) -> dict[str, object]:
+    return {
+        "seed": seed,
+        "prompts": 100,
+        "wall_s": 12.3,
+        "ok": ok,
+        "max_uncommitted": 32,
+        "faults": [{"kind": "sink_kill", "ok": True}, {"kind": "broker_kill", "ok": ok}],
+        "checks": [{"name": "exactly_once", "ok": ok}],
+        "stats": {"duplicates": 3, "handovers": {"0": 1, "1": 2}},
+    }
+
+
+def test_the_summary_tabulates_runs_and_fault_kinds_and_fails_on_a_failed_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_report(1, True)))
+    bad.write_text(json.dumps(_report(2, False)))
+    assert summary.main([str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 2 | 100 | 1/1 | 3 (96) | 12 | PASS |" in out
+    assert "| broker_kill | 1 | 1 |" in out and "1 runs, 2 faults, 1/1 runs passed" in out
+    assert summary.main([str(good), str(bad)]) == 1
+    assert "| broker_kill | 2 | 1 |" in capsys.readouterr().out
+    (tmp_path / "junk.json").write_text("{")
+    assert summary.main([str(tmp_path / "junk.json")]) == 2
+    assert "junk.json: cannot read the report" in capsys.readouterr().err

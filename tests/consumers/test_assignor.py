@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.structs import TopicPartition
 
 from consumers.assignor import StableStickyAssignor, stable_sticky_assignor
 
@@ -36,8 +37,8 @@ def _assign(
     result = leader.assign(_Cluster(partitions), metadata)
     out = {}
     for m in members:
-        assignment = result[f"{m.instance_id}-member"]
-        m.on_assignment(ConsumerProtocolMemberAssignment(0, assignment.assignment, b""))
+        assignment = ConsumerProtocolMemberAssignment.decode(result[f"{m.instance_id}-member"].encode())
+        m.on_assignment(assignment)
         out[m.instance_id] = {p for _, ps in assignment.assignment for p in ps}
     return out
 
@@ -95,12 +96,29 @@ def test_a_restarted_member_with_the_same_instance_id_gets_its_partitions_back()
     assert _assign(a, [a, b, c_again]) == first
 
 
-def test_a_new_leader_without_memory_keeps_its_own_partitions_and_balances() -> None:
+def test_losing_the_leader_moves_only_its_partitions() -> None:
+    """Every member learns the whole assignment from its SyncGroup answer, so a follower that
+    becomes leader is as sticky as the old leader was."""
     a, b, c = (stable_sticky_assignor(n) for n in ("a", "b", "c"))
     first = _assign(a, [a, b, c])
     after = _assign(b, [b, c])  # the leader "a" is gone; "b" never led
     assert _balanced(after)
+    assert first["b"] <= after["b"] and first["c"] <= after["c"]
+
+
+def test_a_leader_without_memory_keeps_its_own_partitions_and_balances() -> None:
+    a, b, c = (stable_sticky_assignor(n) for n in ("a", "b", "c"))
+    first = _assign(a, [a, b, c])
+    b.remembered = {}  # as after a restart of the whole group
+    after = _assign(b, [b, c])
+    assert _balanced(after)
     assert first["b"] <= after["b"]
+
+
+def test_unreadable_assignment_user_data_leaves_no_memory() -> None:
+    a = stable_sticky_assignor("a")
+    a.on_assignment(ConsumerProtocolMemberAssignment(0, [(TOPIC, [1])], b"not json"))
+    assert a.remembered == {} and a.own == [TopicPartition(TOPIC, 1)]
 
 
 def test_more_members_than_partitions_leaves_some_idle_and_every_partition_owned() -> None:
@@ -112,6 +130,6 @@ def test_more_members_than_partitions_leaves_some_idle_and_every_partition_owned
 
 def test_several_consumers_in_one_process_do_not_share_a_memory() -> None:
     a, b = stable_sticky_assignor("a"), stable_sticky_assignor("b")
-    _assign(a, [a, b])
+    _assign(a, [a])
     assert a.remembered and not b.remembered
     assert StableStickyAssignor.remembered == {}
