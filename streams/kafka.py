@@ -78,6 +78,23 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
     }
 
 
+async def topic_partitions(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[int]:
+    """The partition numbers of ``topic`` as the cluster describes them now, sorted (empty when
+    the topic does not exist).
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    admin = AIOKafkaAdminClient(**client_kwargs(settings, role="admin"))
+    async with asyncio.timeout(timeout_s):
+        await admin.start()
+        try:
+            described = await admin.describe_topics([topic])
+        finally:
+            await admin.close()
+    return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
+
+
 def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
     """The one-line error entry points print when Kafka cannot be reached (exit status 3)."""
     name, text = type(exc).__name__, str(exc)

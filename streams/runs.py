@@ -16,10 +16,9 @@ import time
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.config import Settings
-from streams.kafka import client_kwargs, consumer_kwargs
+from streams.kafka import consumer_kwargs, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
 
 
@@ -33,7 +32,7 @@ async def topic_owners(settings: Settings, topic: str, *, timeout_s: float = 30.
             transaction of a producer that was killed keeps read_committed readers waiting until
             the broker aborts it).
     """
-    partitions = await _partitions(settings, topic)
+    partitions = await topic_partitions(settings.kafka, topic)
     if not partitions:
         return set()
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None), fetch_max_wait_ms=100)
@@ -70,17 +69,6 @@ async def topic_owners(settings: Settings, topic: str, *, timeout_s: float = 30.
         return owners
     finally:
         await consumer.stop()
-
-
-async def _partitions(settings: Settings, topic: str) -> list[int]:
-    """The partitions of ``topic`` as the broker describes them now (empty: no such topic)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="admin"))
-    await admin.start()
-    try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
 
 
 def foreign_owners(owners: Iterable[str], allowed: Iterable[str | None]) -> list[str]:

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.config import Settings, settings_to_env
-from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, topic_partitions
 from streams.records import (
     CompletionRecord,
     ErrorRecord,
@@ -84,13 +84,7 @@ async def publish(
 
 async def partitions_of(settings: Settings, topic: str) -> list[int]:
     """Partition numbers of ``topic`` (empty when it does not exist)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="test-admin"))
-    await admin.start()
-    try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
+    return await topic_partitions(settings.kafka, topic)
 
 
 async def read_topic(settings: Settings, topic: str, cls: type[T]) -> list[T]:

@@ -1,5 +1,5 @@
 """Reading a finished audit run back into :class:`bench.chaos.audit.AuditData`: the topics and
-S3 objects (:mod:`streams.readback`), the export's shards, the producer's bad-lines report."""
+S3 objects (:mod:`bench.chaos.readback`), the export's shards, the producer's bad-lines report."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import zstandard
 from bench.chaos.audit import AuditData, ObjectSpan, Result
 from bench.chaos.inputs import InputPlan
 from bench.chaos.monitor import Monitor
+from bench.chaos.readback import TopicRecord, read_objects, read_records
 from streams.config import Settings
-from streams.readback import TopicRecord, read_objects, read_records
 from streams.records import CompletionRecord, ErrorRecord, PromptRecord, RecordDecodeError, decode
 from streams.storage import s3_client
 

@@ -21,10 +21,10 @@ from typing import Final
 from aiokafka.errors import KafkaError
 
 from bench.chaos.audit import Sample
+from bench.chaos.readback import GroupReader, end_offsets
 from consumers.generate import group_id as generate_group
 from sinks.s3 import group_id as sink_group
 from streams.config import Settings
-from streams.readback import GroupReader, end_offsets
 
 _UUID_TAIL: Final = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 

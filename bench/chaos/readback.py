@@ -22,7 +22,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocol
 
 from sinks.layout import LayoutError, ObjectMeta, decode_line, iter_body_lines, parse_key, run_prefix
 from streams.config import Settings
-from streams.kafka import client_kwargs, consumer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, topic_partitions
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -63,22 +63,6 @@ class StoredObject:
     problem: str | None = None
 
 
-async def partitions_of(settings: Settings, topic: str, *, timeout_s: float = 30.0) -> list[int]:
-    """Partition numbers of ``topic`` (empty when it does not exist).
-
-    Raises:
-        KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
-    """
-    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="readback"))
-    async with asyncio.timeout(timeout_s):
-        await admin.start()
-        try:
-            described = await admin.describe_topics([topic])
-        finally:
-            await admin.close()
-    return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
-
-
 async def read_records(settings: Settings, topic: str, *, timeout_s: float = 120.0) -> list[TopicRecord]:
     """Every committed record of ``topic``, from the beginning to the end offsets taken at start,
     in partition then offset order.
@@ -86,7 +70,7 @@ async def read_records(settings: Settings, topic: str, *, timeout_s: float = 120
     Raises:
         KafkaError, TimeoutError: Kafka did not answer, or reading took over ``timeout_s`` seconds.
     """
-    parts = await partitions_of(settings, topic)
+    parts = await topic_partitions(settings.kafka, topic)
     if not parts:
         return []
     tps = [TopicPartition(topic, p) for p in parts]
@@ -118,7 +102,7 @@ async def end_offsets(settings: Settings, topic: str, *, timeout_s: float = 30.0
     Raises:
         KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
     """
-    parts = await partitions_of(settings, topic)
+    parts = await topic_partitions(settings.kafka, topic)
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
     async with asyncio.timeout(timeout_s):
         await consumer.start()
