@@ -386,7 +386,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         if not args.keep_running:
             supervisor.shutdown()
-            say("consumers and sink stopped; the local stack keeps running (python -m streams.stack down)")
+            say(
+                "consumers and sink stopped; the local stack keeps running "
+                f"({Path(sys.executable).as_posix()} -m streams.stack down stops it)"
+            )
 
 
 def _read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
