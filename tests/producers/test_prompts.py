@@ -29,29 +29,13 @@ from streams.stack import LocalStack
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, partition_leader
+from tests.producers.support import flags
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kafka
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def flags(settings: Settings) -> list[str]:
-    """The CLI flags that point the producer at this test's broker, topics and run."""
-    return [
-        "--kafka.bootstrap-servers",
-        settings.kafka.bootstrap_servers,
-        "--topics.prompts",
-        settings.topics.prompts,
-        "--topics.producer-progress",
-        settings.topics.producer_progress,
-        "--topics.partitions",
-        str(settings.topics.partitions),
-        "--run-id",
-        settings.run_id,
-        "--no-progress",
-    ]
 
 
 async def run_main(settings: Settings, *args: str) -> int:

@@ -20,6 +20,7 @@ from streams.config import ProducerSettings, Settings, load_settings
 from streams.errors import ConfigError
 from streams.records import ProgressRecord, PromptRecord
 from tests.helpers import REPO_ROOT, read_topic
+from tests.producers.support import flags
 
 TIMEOUT_MS = 10_000
 """The producer's transaction timeout in the test: the broker aborts a transaction open longer
@@ -30,25 +31,9 @@ RATE = 2.0
 
 
 def _run(settings: Settings, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    three = settings.model_copy(update={"topics": settings.topics.model_copy(update={"partitions": 3})})
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "producers.prompts",
-            str(path),
-            "--no-progress",
-            "--kafka.bootstrap-servers",
-            settings.kafka.bootstrap_servers,
-            "--topics.prompts",
-            settings.topics.prompts,
-            "--topics.producer-progress",
-            settings.topics.producer_progress,
-            "--topics.partitions",
-            "3",
-            "--run-id",
-            settings.run_id,
-            *extra,
-        ],
+        [sys.executable, "-m", "producers.prompts", str(path), *flags(three), *extra],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,
