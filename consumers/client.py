@@ -44,10 +44,18 @@ class ServerInfo:
         kind: ``sglang`` (has ``/server_info``), ``llama.cpp`` (has ``/props``) or ``openai``.
         model: served model name (SGLang ``/model_info`` ``served_model_name``/``model_path``,
             llama.cpp ``/v1/models``).
-        max_running_requests: concurrent decode slots (SGLang ``max_running_requests``,
-            llama.cpp ``total_slots``); None when the server does not say.
-        context_length: tokens per request (SGLang ``context_length``, llama.cpp ``n_ctx`` per slot).
+        max_running_requests: requests the server runs at once. SGLang: the scheduler's
+            ``internal_states[i].effective_max_running_requests_per_dp`` summed over the
+            data-parallel ranks (the top-level ``max_running_requests`` is only the command-line
+            value, null by default); llama.cpp: ``total_slots``. None when the server does not say.
+        context_length: tokens per request: ``max_model_len`` of ``/v1/models`` (SGLang: the
+            context length really used), else SGLang's ``context_length`` or llama.cpp's
+            ``n_ctx`` per slot.
+        max_total_num_tokens: SGLang's KV-cache capacity in tokens (``/server_info``
+            ``max_total_num_tokens``, per DP rank); None elsewhere.
         version: the server's version string, when reported.
+
+    SGLang facts: docs/sglang.md, "Discovery".
     """
 
     url: str
@@ -56,15 +64,19 @@ class ServerInfo:
     max_running_requests: int | None
     context_length: int | None
     version: str | None = None
+    max_total_num_tokens: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class ServerLoad:
-    """Running and waiting requests as the server's ``/metrics`` reports them (summed over ranks)."""
+    """Running and waiting requests as the server's ``/metrics`` reports them, summed over its
+    data-parallel ranks, and the KV-cache usage (fraction 0..1 of the fullest rank's pool; None
+    when the server does not report it)."""
 
     running: int
     queued: int
+    token_usage: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +199,9 @@ class ServerClient:
         return {}
 
     async def _read_info(self, kind: ServerKind) -> ServerInfo:
+        models = await self._get_json("/v1/models")
+        cards = [m for m in models.get("data", []) if isinstance(m, dict)]
+        max_model_len = _int_or_none(cards[0].get("max_model_len")) if cards else None
         if kind == "sglang":
             server = await self._get_json("/server_info", "/get_server_info")
             model = await self._get_json("/model_info", "/get_model_info")
@@ -197,21 +212,21 @@ class ServerClient:
                 url=self.base_url,
                 kind=kind,
                 model=str(name or self.generation.model),
-                max_running_requests=_int_or_none(server.get("max_running_requests")),
-                context_length=_int_or_none(server.get("context_length")),
+                max_running_requests=sglang_running_limit(server),
+                context_length=max_model_len or _int_or_none(server.get("context_length")),
                 version=server.get("version"),
-                raw={"server_info": server, "model_info": model},
+                max_total_num_tokens=_int_or_none(server.get("max_total_num_tokens")),
+                raw={"server_info": server, "model_info": model, "models": models},
             )
         props = await self._get_json("/props") if kind == "llama.cpp" else {}
-        models = await self._get_json("/v1/models")
-        names = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        names = [m.get("id") for m in cards]
         n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
         return ServerInfo(
             url=self.base_url,
             kind=kind,
             model=str(names[0] if names and names[0] else props.get("model_alias") or self.generation.model),
             max_running_requests=_int_or_none(props.get("total_slots")),
-            context_length=_int_or_none(n_ctx),
+            context_length=_int_or_none(n_ctx) or max_model_len,
             version=props.get("build_info"),
             raw={"props": props, "models": models},
         )
@@ -219,9 +234,10 @@ class ServerClient:
     async def healthy(self, kind: ServerKind | None = None, *, timeout_s: float = 30.0) -> bool:
         """True when the server can generate now.
 
-        SGLang: ``GET /health_generate`` (it runs a 1-token generation; plain ``/health`` stays
-        200 on a wedged server, per docs/sglang.md). Other servers: a 1-token chat
-        completion, for the same reason (llama.cpp's ``/health`` does not generate).
+        SGLang: ``GET /health_generate``: it submits a 1-token generation and passes once the
+        scheduler produced output (since 0.5, ``/health`` is the same handler; in 0.4.x it was a
+        plain 200; docs/sglang.md, "Endpoints"). Other servers: a 1-token chat completion
+        (llama.cpp's ``/health`` does not generate).
         """
         kind = kind or (self.info.kind if self.info else "openai")
         try:
@@ -240,31 +256,17 @@ class ServerClient:
             return False
 
     async def load(self) -> ServerLoad | None:
-        """Running and queued requests from ``/metrics`` (Prometheus text, parsed by
-        prometheus_client): SGLang ``sglang:num_running_reqs`` / ``sglang:num_queue_reqs``,
-        llama.cpp ``llamacpp:requests_processing`` / ``llamacpp:requests_deferred``.
-        None when the server exposes no metrics (SGLang without ``--enable-metrics``) or answers
-        with something that is not Prometheus text."""
+        """Running and queued requests and KV-cache usage from ``/metrics`` (Prometheus text,
+        parsed by prometheus_client; :func:`parse_load`). None when the server exposes no metrics
+        (SGLang without ``--enable-metrics``) or answers with something that is not Prometheus
+        text."""
         try:
             resp = await self._http.get("/metrics", timeout=5.0)
         except httpx.HTTPError:
             return None
         if resp.status_code != 200:
             return None
-        totals: dict[str, float] = {}
-        try:
-            for family in text_string_to_metric_families(resp.text):
-                for sample in family.samples:
-                    totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-        except ValueError:  # not Prometheus text (a proxy's error page, a truncated body)
-            return None
-        for running_name, queued_name in (
-            ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-            ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
-        ):
-            if running_name in totals:
-                return ServerLoad(int(totals[running_name]), int(totals.get(queued_name, 0)))
-        return None
+        return parse_load(resp.text)
 
     # -- generation ---------------------------------------------------------------------------
     def request_body(self, prompt: PromptRecord, rid: str) -> dict[str, Any]:
@@ -343,6 +345,69 @@ class ServerClient:
             model=data.model or body.get("model", ""),
             latency_s=latency,
         )
+
+
+def sglang_running_limit(server_info: dict[str, Any]) -> int | None:
+    """The number of requests an SGLang server runs at once, from its ``/server_info``.
+
+    The sum over data-parallel ranks of ``internal_states[i].effective_max_running_requests_per_dp``
+    (what each rank's scheduler really uses, automatic defaults included); the top-level
+    ``max_running_requests`` only when no rank reports it (it is the command-line value, null by
+    default). SGLang 0.5.20/0.5.23 ``entrypoints/http_server.py`` ``server_info``,
+    ``managers/scheduler.py`` ``get_internal_state``; docs/sglang.md, "Discovery".
+    """
+    states = server_info.get("internal_states")
+    per_rank = [
+        _int_or_none(state.get("effective_max_running_requests_per_dp"))
+        for state in (states if isinstance(states, list) else [])
+        if isinstance(state, dict)
+    ]
+    if per_rank and all(n is not None and n > 0 for n in per_rank):
+        return sum(n for n in per_rank if n is not None)
+    return _int_or_none(server_info.get("max_running_requests"))
+
+
+_LOAD_SERIES = (
+    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+    ("llamacpp:requests_processing", "llamacpp:requests_deferred", None),
+)
+
+
+def parse_load(text: str) -> ServerLoad | None:
+    """Running/queued requests and KV-cache usage from a ``/metrics`` body (Prometheus text).
+
+    SGLang exports one series per scheduler: labels ``dp_rank`` (data parallel; different
+    requests), ``tp_rank``/``pp_rank``/``moe_ep_rank`` (the same requests, reported by several
+    ranks only with ``--enable-metrics-for-all-schedulers``) and, with
+    ``--enable-priority-scheduling``, ``priority``: the total under ``priority=""`` beside one
+    series per priority value. So: per-priority series are skipped, the ranks of one DP rank
+    count once (their largest value), DP ranks are summed; token usage is the largest over ranks
+    (the bottleneck pool). SGLang 0.5.20 ``observability/metrics_collector.py``
+    (``_log_gauge_queue_count``, the scheduler collector's labels). llama.cpp:
+    ``llamacpp:requests_processing`` / ``requests_deferred``.
+
+    Returns None when the text is not Prometheus text or has none of these series.
+    """
+    values: dict[str, dict[str, float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("priority", "") != "":
+                    continue  # a per-priority breakdown of the total beside it
+                dp = sample.labels.get("dp_rank", "")
+                ranks = values.setdefault(sample.name, {})
+                ranks[dp] = max(ranks.get(dp, sample.value), sample.value)
+    except ValueError:  # not Prometheus text (a proxy's error page, a truncated body)
+        return None
+    for running_name, queued_name, usage_name in _LOAD_SERIES:
+        if running_name in values:
+            usage = values.get(usage_name or "", {})
+            return ServerLoad(
+                running=int(sum(values[running_name].values())),
+                queued=int(sum(values.get(queued_name, {}).values())),
+                token_usage=max(usage.values()) if usage else None,
+            )
+    return None
 
 
 def _int_or_none(value: Any) -> int | None:

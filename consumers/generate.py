@@ -131,6 +131,8 @@ class _Job:
     record: ConsumerRecord[bytes, bytes]
     fetched_at: float
     task: asyncio.Task[None] | None = None
+    answered: bool = False
+    """the server's answer is in (its result is being written to Kafka): it holds no server slot."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -204,9 +206,7 @@ class GenerationConsumer:
             pool_size=self.cfg.max_in_flight,
             request_timeout_s=self.cfg.request_timeout_s,
         )
-        self.window = WindowPolicy(
-            WindowConfig(max_size=self.cfg.max_in_flight, target_queue=self.cfg.standing_queue)
-        )
+        self.window = WindowPolicy(self._window_config(None))
         self.health = ServerHealth(
             HealthConfig(self.cfg.down_after_failures, self.cfg.down_grace_s, self.cfg.hang_timeout_s),
             time.monotonic(),
@@ -260,8 +260,9 @@ class GenerationConsumer:
 
     @property
     def in_flight(self) -> int:
-        """Prompts being generated (started, not finished) on assigned partitions."""
-        return len(self.jobs)
+        """Prompts started on assigned partitions whose server answer is not in yet: what holds
+        a place in the window (a prompt whose result is being written to Kafka does not)."""
+        return sum(1 for job in self.jobs.values() if not job.answered)
 
     @property
     def waiting(self) -> int:
@@ -303,13 +304,7 @@ class GenerationConsumer:
             info.max_running_requests,
             info.context_length,
         )
-        self.window = WindowPolicy(
-            WindowConfig(
-                max_size=self.cfg.max_in_flight,
-                max_running=info.max_running_requests,
-                target_queue=self.cfg.standing_queue,
-            )
-        )
+        self.window = WindowPolicy(self._window_config(info.max_running_requests))
         self._server_ok.set()
         self.metrics.server_up.set(1)
         await ensure_topics(
@@ -331,6 +326,14 @@ class GenerationConsumer:
             for task in background:
                 task.cancel()
             await self._close()
+
+    def _window_config(self, max_running: int | None) -> WindowConfig:
+        return WindowConfig(
+            max_size=self.cfg.max_in_flight,
+            max_running=max_running,
+            target_queue=self.cfg.standing_queue,
+            max_token_usage=self.cfg.max_token_usage,
+        )
 
     async def check_topic_owner(self) -> None:
         """Refuse a prompts topic that belongs to another run (``docs/runs.md``): its first records
@@ -507,10 +510,11 @@ class GenerationConsumer:
     async def _fetch_once(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        # Records queued behind a full span cannot start soon: they do not take room from the
-        # partitions that can.
+        # Keep up to ``prefetch`` records fetched ahead of the window, so a finished request is
+        # replaced at once (:meth:`_answered`), not after a fetch. Records queued behind a full
+        # span cannot start soon: they do not take room from the partitions that can.
         startable = sum(len(q) for p, q in self.buffered.items() if not self._head_blocked(p))
-        room = self.window.size - self.in_flight - startable
+        room = self.window.size + self.cfg.prefetch - self.in_flight - startable
         self._apply_pauses(consumer, room)
         generation = self._generation
         batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
@@ -536,16 +540,20 @@ class GenerationConsumer:
     def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
         """Fetch only partitions that can take more work now.
 
-        Paused: every partition while the window is full or the server is down; else a partition
-        that still has fetched records waiting, or whose uncommitted span reached
-        ``max_uncommitted``. A pause only stops fetching: records already returned are kept.
+        Paused: every partition while the window and the prefetch buffer are full or the server
+        is down; else a partition holding its share of the buffer (``(window + prefetch) /
+        partitions``), or whose uncommitted span reached ``max_uncommitted``. A pause only stops
+        fetching: records already returned are kept.
         """
         assignment = consumer.assignment()
         if room <= 0 or self.health.is_down or self._stopping.is_set():
             want = set(assignment)
         else:
+            share = -(-(self.window.size + self.cfg.prefetch) // max(1, len(assignment)))
             want = {
-                tp for tp in assignment if self.buffered.get(tp.partition) or self._span_full(tp.partition)
+                tp
+                for tp in assignment
+                if len(self.buffered.get(tp.partition, ())) >= share or self._span_full(tp.partition)
             }
         paused = consumer.paused()
         if want - paused:
@@ -613,6 +621,13 @@ class GenerationConsumer:
         for p in [p for p, q in self.buffered.items() if not q]:
             del self.buffered[p]
 
+    def _answered(self, job: _Job) -> None:
+        """The server answered ``job``: its slot is free, so start the next buffered prompt now,
+        while the result is written to Kafka (the commit still waits for that write)."""
+        if not job.answered:
+            job.answered = True
+            self._start_buffered()
+
     def _finish(self, job: _Job) -> None:
         """The job's result is durably in Kafka: let the commit position move past it."""
         p, o = job.key
@@ -624,6 +639,7 @@ class GenerationConsumer:
         elif self.orphans.get(job.key) is job:
             del self.orphans[job.key]
             self.finished_orphans.add(job.key)
+        self._answered(job)
 
     # -- one prompt ------------------------------------------------------------------------------
     async def _guarded(self, job: _Job) -> None:
@@ -705,6 +721,7 @@ class GenerationConsumer:
             except FatalRequestError as exc:
                 if _DUPLICATE_RID not in str(exc):
                     self.health.record_success(time.monotonic())
+                    self._answered(job)
                     await self._dead_letter(job, prompt, source, exc, attempts)
                     return
                 last: ServerError = RetriableServerError(str(exc), status=exc.status)
@@ -713,6 +730,7 @@ class GenerationConsumer:
             else:
                 self.health.record_success(time.monotonic())
                 self.window.observe_completion(result.latency_s, time.monotonic())
+                self._answered(job)
                 await self._emit_completion(job, prompt, source, body, result, sent_at)
                 return
             # a retriable failure
@@ -1067,20 +1085,25 @@ class GenerationConsumer:
         (a malformed response, a timeout) is logged and skipped; the watcher never dies."""
         failures = 0
         while True:
+            if not self.health.is_down:
+                try:
+                    load = await self.client.load()
+                except Exception as exc:  # one bad reading must not stop the window adapting
+                    failures += 1
+                    if failures == 1 or failures % 30 == 0:
+                        log.warning(
+                            "reading %s/metrics failed (%d times): %r", self.server_url, failures, exc
+                        )
+                    load = None
+                if load is not None:
+                    self.window.observe_metrics(
+                        load.running,
+                        load.queued,
+                        time.monotonic(),
+                        in_flight=self.in_flight,
+                        token_usage=load.token_usage,
+                    )
             await asyncio.sleep(_LOAD_INTERVAL_S)
-            if self.health.is_down:
-                continue
-            try:
-                load = await self.client.load()
-            except Exception as exc:  # one bad reading must not stop the window adapting
-                failures += 1
-                if failures == 1 or failures % 30 == 0:
-                    log.warning("reading %s/metrics failed (%d times): %r", self.server_url, failures, exc)
-                continue
-            if load is not None:
-                self.window.observe_metrics(
-                    load.running, load.queued, time.monotonic(), in_flight=self.in_flight
-                )
 
     async def _report(self) -> None:
         while True:

@@ -12,15 +12,20 @@ Policy, and why:
   duplicated after a SIGKILL (its offset is not committed yet). With ``max_running`` known the
   window is capped at ``max_running + target_queue`` as well as at ``max_size``.
 * **Follow the server's gauges when it reports them** (``sglang:num_running_reqs``,
-  ``sglang:num_queue_reqs``). The target is ``running + free slots + target_queue``: a queue
-  longer than ``target_queue`` shrinks the window to ``running + target_queue`` (the server is
-  KV-cache bound below its slot count); a shorter queue while our window is full grows it to
-  ``running + free + target_queue`` (``free = max_running - running`` when known, else 0, so
-  without a slot count it grows by at most ``target_queue`` per reading). Both rules are idempotent: the
-  same reading twice (requests take minutes, gauges are polled every few seconds) moves the
-  window once, not twice. A window we are not filling (the input is the bottleneck) is not
-  grown: that reading says nothing about capacity. This assumes one consumer per server, as
-  kafkagen deploys it: other clients' requests would count as ours.
+  ``sglang:num_queue_reqs``, ``sglang:token_usage``). The target is ``running + free slots +
+  target_queue``: a queue longer than ``target_queue``, or a KV cache fuller than
+  ``max_token_usage``, sets the window to ``running + target_queue`` (the server is KV-cache
+  bound below its slot count: SGLang's automatic ``max_running_requests`` is in the thousands,
+  so the KV cache, not the slot count, is what limits it; docs/sglang.md, "Discovery"); a
+  shorter queue while our window is full grows it to ``running + free + target_queue`` (``free
+  = max_running - running`` when known). Without a slot count the window grows like TCP slow
+  start: to ``2 × running + target_queue``, so a server that runs everything it is sent is
+  filled within a few readings, not minutes. All rules read the gauges, not the window, so
+  they are idempotent: the same reading twice (SGLang refreshes its gauges only every
+  ``decode_log_interval`` decode steps) moves the window once. A window we are not filling
+  (the input is the bottleneck) is not grown: that reading says nothing about capacity. This
+  assumes one consumer per server, as kafkagen deploys it: other clients' requests would count
+  as ours.
 * **AIMD without gauges**: +``increase_step`` per window's worth of completions (one step per
   round trip, as TCP congestion avoidance), and on overload (HTTP 503/429, queue full, timeouts,
   or mean latency above ``max_latency_s``) multiply by ``decrease_factor``, at most once per
@@ -54,6 +59,9 @@ class WindowConfig:
     """requests to keep waiting on the server so a freed slot is refilled without a round trip."""
     initial_size: int = 8
     """starting window when ``max_running`` is unknown."""
+    max_token_usage: float = 0.95
+    """KV-cache usage (fraction of the pool, ``sglang:token_usage``) above which the window does
+    not grow past ``running + target_queue``."""
     increase_step: int = 1
     decrease_factor: float = 0.5
     cooldown_s: float = 10.0
@@ -77,6 +85,8 @@ class WindowConfig:
             raise ValueError(f"latency_alpha must be in (0, 1], got {self.latency_alpha}")
         if self.cooldown_s < 0 or self.metrics_stale_s < 0:
             raise ValueError("cooldown_s and metrics_stale_s must be >= 0")
+        if not 0.0 < self.max_token_usage <= 1.0:
+            raise ValueError(f"max_token_usage must be in (0, 1], got {self.max_token_usage}")
         if self.max_latency_s is not None and self.max_latency_s <= 0:
             raise ValueError(f"max_latency_s must be > 0, got {self.max_latency_s}")
 
@@ -116,9 +126,16 @@ class WindowPolicy:
         return self._latency
 
     def observe_metrics(
-        self, running: int | None, queued: int | None, now: float, *, in_flight: int | None = None
+        self,
+        running: int | None,
+        queued: int | None,
+        now: float,
+        *,
+        in_flight: int | None = None,
+        token_usage: float | None = None,
     ) -> None:
-        """Steer by the server's gauges: running and waiting requests (summed over DP ranks).
+        """Steer by the server's gauges: running and waiting requests (summed over DP ranks) and
+        the KV-cache usage (fraction 0..1; None: not reported).
 
         ``in_flight`` is how many requests this consumer has outstanding; when given and below
         the window, a short queue does not grow the window. ``None`` gauges (server without
@@ -133,14 +150,18 @@ class WindowPolicy:
             raise ValueError(f"negative count: running={running} queued={queued} in_flight={in_flight}")
         self._last_metrics = now
         target = self.config.target_queue
+        kv_full = token_usage is not None and token_usage >= self.config.max_token_usage
         if queued > target:
             self._set(min(self._size, running + target))
+        elif kv_full:
+            if in_flight is None or in_flight >= self._size or self._size > running + target:
+                self._set(running + target)
         elif queued < target and not self._cooling(now):
             if in_flight is not None and in_flight < self._size:
                 return
             max_running = self.config.max_running
-            free = 0 if max_running is None else max(0, max_running - running)
-            self._set(max(self._size, running + free + target))
+            grown = 2 * running + target if max_running is None else max_running + target
+            self._set(max(self._size, grown))
 
     def observe_completion(self, latency_s: float, now: float) -> None:
         """Count a successful request that took ``latency_s`` seconds (sent → full response).

@@ -181,6 +181,19 @@ class ConsumerSettings(BaseModel):
     group: str = Field("kafkagen-generate", description="consumer group id on the prompts topic")
     max_in_flight: int = Field(256, gt=0, description="hard cap on requests in flight per server")
     standing_queue: int = Field(4, ge=0, description="requests kept waiting on the server beyond its slots")
+    prefetch: int = Field(
+        128,
+        ge=0,
+        description="prompts fetched from Kafka ahead of the in-flight window, so a finished request "
+        "is replaced at once; within max_uncommitted per partition, never committed past",
+    )
+    max_token_usage: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="KV-cache usage (sglang:token_usage, 0..1) above which the window stops growing "
+        "past running + standing_queue",
+    )
     max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
     backoff_initial_s: float = Field(1.0, gt=0, description="seconds before the first retry")
     backoff_max_s: float = Field(60.0, gt=0, description="cap on one backoff wait, seconds")
