@@ -136,15 +136,34 @@ async def _progress(settings: Settings) -> Progress:
     return Progress(prompts_end=prompts_end, generated=generated, results_end=results_end, in_s3=in_s3)
 
 
-async def _mean_running(clients: list[ServerClient]) -> float | None:
-    """Running requests / slots, averaged over the servers that report both (None if none do)."""
+@dataclass
+class FleetLoad:
+    """Running and queued requests summed over the servers that report them, and the mean of
+    running / running limit over the servers that report both (None if none do)."""
+
+    running: int = 0
+    queued: int = 0
+    occupancy: float | None = None
+
+    def describe(self) -> str:
+        busy = "?" if self.occupancy is None else f"{self.occupancy:.0%}"
+        return f"running {self.running}, queued {self.queued}, slots busy {busy}"
+
+
+async def _fleet_load(clients: list[ServerClient]) -> FleetLoad:
+    fleet = FleetLoad()
     ratios = []
     for client in clients:
         load = await client.load()
+        if load is None:
+            continue
+        fleet.running += load.running
+        fleet.queued += load.queued
         slots = client.info.max_running_requests if client.info else None
-        if load is not None and slots:
+        if slots:
             ratios.append(load.running / slots)
-    return sum(ratios) / len(ratios) if ratios else None
+    fleet.occupancy = sum(ratios) / len(ratios) if ratios else None
+    return fleet
 
 
 async def wait_until_done(settings: Settings, timeout_s: float | None, show: bool) -> Progress:
@@ -173,9 +192,10 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
                     raise TimeoutError(f"run {settings.run_id}: Kafka unreachable: {exc}") from None
                 await asyncio.sleep(2.0)
                 continue
-            occupancy = await _mean_running(clients)
-            if occupancy is not None and progress.generated < progress.prompts_end:
-                samples.append(occupancy)
+            load = await _fleet_load(clients)
+            if load.occupancy is not None and progress.generated < progress.prompts_end:
+                samples.append(load.occupancy)
+            gen_bar.set_postfix_str(load.describe(), refresh=False)
             for bar, n, total in (
                 (gen_bar, progress.generated, progress.prompts_end),
                 (s3_bar, progress.in_s3, progress.results_end),
