@@ -117,6 +117,33 @@ async def test_duplicates_after_sigkill_are_bounded_by_max_uncommitted(cs: Setti
     assert duplicates <= limit
 
 
+async def test_commits_never_pass_a_prefetched_record(cs: Settings, fleet: Fleet) -> None:
+    """The consumer fetches up to ``prefetch`` prompts ahead of its window, tracked but not
+    started. The committed offset stays below the first unfinished one, so a SIGKILL while they
+    wait loses none of them."""
+    s = _with(cs, partitions=1, max_in_flight=2, standing_queue=0, prefetch=50, hang_timeout_s=300.0)
+    fleet.settings = s
+    prompts = [make_prompt(i, max_tokens=400) for i in range(40)]
+    await publish(s, prompts, partition=0)
+    async with SimulatedServer(time_scale=5.0) as sim:  # ~0.4 s of wall time a prompt, 2 at a time
+        fleet.start("c0", sim.url)
+
+        async def some_done() -> bool:
+            return len(await completions(s)) >= 6
+
+        await wait_for(some_done, timeout_s=120, what="6 completions")
+        await asyncio.sleep(1.0)  # a few commit intervals
+        offset = (await committed(s, group_id(s), s.topics.prompts))[0] or 0
+        done = {r.source.offset for r in await completions(s) if r.source is not None}
+        assert set(range(offset)) <= done, f"committed {offset} past an unfinished prompt: done {sorted(done)}"
+        assert 0 < offset < len(prompts), "the test needs a commit while prompts still wait"
+        fleet.kill("c0")
+        fleet.start("c0", sim.url)
+        finished, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=180)
+    assert not failed
+    assert set(finished) == {p.id for p in prompts}
+
+
 async def _publish_raw(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
     """Publish raw ``(key, value)`` pairs to partition 0 of the prompts topic, in order."""
     specs = topic_specs(settings)
