@@ -4,6 +4,9 @@ A member of the consumer group on the prompts topic. It keeps its server's slots
 adaptive in-flight window (:mod:`consumers.window`), writes a :class:`CompletionRecord` (or an
 :class:`ErrorRecord` on the dead-letter topic) per prompt through an idempotent producer, and
 commits per partition only the contiguous prefix of finished prompts (:mod:`consumers.offsets`).
+Up to ``prefetch`` prompts are fetched ahead of the window, so the moment the server answers a
+request (before its result is written to Kafka) the next prompt is sent: a fast server is not
+left waiting on a Kafka fetch or a produce acknowledgement.
 
 Delivery: at-least-once. A prompt's offset is committed only after its completion or error
 record was acknowledged by Kafka (acks=all), so a SIGKILL loses nothing. Every fetched record is
