@@ -138,8 +138,10 @@ async def _progress(settings: Settings) -> Progress:
 
 @dataclass
 class FleetLoad:
-    """Running and queued requests summed over the servers that report them, and the mean of
-    running / running limit over the servers that report both (None if none do)."""
+    """Running and queued requests summed over the servers that report them, and the mean
+    occupancy over them: 1 for a server with requests waiting (it runs all that its running limit
+    or its KV cache allows; SGLang's automatic running limit is in the thousands, so the cache is
+    usually what binds), else running / running limit (None if no server tells)."""
 
     running: int = 0
     queued: int = 0
@@ -160,8 +162,10 @@ async def _fleet_load(clients: list[ServerClient]) -> FleetLoad:
         fleet.running += load.running
         fleet.queued += load.queued
         slots = client.info.max_running_requests if client.info else None
-        if slots:
-            ratios.append(load.running / slots)
+        if load.queued > 0:
+            ratios.append(1.0)  # work waits on the server: it runs all it can (KV-cache bound)
+        elif slots:
+            ratios.append(min(1.0, load.running / slots))
     fleet.occupancy = sum(ratios) / len(ratios) if ratios else None
     return fleet
 
@@ -254,7 +258,8 @@ def summary(
         lines.append(f"  tokens/s     {rate:.1f} (completion tokens / wall time)")
     if occupancy is not None:
         lines.append(
-            f"  slots busy   {occupancy:.0%} (mean running requests / server slots while generating)"
+            f"  slots busy   {occupancy:.0%} (mean over servers while generating: 100% with requests "
+            "queued, else running / running limit)"
         )
     lines.append(f"  finish       {json.dumps(m['by_finish_reason'], sort_keys=True)}")
     lines.append(f"  quality      {json.dumps(m['by_quality_flag'], sort_keys=True)}")
