@@ -190,6 +190,7 @@ class Engine:
         self._queued_area = 0.0
         self._decode_iters = 0.0
         self._prefill_batches = 0
+        self.seen_priorities: set[int | None] = set()
         self.finished_requests = 0
         self.finished_prompt_tokens = 0
         self.finished_generation_tokens = 0
@@ -461,6 +462,7 @@ class Engine:
                 job.prefill_left_s += self.profile.warmup_s
                 self._warm = True
             if not job.probe:
+                self.seen_priorities.add(job.priority)
                 self.started += 1
                 self.prompt_tokens_total += job.prompt_tokens
             self._running.append(job)

@@ -453,13 +453,17 @@ class SimulatedServer:
         return _error(status, message)
 
     def _refresh_gauges(self) -> GaugeSnapshot:
-        """The gauges as SGLang's scheduler last logged them (see :attr:`Engine.log_tick`)."""
+        """The gauges as SGLang's scheduler last logged them (see :attr:`Engine.log_tick`).
+
+        Lazy: a snapshot is taken when read after a log step, with the values at read time
+        (not at the step itself); between log steps the gauges keep their last values.
+        """
         engine = self._require_engine()
         engine.sync()
         if engine.log_tick != self._gauge_tick:
             self._gauge_tick = engine.log_tick
             running, queued = engine.by_priority("running"), engine.by_priority("queued")
-            self._known_priorities |= set(running) | set(queued)
+            self._known_priorities |= set(running) | set(queued) | engine.seen_priorities
             admitted = self._admitted_prompt_tokens
             self._gauges = GaugeSnapshot(
                 running=engine.running,
