@@ -197,7 +197,7 @@ class ServerClient:
                 url=self.base_url,
                 kind=kind,
                 model=str(name or self.generation.model),
-                max_running_requests=_int_or_none(server.get("max_running_requests")),
+                max_running_requests=_sglang_slots(server),
                 context_length=_int_or_none(server.get("context_length")),
                 version=server.get("version"),
                 raw={"server_info": server, "model_info": model},
@@ -343,6 +343,22 @@ class ServerClient:
             model=data.model or body.get("model", ""),
             latency_s=latency,
         )
+
+
+def _sglang_slots(server_info: dict[str, Any]) -> int | None:
+    """SGLang's running-request limit: the top-level ``max_running_requests`` is null unless
+    given on the command line, so sum ``internal_states[i].effective_max_running_requests_per_dp``
+    over DP ranks (SGLang 0.5.20 python/sglang/srt/managers/scheduler.py ``get_internal_state``)."""
+    states = server_info.get("internal_states")
+    if isinstance(states, list):
+        per_rank = [
+            _int_or_none(s.get("effective_max_running_requests_per_dp"))
+            for s in states
+            if isinstance(s, dict)
+        ]
+        if per_rank and all(n is not None for n in per_rank):
+            return sum(n for n in per_rank if n is not None)
+    return _int_or_none(server_info.get("max_running_requests"))
 
 
 def _int_or_none(value: Any) -> int | None:
