@@ -208,7 +208,9 @@ class FaultConfig:
     run time re-arms it from that moment (a new 503 burst, a new crash timer).
 
     Attributes:
-        error_503_count: the next N generation requests answer 503 (SGLang's overload answer).
+        error_503_count: the next N generation requests answer 503 (an injected fault: SGLang
+            itself answers 503 for load only with ``--max-queued-requests``, see
+            ``SimulatorProfile.max_queued_requests``).
         error_503_for_s: every generation request answers 503 for this many seconds.
         crash_after_s: the server crashes this many seconds after the fault is set (0: at
             once). A crash closes the listening socket and drops every open connection
@@ -218,7 +220,8 @@ class FaultConfig:
         crash_after_requests: the server crashes when a generation request arrives after N
             more were accepted (0: the next request crashes it).
         hang: the engine stops producing tokens: requests are accepted but never complete,
-            ``/health`` stays 200 and ``/health_generate`` answers 503 after its timeout.
+            ``/health`` and ``/health_generate`` answer 503 after their timeout (SGLang's
+            ``/health`` generates too) and ``/server_info`` waits (it asks the scheduler).
             Clearing it resumes the engine where it stopped.
         slow_factor: every decode step takes this many times longer (1: normal speed).
         degenerate_thinking_off: the model ignores ``enable_thinking`` and answers "OK."
