@@ -5,8 +5,10 @@ What it simulates
 -----------------
 * SGLang's HTTP API (``/health``, ``/health_generate``, ``/server_info``, ``/model_info``,
   ``/metrics``, non-streaming ``/v1/chat/completions``, ``/abort_request``) with SGLang's
-  response shapes, errors (400 for a too-long prompt or a duplicate in-flight ``rid``,
-  503 while starting) and reasoning split (``reasoning_content``, ``usage.reasoning_tokens``).
+  response shapes per SGLang version (``sglang_version``: 0.5.20 or 0.5.23; see :mod:`.shapes`),
+  errors (400 for a too-long prompt or a duplicate in-flight ``rid``, 503 only with
+  ``max_queued_requests``; ``/health`` generates like ``/health_generate``,
+  503 while warming up) and reasoning split (``reasoning_content``, ``usage.reasoning_tokens``).
 * Continuous batching: ``max_running_requests`` slots, an unbounded FIFO waiting queue,
   per-request decode rate ``rate(b) = r1 / (1 + alpha * (b - 1))`` tokens/s with ``b``
   requests in slots, prefill time ``prompt_tokens / prefill_tok_s``, a slow first request

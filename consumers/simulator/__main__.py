@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from consumers.simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
+from consumers.simulator.profile import DEFAULT_PROFILE, SGLANG_VERSIONS, FaultConfig, SimulatorProfile
 from consumers.simulator.server import SimulatedServer
 from streams.errors import KafkagenError
 
@@ -35,8 +35,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--model-path", default=d.model_path)
     parser.add_argument("--served-model-name", default=None, help="default: the model path")
-    parser.add_argument("--max-running-requests", type=int, default=d.max_running_requests)
-    parser.add_argument("--context-length", type=int, default=d.context_length, help="tokens")
+    parser.add_argument(
+        "--sglang-version",
+        choices=SGLANG_VERSIONS,
+        default=d.sglang_version,
+        help="the SGLang release whose answers to mirror (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=None,
+        help=f"slots (default {d.max_running_requests}; in /server_info only when given, as SGLang)",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help=f"tokens (default {d.context_length}; reported in /server_info only when given)",
+    )
+    parser.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=None,
+        help="waiting requests beyond which SGLang answers 503 (default: unbounded, never 503)",
+    )
+    parser.add_argument(
+        "--enable-cache-report",
+        action=argparse.BooleanOptionalAction,
+        default=d.enable_cache_report,
+        help="report usage.prompt_tokens_details.cached_tokens (default on, as docker-compose.yml)",
+    )
+    parser.add_argument(
+        "--enable-priority-scheduling",
+        action="store_true",
+        help="per-priority /metrics series, as SGLang's --enable-priority-scheduling",
+    )
+    parser.add_argument(
+        "--decode-log-interval",
+        type=int,
+        default=d.decode_log_interval,
+        help="decode steps between gauge refreshes",
+    )
+    parser.add_argument("--load-s", type=float, default=d.load_s, help="seconds before the socket listens")
     parser.add_argument("--max-total-num-tokens", type=int, default=d.max_total_num_tokens, help="KV tokens")
     parser.add_argument("--decode-tok-s-min", type=float, default=d.decode_tok_s_min, help="tok/s, batch 1")
     parser.add_argument("--decode-tok-s-max", type=float, default=d.decode_tok_s_max, help="tok/s, batch 1")
@@ -48,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--prefill-tok-s", type=float, default=d.prefill_tok_s, help="prompt tokens/s")
     parser.add_argument("--warmup-s", type=float, default=d.warmup_s, help="extra s, 1st request")
-    parser.add_argument("--startup-s", type=float, default=d.startup_s, help="seconds of 503 after start")
+    parser.add_argument(
+        "--startup-s",
+        type=float,
+        default=d.startup_s,
+        help="warm-up seconds: /health answers 503, chat is served",
+    )
     parser.add_argument("--reasoning-parser", default=d.reasoning_parser, help="'none' to disable")
     parser.add_argument("--tool-call-parser", default=d.tool_call_parser, help="'none' to disable")
     parser.add_argument(
@@ -79,8 +124,20 @@ def profile_from_args(args: argparse.Namespace) -> SimulatorProfile:
         name="cli",
         model_path=args.model_path,
         served_model_name=args.served_model_name or args.model_path,
-        max_running_requests=args.max_running_requests,
-        context_length=args.context_length,
+        sglang_version=args.sglang_version,
+        max_running_requests=(
+            DEFAULT_PROFILE.max_running_requests
+            if args.max_running_requests is None
+            else args.max_running_requests
+        ),
+        max_running_requests_set=args.max_running_requests is not None,
+        context_length=DEFAULT_PROFILE.context_length if args.context_length is None else args.context_length,
+        context_length_set=args.context_length is not None,
+        max_queued_requests=args.max_queued_requests,
+        enable_cache_report=args.enable_cache_report,
+        enable_priority_scheduling=args.enable_priority_scheduling,
+        decode_log_interval=args.decode_log_interval,
+        load_s=args.load_s,
         max_total_num_tokens=args.max_total_num_tokens,
         decode_tok_s_min=args.decode_tok_s_min,
         decode_tok_s_max=args.decode_tok_s_max,
@@ -105,7 +162,7 @@ async def serve(server: SimulatedServer) -> int:
     await server.start()
     p = server.profile
     print(
-        f"SGLang-API simulator (synthetic output, no model) listening on {server.url} "
+        f"SGLang-API simulator (SGLang {p.sglang_version}, synthetic output) listening on {server.url} "
         f"[model {p.served_model_name}, max_running_requests {p.max_running_requests}, "
         f"context {p.context_length}, time_scale {server.time_scale:g}]",
         flush=True,

@@ -12,6 +12,12 @@ Model (all times in simulated seconds, see ``time_scale``):
   ``batch_slowdown`` and ``slow`` the ``slow_factor`` fault. Requests still prefilling
   count in ``b`` (they hold a slot) but produce no tokens.
 * KV-cache capacity never limits admission (no retraction is simulated).
+* Decode steps: while any request decodes, the engine counts decode iterations at the
+  batch's per-request rate (one iteration = one token per running request). Together with
+  admissions (prefill batches) they drive :attr:`Engine.log_tick`, which the server uses to
+  refresh its ``/metrics`` gauges the way SGLang's scheduler does (SGLang 0.5.20
+  python/sglang/srt/managers/scheduler_components/metrics_reporter.py ``report_decode_stats``:
+  every ``decode_log_interval`` decode steps; ``report_prefill_stats``: every prefill batch).
 
 One asyncio task owns the clock. Between two events (an arrival, an admission, a prefill
 ending, a request finishing, an abort, a fault change) every rate is constant, so the
@@ -54,6 +60,7 @@ class Job:
         decoded: tokens decoded so far (fractional between events).
         prefill_left_s: prefill seconds still to run.
         submitted_at / admitted_at / finished_at: simulated timestamps, seconds since start.
+        priority: the request's ``priority`` (for the per-priority metric series), or None.
         done: resolved (with ``None``) when the job completes or is cancelled.
     """
 
@@ -64,6 +71,7 @@ class Job:
     ends_in_abort: bool
     done: asyncio.Future[None]
     submitted_at: float
+    priority: int | None = None
     state: JobState = "waiting"
     cancel_reason: str | None = None
     decoded: float = 0.0
@@ -180,6 +188,12 @@ class Engine:
         self._generated = 0.0
         self._running_area = 0.0
         self._queued_area = 0.0
+        self._decode_iters = 0.0
+        self._prefill_batches = 0
+        self.seen_priorities: set[int | None] = set()
+        self.finished_requests = 0
+        self.finished_prompt_tokens = 0
+        self.finished_generation_tokens = 0
 
     # -- clock -------------------------------------------------------------------------
 
@@ -223,6 +237,7 @@ class Engine:
         base_rate: float,
         probe: bool = False,
         ends_in_abort: bool = False,
+        priority: int | None = None,
     ) -> Job:
         """Queue a request of ``prompt_tokens`` that decodes ``target_tokens`` at ``base_rate``
         tokens/s (batch 1); it is admitted as soon as a slot is free."""
@@ -235,6 +250,7 @@ class Engine:
             ends_in_abort=ends_in_abort,
             done=asyncio.get_running_loop().create_future(),
             submitted_at=self._last,
+            priority=priority,
         )
         if self.closed:
             self._cancel(job, "shutdown")
@@ -283,6 +299,26 @@ class Engine:
     def queued(self) -> int:
         """Requests waiting for a slot (after :meth:`sync`)."""
         return len(self._waiting)
+
+    @property
+    def hung(self) -> bool:
+        """Whether a ``hang`` fault has the engine frozen."""
+        return self._hang
+
+    @property
+    def log_tick(self) -> int:
+        """Grows by one at each admission (prefill batch) and every ``decode_log_interval``
+        decode steps (call :meth:`sync` first): when SGLang's scheduler would log its stats."""
+        return self._prefill_batches + math.floor(self._decode_iters / self.profile.decode_log_interval)
+
+    def by_priority(self, which: Literal["running", "queued"]) -> dict[int | None, int]:
+        """Requests running (or waiting) per ``priority`` (probes left out)."""
+        jobs = self._running if which == "running" else self._waiting
+        counts: dict[int | None, int] = {}
+        for job in jobs:
+            if not job.probe:
+                counts[job.priority] = counts.get(job.priority, 0) + 1
+        return counts
 
     @property
     def elapsed_s(self) -> float:
@@ -348,6 +384,11 @@ class Engine:
         self._queued_area += len(self._waiting) * dt
         if self._hang:
             return
+        if any(job.prefill_left_s < dt for job in self._running):
+            mid = (self.profile.decode_tok_s_min + self.profile.decode_tok_s_max) / 2
+            self._decode_iters += (
+                dt * self.profile.per_request_rate(len(self._running), mid) / self._slow_factor
+            )
         for job in self._running:
             decode_s = dt
             if job.prefill_left_s > 0:
@@ -396,11 +437,22 @@ class Engine:
                     self.aborted += 1
                 else:
                     self.completed += 1
+                self._count_finished(job)
             if not job.done.done():
                 job.done.set_result(None)
         self._admit()
 
+    def _count_finished(self, job: Job) -> None:
+        """SGLang counts a request in ``num_requests_total`` and the token counters when its
+        last output arrives, aborted or not (SGLang 0.5.20
+        python/sglang/srt/observability/metrics_collector.py ``observe_one_finished_request``)."""
+        self.finished_requests += 1
+        self.finished_prompt_tokens += job.prompt_tokens
+        self.finished_generation_tokens += job.tokens
+
     def _admit(self) -> None:
+        if self._waiting and len(self._running) < self.profile.max_running_requests:
+            self._prefill_batches += 1
         while self._waiting and len(self._running) < self.profile.max_running_requests:
             job = self._waiting.popleft()
             job.state = "running"
@@ -410,11 +462,16 @@ class Engine:
                 job.prefill_left_s += self.profile.warmup_s
                 self._warm = True
             if not job.probe:
+                self.seen_priorities.add(job.priority)
                 self.started += 1
                 self.prompt_tokens_total += job.prompt_tokens
             self._running.append(job)
 
     def _cancel(self, job: Job, reason: str) -> None:
+        if job.state == "running" and not job.probe:
+            # A running request aborted still ends through the scheduler's output path, so it
+            # is counted; one aborted while waiting is answered by the tokenizer and is not.
+            self._count_finished(job)
         job.state = "cancelled"
         job.cancel_reason = reason
         job.finished_at = self._last

@@ -14,6 +14,9 @@ from typing import Any
 
 from streams.errors import ConfigError
 
+SGLANG_VERSIONS = ("0.5.20", "0.5.23")
+"""SGLang releases the simulator can mirror (``SimulatorProfile.sglang_version``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SimulatorProfile:
@@ -41,7 +44,30 @@ class SimulatorProfile:
         served_model_name: reported by ``/model_info`` and ``/v1/models``.
         reasoning_parser: SGLang's ``--reasoning-parser``; ``None`` disables the reasoning split.
         tool_call_parser: SGLang's ``--tool-call-parser``; ``None`` disables tool calls.
-        version: ``/server_info`` ``version``; the ``-simulator`` suffix marks the simulator.
+        version: ``/server_info`` ``version`` override; ``None`` (default) reports
+            ``sglang_version``, as SGLang reports its own ``__version__`` there. The simulator
+            marks itself with the ``X-Simulator`` response header, never inside SGLang's fields.
+        sglang_version: the SGLang release whose answers the simulator mirrors, one of
+            :data:`SGLANG_VERSIONS` ("0.5.20", the version ``docker-compose.yml`` pins, or
+            "0.5.23"); see :mod:`consumers.simulator.shapes` for what differs.
+        max_running_requests_set: whether ``--max-running-requests`` was given on the command
+            line; SGLang's ``/server_info`` top-level ``max_running_requests`` is null otherwise
+            (the limit in use is ``internal_states[i].effective_max_running_requests_per_dp``).
+        context_length_set: whether ``--context-length`` was given; ``/server_info``
+            ``context_length`` is null otherwise (``/v1/models`` ``max_model_len`` carries it).
+        max_queued_requests: SGLang's ``--max-queued-requests``: a request arriving while this
+            many wait answers 503 "The request queue is full." ``None`` (SGLang's default): the
+            queue is unbounded and load never causes a 503.
+        enable_cache_report: SGLang's ``--enable-cache-report`` (on in ``docker-compose.yml``):
+            ``usage.prompt_tokens_details.cached_tokens`` is reported.
+        enable_priority_scheduling: SGLang's ``--enable-priority-scheduling``: every metric
+            series gets a ``priority`` label ("" for the total) and the running/queued gauges
+            add one series per request ``priority`` seen.
+        decode_log_interval: SGLang's ``--decode-log-interval`` (40): the scheduler gauges in
+            ``/metrics`` and ``last_gen_throughput`` refresh on each prefill batch and every
+            this many decode steps, not continuously.
+        load_s: seconds between :meth:`SimulatedServer.start` and the socket listening (model
+            loading): connections are refused meanwhile, as SGLang's are.
         max_running_requests: slots: requests decoding at once; the rest wait in a FIFO.
         context_length: tokens; prompt plus ``max_tokens`` must stay below it.
         max_total_num_tokens: KV-cache capacity in tokens (reported, and used for ``token_usage``).
@@ -51,7 +77,9 @@ class SimulatorProfile:
         batch_slowdown: ``alpha`` in ``rate(b) = r1 / (1 + alpha * (b - 1))``.
         prefill_tok_s: prompt tokens processed per second before a request's first output token.
         warmup_s: extra seconds added to the first request admitted after (re)start.
-        startup_s: seconds after start during which ``/health`` and generation answer 503.
+        startup_s: seconds after listening during which ``/health`` and ``/health_generate``
+            answer 503 (SGLang's ``ServerStatus.Starting``, the warm-up); chat requests are
+            accepted meanwhile, as SGLang accepts them.
         default_enable_thinking: ``enable_thinking`` when a request does not say (the
             server's ``--default-chat-template-kwargs``).
         thinking_median_tokens: median output length in tokens with thinking on.
@@ -73,7 +101,7 @@ class SimulatorProfile:
     served_model_name: str = "Qwen/Qwen3-8B"
     reasoning_parser: str | None = "qwen3"
     tool_call_parser: str | None = "qwen25"
-    version: str = "0.5.23-simulator"
+    version: str | None = None
     max_running_requests: int = 16
     context_length: int = 32768
     max_total_num_tokens: int = 1_000_000
@@ -93,8 +121,22 @@ class SimulatorProfile:
     health_check_timeout_s: float = 20.0
     disconnect_poll_s: float = 4.0
     seed: int = 0
+    sglang_version: str = "0.5.20"
+    max_running_requests_set: bool = False
+    context_length_set: bool = False
+    max_queued_requests: int | None = None
+    enable_cache_report: bool = True
+    enable_priority_scheduling: bool = False
+    decode_log_interval: int = 40
+    load_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.sglang_version not in SGLANG_VERSIONS:
+            raise ConfigError(f"sglang_version must be one of {SGLANG_VERSIONS}, got {self.sglang_version!r}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 0:
+            raise ConfigError(f"max_queued_requests must be >= 0 or None, got {self.max_queued_requests}")
+        if self.decode_log_interval < 1:
+            raise ConfigError(f"decode_log_interval must be >= 1, got {self.decode_log_interval}")
         if self.max_running_requests < 1:
             raise ConfigError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         if self.context_length < 2:
@@ -110,7 +152,7 @@ class SimulatorProfile:
             raise ConfigError(f"batch_slowdown must be >= 0, got {self.batch_slowdown}")
         if self.prefill_tok_s <= 0:
             raise ConfigError(f"prefill_tok_s must be > 0, got {self.prefill_tok_s}")
-        for name in ("warmup_s", "startup_s", "length_sigma"):
+        for name in ("warmup_s", "startup_s", "length_sigma", "load_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("thinking_median_tokens", "no_thinking_median_tokens"):
@@ -126,6 +168,11 @@ class SimulatorProfile:
         for name in ("health_check_timeout_s", "disconnect_poll_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+
+    @property
+    def reported_version(self) -> str:
+        """``/server_info`` ``version``: ``version`` when set, else ``sglang_version``."""
+        return self.version if self.version is not None else self.sglang_version
 
     @property
     def max_req_input_len(self) -> int:
@@ -161,7 +208,9 @@ class FaultConfig:
     run time re-arms it from that moment (a new 503 burst, a new crash timer).
 
     Attributes:
-        error_503_count: the next N generation requests answer 503 (SGLang's overload answer).
+        error_503_count: the next N generation requests answer 503 (an injected fault: SGLang
+            itself answers 503 for load only with ``--max-queued-requests``, see
+            ``SimulatorProfile.max_queued_requests``).
         error_503_for_s: every generation request answers 503 for this many seconds.
         crash_after_s: the server crashes this many seconds after the fault is set (0: at
             once). A crash closes the listening socket and drops every open connection
@@ -171,7 +220,8 @@ class FaultConfig:
         crash_after_requests: the server crashes when a generation request arrives after N
             more were accepted (0: the next request crashes it).
         hang: the engine stops producing tokens: requests are accepted but never complete,
-            ``/health`` stays 200 and ``/health_generate`` answers 503 after its timeout.
+            ``/health`` and ``/health_generate`` answer 503 after their timeout (SGLang's
+            ``/health`` generates too) and ``/server_info`` waits (it asks the scheduler).
             Clearing it resumes the engine where it stopped.
         slow_factor: every decode step takes this many times longer (1: normal speed).
         degenerate_thinking_off: the model ignores ``enable_thinking`` and answers "OK."

@@ -1,15 +1,40 @@
 """SGLang's HTTP API, served by aiohttp on loopback, on top of the simulated engine.
 
-Endpoints (SGLang's shapes): ``GET /health``, ``/health_generate``, ``/server_info``
-(and ``/get_server_info``), ``/model_info`` (and ``/get_model_info``), ``/v1/models``,
-``/metrics``; ``POST /v1/chat/completions`` (non-streaming), ``POST /abort_request``.
+Endpoints (SGLang's shapes, per ``profile.sglang_version``, see :mod:`.shapes`):
+``GET /health`` and ``/health_generate``, ``/server_info`` (and ``/get_server_info``),
+``/model_info`` (and ``/get_model_info``), ``/v1/models``, ``/metrics``;
+``POST /v1/chat/completions`` (non-streaming), ``POST /abort_request``.
+
+Behaviour mirrored from SGLang (0.5.20 and 0.5.23 agree on all of it; paths under
+``python/sglang/srt/``), never kinder:
+
+* ``/health`` *is* ``/health_generate`` (``entrypoints/http_server.py`` ``health_generate``
+  serves both; ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` defaults to true in
+  ``environ.py``): 503 while starting or shutting down, else a 1-token probe that answers 200
+  as soon as any output arrives and 503 after ``health_check_timeout_s``.
+* ``/server_info`` asks the scheduler (``managers/tokenizer_manager.py`` /
+  ``tokenizer_control_mixin.py`` ``get_internal_state``), so it hangs while the engine hangs.
+* Before it listens (``profile.load_s``) connections are refused; during warm-up
+  (``profile.startup_s``) only the health endpoints answer 503, chat is served.
+* No 503 for load unless ``profile.max_queued_requests`` is set (``managers/scheduler.py``
+  ``_abort_on_queued_limit``: 503 "The request queue is full.", error ``type`` "503").
+* 400 when the prompt has ``>=`` context tokens or prompt + ``max_tokens`` ``>`` context
+  (``managers/tokenizer_manager.py`` ``_validate_one_request``).
+* ``/abort_request {rid}`` does nothing unless ``rid`` is a request in flight
+  (``TokenizerManager.abort_request`` returns early with one tokenizer worker); then the
+  scheduler aborts every request whose rid starts with it (``Scheduler.abort_request``
+  ``req.rid.startswith``); a client disconnect aborts the same way. An aborted request
+  answers 200 with ``finish_reason: "abort"``; one aborted while waiting has no tokens.
+* ``/metrics`` gauges refresh only when the scheduler logs stats (each prefill batch, every
+  ``decode_log_interval`` decode steps); counters grow when a request finishes.
 
 Simulator control (not in SGLang): ``GET|POST|DELETE /simulator/faults`` and
 ``GET /simulator/stats``.
 
-Every chat response also carries two headers that SGLang does not send:
-``X-Simulator-Queue-Seconds`` and ``X-Simulator-E2E-Seconds`` (simulated seconds spent
-waiting for a slot and in total), so benchmarks can check latency without wall-clock noise.
+Every response carries an ``X-Simulator`` header (profile name and SGLang version) and every
+chat response two more that SGLang does not send: ``X-Simulator-Queue-Seconds`` and
+``X-Simulator-E2E-Seconds`` (simulated seconds spent waiting for a slot and in total), so
+benchmarks can check latency without wall-clock noise.
 """
 
 from __future__ import annotations
@@ -27,9 +52,11 @@ from typing import Any
 
 from aiohttp import web
 
+from consumers.simulator import shapes
 from consumers.simulator.engine import Engine, Job, SimulatorStats
 from consumers.simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
 from consumers.simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
+from consumers.simulator.shapes import Counters, GaugeSnapshot
 from streams.errors import ConfigError, StackError
 
 _SHUTDOWN_TIMEOUT_S = 0.05
@@ -37,6 +64,9 @@ _SHUTDOWN_TIMEOUT_S = 0.05
 
 _HEALTH_POLL_S = 0.1
 """Simulated seconds between two checks of a pending ``/health_generate``."""
+
+_PREFIX_CACHE_ENTRIES = 100_000
+"""Message prefixes remembered by the simulated prefix cache (oldest forgotten first)."""
 
 
 class _BadRequest(Exception):
@@ -56,6 +86,7 @@ class _ChatRequest:
     separate_reasoning: bool
     tools: list[Any]
     tool_choice: object
+    priority: int | None = None
 
 
 def _parse_chat(body: object, profile: SimulatorProfile) -> _ChatRequest:
@@ -85,10 +116,20 @@ def _parse_chat(body: object, profile: SimulatorProfile) -> _ChatRequest:
     template_kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(template_kwargs, dict):
         raise _BadRequest("'chat_template_kwargs' must be an object.")
+    # SGLang 0.5.20/0.5.23 entrypoints/openai/protocol.py ChatCompletionRequest
+    # normalize_reasoning_inputs: reasoning_effort only *defaults* enable_thinking
+    # (ctk.setdefault("enable_thinking", effort != "none")); an explicit value wins.
     thinking = template_kwargs.get("enable_thinking")
-    enable_thinking = thinking if isinstance(thinking, bool) else profile.default_enable_thinking
-    if body.get("reasoning_effort") == "none":
-        enable_thinking = False
+    effort = body.get("reasoning_effort")
+    if isinstance(thinking, bool):
+        enable_thinking = thinking
+    elif effort is not None:
+        enable_thinking = effort != "none"
+    else:
+        enable_thinking = profile.default_enable_thinking
+    priority = body.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise _BadRequest("'priority' must be an integer.")
     separate_reasoning = body.get("separate_reasoning", True)
     if not isinstance(separate_reasoning, bool):
         raise _BadRequest("'separate_reasoning' must be a boolean.")
@@ -110,6 +151,7 @@ def _parse_chat(body: object, profile: SimulatorProfile) -> _ChatRequest:
         separate_reasoning=separate_reasoning,
         tools=tools,
         tool_choice="auto" if tool_choice is None else tool_choice,
+        priority=priority,
     )
 
 
@@ -119,8 +161,12 @@ def _join(words: tuple[str, ...]) -> str:
 
 
 def _error(status: int, message: str) -> web.Response:
-    """SGLang's error body."""
-    kind = {400: "BadRequestError", 503: "ServiceUnavailableError"}.get(status, "InternalServerError")
+    """SGLang's error body (``entrypoints/openai/serving_base.py`` ``create_error_response``).
+
+    400s carry ``type`` "BadRequestError"; a 503 raised as an ``HTTPException`` (queue full)
+    carries ``type`` "503" (``handle_request``: ``err_type=str(e.status_code)``).
+    """
+    kind = {400: "BadRequestError", 503: "503"}.get(status, "InternalServerError")
     body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
     return web.json_response(body, status=status)
 
@@ -183,6 +229,13 @@ class SimulatedServer:
         self._crashed = False
         self._crashed_event = asyncio.Event()
         self._started_wall = time.time()
+        self._gauges = GaugeSnapshot()
+        self._gauge_tick = -1
+        self._known_priorities: set[int | None] = set()
+        self._aborts_sent = 0
+        self._cached_tokens_total = 0
+        self._admitted_prompt_tokens = 0
+        self._prefix_cache: dict[int, None] = {}
 
     # -- public API ----------------------------------------------------------------------
 
@@ -220,6 +273,11 @@ class SimulatedServer:
         """
         if self._runner is not None:
             raise RuntimeError("the simulator is already running")
+        if self.profile.load_s > 0:  # loading the model: nothing listens yet
+            await asyncio.sleep(self.profile.load_s / self.time_scale)
+        self._gauges, self._gauge_tick, self._known_priorities = GaugeSnapshot(), -1, set()
+        self._aborts_sent = self._cached_tokens_total = self._admitted_prompt_tokens = 0
+        self._prefix_cache.clear()
         self._engine = Engine(self.profile, time_scale=self.time_scale)
         self._engine.start()
         self._crashed = False
@@ -394,9 +452,64 @@ class SimulatedServer:
         self._rejected += 1
         return _error(status, message)
 
+    def _refresh_gauges(self) -> GaugeSnapshot:
+        """The gauges as SGLang's scheduler last logged them (see :attr:`Engine.log_tick`).
+
+        Lazy: a snapshot is taken when read after a log step, with the values at read time
+        (not at the step itself); between log steps the gauges keep their last values.
+        """
+        engine = self._require_engine()
+        engine.sync()
+        if engine.log_tick != self._gauge_tick:
+            self._gauge_tick = engine.log_tick
+            running, queued = engine.by_priority("running"), engine.by_priority("queued")
+            self._known_priorities |= set(running) | set(queued) | engine.seen_priorities
+            admitted = self._admitted_prompt_tokens
+            self._gauges = GaugeSnapshot(
+                running=engine.running,
+                queued=engine.queued,
+                running_by_priority=running,
+                queued_by_priority=queued,
+                token_usage=round(engine.token_usage(), 2),
+                gen_throughput=engine.gen_throughput(),
+                cache_hit_rate=self._cached_tokens_total / admitted if admitted else 0.0,
+            )
+        return self._gauges
+
+    def _cached_prefix_tokens(self, messages: list[Any], prompt_tokens: int) -> int:
+        """Tokens of the longest leading run of ``messages`` an earlier request also began
+        with (a message-granular stand-in for SGLang's radix prefix cache), at most
+        ``prompt_tokens - 1``; remembers this request's prefixes."""
+        cached = 0
+        for end in range(1, len(messages) + 1):
+            key = hash(repr(messages[:end]))
+            if key in self._prefix_cache:
+                cached = estimate_prompt_tokens(messages[:end], ())
+            self._prefix_cache[key] = None
+        while len(self._prefix_cache) > _PREFIX_CACHE_ENTRIES:
+            del self._prefix_cache[next(iter(self._prefix_cache))]
+        return max(0, min(cached, prompt_tokens - 1))
+
+    def _abort_matching(self, rid: str) -> None:
+        """SGLang's ``/abort_request {rid}`` (and a disconnect): ignored unless ``rid`` is in
+        flight; then every request whose rid starts with it is aborted."""
+        if rid not in self._inflight:
+            return
+        self._aborts_sent += 1
+        engine = self._require_engine()
+        for other, job in list(self._inflight.items()):
+            if other.startswith(rid):
+                engine.cancel(job, "abort_request")
+
+    @web.middleware
+    async def _mark(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        response: web.StreamResponse = await handler(request)
+        response.headers["X-Simulator"] = f"{self.profile.name}; sglang {self.profile.sglang_version}"
+        return response
+
     def _make_app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_get("/health", self._health)
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._mark])
+        app.router.add_get("/health", self._health_generate)
         app.router.add_get("/health_generate", self._health_generate)
         app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/get_server_info", self._server_info)
@@ -413,9 +526,6 @@ class SimulatedServer:
         return app
 
     # -- SGLang endpoints ----------------------------------------------------------------
-
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(status=503 if self._unavailable_reason() else 200)
 
     async def _health_generate(self, request: web.Request) -> web.Response:
         """200 once any token is produced (the probe's or another request's) within the timeout."""
@@ -442,112 +552,61 @@ class SimulatedServer:
             engine.cancel(probe, "health_check_done")
 
     async def _server_info(self, request: web.Request) -> web.Response:
+        """Goes through the scheduler (``get_internal_state``): waits while the engine hangs."""
         engine = self._require_engine()
-        engine.sync()
-        p = self.profile
-        return web.json_response(
-            {
-                "model_path": p.model_path,
-                "tokenizer_path": p.model_path,
-                "served_model_name": p.served_model_name,
-                "host": self.host,
-                "port": self._port,
-                "max_running_requests": p.max_running_requests,
-                "context_length": p.context_length,
-                "max_total_num_tokens": p.max_total_num_tokens,
-                "max_req_input_len": p.max_req_input_len,
-                "reasoning_parser": p.reasoning_parser,
-                "tool_call_parser": p.tool_call_parser,
-                "tp_size": 1,
-                "dp_size": 1,
-                "version": p.version,
-                "internal_states": [
-                    {
-                        "last_gen_throughput": engine.gen_throughput(),
-                        "max_total_num_tokens": p.max_total_num_tokens,
-                        "max_running_requests": p.max_running_requests,
-                    }
-                ],
-                "simulator": {"profile": p.name, "time_scale": self.time_scale},
-            }
+        poll = engine.wall_seconds(_HEALTH_POLL_S)
+        while engine.hung:  # noqa: ASYNC110 - the engine has no "resumed" event; poll it
+            await asyncio.sleep(poll)
+        gauges = self._refresh_gauges()
+        body = shapes.server_info(
+            self.profile,
+            host=self.host,
+            port=self._port,
+            last_gen_throughput=gauges.gen_throughput,
+            startup_time=round(self.profile.load_s, 3),
         )
+        return web.json_response(body)
 
     async def _model_info(self, request: web.Request) -> web.Response:
-        p = self.profile
-        return web.json_response(
-            {
-                "model_path": p.model_path,
-                "tokenizer_path": p.model_path,
-                "is_generation": True,
-                "served_model_name": p.served_model_name,
-                "reasoning_parser": p.reasoning_parser,
-                "tool_call_parser": p.tool_call_parser,
-                "weight_version": "default",
-            }
-        )
+        return web.json_response(shapes.model_info(self.profile))
 
     async def _models(self, request: web.Request) -> web.Response:
-        p = self.profile
-        model = {
-            "id": p.served_model_name,
-            "object": "model",
-            "created": int(self._started_wall),
-            "owned_by": "sglang",
-            "root": p.model_path,
-            "max_model_len": p.context_length,
-        }
-        return web.json_response({"object": "list", "data": [model]})
+        return web.json_response(shapes.v1_models(self.profile, int(self._started_wall)))
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        stats = self.stats()
         engine = self._require_engine()
-        name = self.profile.served_model_name.replace("\\", "\\\\").replace('"', '\\"')
-        labels = f'{{model_name="{name}"}}'
-        metrics: list[tuple[str, str, str, float]] = [
-            ("num_running_reqs", "gauge", "The number of running requests.", stats.running),
-            ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", stats.queued),
-            ("gen_throughput", "gauge", "The generation throughput (token/s).", stats.gen_throughput),
-            ("token_usage", "gauge", "The token usage.", engine.token_usage()),
-            ("prompt_tokens_total", "counter", "Prefill tokens processed.", stats.prompt_tokens_total),
-            (
-                "generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                stats.generation_tokens_total,
-            ),
-            ("num_requests_total", "counter", "Number of requests processed.", stats.requests_received),
-            ("num_aborted_requests_total", "counter", "Number of requests aborted.", stats.requests_aborted),
-        ]
-        lines: list[str] = []
-        for metric, kind, help_text, value in metrics:
-            lines += [
-                f"# HELP sglang:{metric} {help_text}",
-                f"# TYPE sglang:{metric} {kind}",
-                f"sglang:{metric}{labels} {float(value)!r}",
-            ]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+        gauges = self._refresh_gauges()
+        counters = Counters(
+            prompt_tokens=engine.finished_prompt_tokens,
+            generation_tokens=engine.finished_generation_tokens,
+            cached_tokens=self._cached_tokens_total,
+            requests=engine.finished_requests,
+            aborted=self._aborts_sent,
+        )
+        text = shapes.metrics_text(self.profile, gauges, counters, self._known_priorities)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def _abort_request(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
         except ValueError:
             return _error(400, "The request body must be JSON.")
-        # SGLang aborts every request whose rid *starts with* the given one, in the waiting queue
-        # and running (sglang 0.5 ``managers/scheduler.py`` ``abort_request``:
-        # ``req.rid.startswith(recv_req.rid)``); so does the simulator, never kinder.
-        rid = body.get("rid") if isinstance(body, dict) else None
-        if isinstance(rid, str):
+        if not isinstance(body, dict):
+            return web.Response(status=200)
+        rid = body.get("rid")
+        if body.get("abort_all") is True:
+            self._aborts_sent += 1
             engine = self._require_engine()
-            for other, job in list(self._inflight.items()):
-                if other.startswith(rid):
-                    engine.cancel(job, "abort_request")
+            for job in list(self._inflight.values()):
+                engine.cancel(job, "abort_request")
+        elif isinstance(rid, str) and rid:
+            self._abort_matching(rid)
         return web.Response(status=200)
 
     async def _chat(self, request: web.Request) -> web.Response:
         engine = self._require_engine()
-        reason = self._unavailable_reason()
-        if reason is not None:
-            return self._reject(503, reason)
+        if self._faults.draining:
+            return self._reject(503, "The server is shutting down.")
         if self._crash_countdown == 0:
             self._crash_countdown = None
             self._spawn_crash()
@@ -572,7 +631,7 @@ class SimulatedServer:
                 f"The input ({prompt_tokens} tokens) is longer than the model's context length "
                 f"({context} tokens).",
             )
-        if chat.max_tokens is not None and chat.max_tokens + prompt_tokens >= context:
+        if chat.max_tokens is not None and chat.max_tokens + prompt_tokens > context:
             total = chat.max_tokens + prompt_tokens
             return self._reject(
                 400,
@@ -583,6 +642,12 @@ class SimulatedServer:
             )
         if chat.rid is not None and chat.rid in self._inflight:
             return self._reject(400, f"Duplicate request ID detected: {chat.rid}")
+        limit = self.profile.max_queued_requests
+        if limit is not None:
+            engine.sync()
+            if engine.queued + 1 > limit:
+                return self._reject(503, "The request queue is full.")
+        cached_tokens = self._cached_prefix_tokens(chat.messages, prompt_tokens)
 
         faults = self._faults
         abort_fraction = None
@@ -599,16 +664,19 @@ class SimulatedServer:
             faults=faults,
             abort_fraction=abort_fraction,
         )
-        rid = chat.rid if chat.rid is not None else uuid.uuid4().hex
+        rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
         job = engine.submit(
             prompt_tokens=prompt_tokens,
             target_tokens=plan.completion_tokens,
             base_rate=plan.base_rate,
             ends_in_abort=plan.finish_reason == "abort",
+            priority=chat.priority,
         )
         self._inflight[rid] = job
+        self._cached_tokens_total += cached_tokens
+        self._admitted_prompt_tokens += prompt_tokens
         try:
-            disconnected = await self._wait(job, request)
+            disconnected = await self._wait(job, request, rid)
         finally:
             if self._inflight.get(rid) is job:
                 del self._inflight[rid]
@@ -617,15 +685,22 @@ class SimulatedServer:
             return web.Response(status=499)
         if job.cancel_reason == "shutdown":
             return _error(503, "The server is shutting down.")
+        queued_abort = False
         if job.cancel_reason == "abort_request":
+            # Aborted while waiting: the tokenizer answers with no tokens at all (SGLang 0.5.20
+            # managers/tokenizer_manager.py _handle_abort_req: meta_info has no token counts).
+            queued_abort = job.admitted_at is None
             plan = plan.truncated(job.tokens, "abort")
         headers = {
             "X-Simulator-Queue-Seconds": f"{job.queue_s:.6f}",
             "X-Simulator-E2E-Seconds": f"{(job.finished_at or job.submitted_at) - job.submitted_at:.6f}",
         }
-        return web.json_response(self._chat_body(rid, chat, plan, prompt_tokens), headers=headers)
+        if queued_abort:
+            prompt_tokens = cached_tokens = 0
+        body = self._chat_body(rid, chat, plan, prompt_tokens, cached_tokens)
+        return web.json_response(body, headers=headers)
 
-    async def _wait(self, job: Job, request: web.Request) -> bool:
+    async def _wait(self, job: Job, request: web.Request, rid: str) -> bool:
         """Wait for ``job``; ``True`` if the client disconnected first (the job is then aborted).
 
         Like SGLang, a waiting handler checks for a disconnect every ``disconnect_poll_s``.
@@ -636,17 +711,25 @@ class SimulatedServer:
             done, _ = await asyncio.wait({job.done}, timeout=poll)
             transport = request.transport
             if not done and (transport is None or transport.is_closing()):
+                # SGLang aborts a disconnected request through abort_request(rid): every
+                # in-flight request whose rid starts with this one goes too.
+                self._aborts_sent += 1
+                for other, other_job in list(self._inflight.items()):
+                    if other.startswith(rid) and other_job is not job:
+                        engine.cancel(other_job, "abort_request")
                 engine.cancel(job, "disconnect")
                 return True
         return False
 
     def _chat_body(
-        self, rid: str, chat: _ChatRequest, plan: OutputPlan, prompt_tokens: int
+        self, rid: str, chat: _ChatRequest, plan: OutputPlan, prompt_tokens: int, cached_tokens: int = 0
     ) -> dict[str, Any]:
+        """The chat response for ``plan`` (see :func:`shapes.chat_response` for the shape)."""
+        parser = self.profile.reasoning_parser
         reasoning = _join(plan.reasoning)
         answer = "" if plan.tool_calls else _join(plan.answer)
         reasoning_content: str | None = None
-        if plan.thinking and self.profile.reasoning_parser is not None and chat.separate_reasoning:
+        if plan.thinking and parser is not None and chat.separate_reasoning:
             content, reasoning_content = answer, reasoning or None
         elif plan.thinking:  # unparsed: the think block stays in the content
             closed = bool(plan.answer) or plan.finish_reason in ("stop", "tool_calls")
@@ -660,25 +743,28 @@ class SimulatedServer:
         }
         if plan.tool_calls:
             message["tool_calls"] = [call.to_openai(i) for i, call in enumerate(plan.tool_calls)]
-        reasoning_tokens = len(plan.reasoning)
-        details = {"reasoning_tokens": reasoning_tokens} if reasoning_tokens else None
-        return {
-            "id": rid,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": chat.model or self.profile.served_model_name,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": plan.finish_reason}
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": plan.completion_tokens,
-                "total_tokens": prompt_tokens + plan.completion_tokens,
-                "reasoning_tokens": reasoning_tokens,
-                "prompt_tokens_details": None,
-                "completion_tokens_details": details,
-            },
-        }
+        # The scheduler counts reasoning tokens only for a request in thinking mode, which needs
+        # a reasoning parser (SGLang 0.5.20 serving_chat.py _get_reasoning_from_request returns
+        # False without one; scheduler_components/batch_result_processor.py
+        # _maybe_update_reasoning_tokens skips requests without require_reasoning).
+        reasoning_tokens = len(plan.reasoning) if parser is not None and chat.enable_thinking else 0
+        completion_tokens = plan.completion_tokens if prompt_tokens or plan.completion_tokens else 0
+        return shapes.chat_response(
+            self.profile,
+            rid=rid,
+            created=int(time.time()),
+            model=chat.model,
+            message=message,
+            finish_reason=plan.finish_reason,
+            matched_stop=shapes.EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
+            usage_body=shapes.usage(
+                self.profile,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                reasoning_tokens=min(reasoning_tokens, completion_tokens),
+                cached_tokens=cached_tokens,
+            ),
+        )
 
     # -- control endpoints ---------------------------------------------------------------
 

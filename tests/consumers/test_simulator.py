@@ -28,6 +28,7 @@ from consumers.simulator import (
     FaultConfig,
     SimulatedServer,
     SimulatorProfile,
+    estimate_prompt_tokens,
     plan_output,
     request_seed,
 )
@@ -137,11 +138,11 @@ async def test_thinking_response_has_reasoning_split_and_usage(
     assert choice["index"] == 0
     assert choice["finish_reason"] == "stop"
     assert message["role"] == "assistant"
-    assert "tool_calls" not in message
+    assert message["tool_calls"] is None  # SGLang 0.5.20 keeps the key
     assert message["content"] and message["reasoning_content"]
     n_reasoning, n_answer = len(message["reasoning_content"].split()), len(message["content"].split())
     assert usage["reasoning_tokens"] == n_reasoning
-    assert usage["completion_tokens_details"] == {"reasoning_tokens": n_reasoning}
+    assert "completion_tokens_details" not in usage  # 0.5.20 has no such field
     assert usage["completion_tokens"] == n_reasoning + n_answer
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert 0 < usage["prompt_tokens"] < 20
@@ -156,7 +157,7 @@ async def test_thinking_off_answers_without_reasoning(
         assert message["reasoning_content"] is None
         assert message["content"]
         assert usage["reasoning_tokens"] == 0
-        assert usage["completion_tokens_details"] is None
+        assert "completion_tokens_details" not in usage
         assert usage["completion_tokens"] == len(message["content"].split())
 
 
@@ -245,7 +246,7 @@ async def test_tools_give_tool_calls_with_json_arguments(
     assert "tool_calls" in finishes and "stop" in finishes
 
     body = await ok_chat(client, server, chat(rid="t", tools=[WEATHER_TOOL], tool_choice="none"))
-    assert "tool_calls" not in body["choices"][0]["message"]
+    assert body["choices"][0]["message"]["tool_calls"] is None
 
 
 # -- request errors --------------------------------------------------------------------
@@ -404,12 +405,13 @@ def test_request_ids_are_deterministic_and_never_a_prefix_of_one_another() -> No
 # -- health, info, metrics ---------------------------------------------------------------
 
 
-async def test_health_is_503_while_starting(client: httpx.AsyncClient) -> None:
+async def test_health_is_503_while_starting_but_chat_is_served(client: httpx.AsyncClient) -> None:
     # 200 s simulated = 1 s wall: room for three requests on a busy machine
     async with SimulatedServer(replace(FAST, startup_s=200.0), time_scale=200) as server:
         assert (await client.get(f"{server.url}/health")).status_code == 503
         assert (await client.get(f"{server.url}/health_generate")).status_code == 503
-        assert (await post_chat(client, server, chat())).status_code == 503
+        # SGLang accepts generation during warm-up (no ServerStatus check on the chat path)
+        assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
         await asyncio.sleep(1.05)
         assert (await client.get(f"{server.url}/health")).status_code == 200
         assert (await client.get(f"{server.url}/health_generate")).status_code == 200
@@ -417,20 +419,24 @@ async def test_health_is_503_while_starting(client: httpx.AsyncClient) -> None:
 
 
 async def test_server_and_model_info(client: httpx.AsyncClient, server: SimulatedServer) -> None:
-    info = (await client.get(f"{server.url}/server_info")).json()
-    assert info["max_running_requests"] == 16
-    assert info["context_length"] == 32768
+    response = await client.get(f"{server.url}/server_info")
+    info = response.json()
+    assert info["max_running_requests"] is None  # not given on the command line
+    assert info["context_length"] is None
+    assert [s["effective_max_running_requests_per_dp"] for s in info["internal_states"]] == [16]
     assert info["max_req_input_len"] == 32767
     assert info["max_total_num_tokens"] > 32768
     assert info["reasoning_parser"] == "qwen3"
-    assert info["version"].endswith("-simulator")
+    assert info["version"] == "0.5.20"
+    assert "simulator" not in info and "sglang 0.5.20" in response.headers["X-Simulator"]
     assert info["internal_states"][0]["last_gen_throughput"] == 0.0
     model = (await client.get(f"{server.url}/model_info")).json()
     assert model["model_path"] == model["served_model_name"] == DEFAULT_PROFILE.model_path
     assert model["reasoning_parser"] == "qwen3"
     assert model["tool_call_parser"] == "qwen25"
     models = (await client.get(f"{server.url}/v1/models")).json()
-    assert models["data"][0]["id"] == DEFAULT_PROFILE.served_model_name
+    assert models["data"][0]["id"] == models["data"][0]["root"] == DEFAULT_PROFILE.served_model_name
+    assert models["data"][0]["max_model_len"] == 32768
 
 
 async def test_metrics_are_prometheus_text(client: httpx.AsyncClient, server: SimulatedServer) -> None:
@@ -442,8 +448,8 @@ async def test_metrics_are_prometheus_text(client: httpx.AsyncClient, server: Si
         ("sglang:num_running_reqs", "gauge"),
         ("sglang:num_queue_reqs", "gauge"),
         ("sglang:gen_throughput", "gauge"),
-        ("sglang:generation_tokens_total", "counter"),
-        ("sglang:num_aborted_requests_total", "counter"),
+        ("sglang:generation_tokens", "counter"),
+        ("sglang:num_aborted_requests", "counter"),
     ]:
         assert f"# TYPE {name} {kind}" in text
     assert metric(text, "sglang:generation_tokens_total") == body["usage"]["completion_tokens"] == 30
@@ -470,11 +476,11 @@ async def test_503_burst_then_recovery(client: httpx.AsyncClient) -> None:
         assert server.stats().requests_rejected == 3
 
 
-async def test_hang_keeps_health_but_fails_health_generate_and_requests(client: httpx.AsyncClient) -> None:
+async def test_hang_fails_health_and_health_generate_and_requests(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(FAST, time_scale=400) as server:  # health check timeout 20 s = 0.05 s wall
         await client.post(f"{server.url}/simulator/faults", json={"hang": True})
 
-        assert (await client.get(f"{server.url}/health")).status_code == 200
+        assert (await client.get(f"{server.url}/health")).status_code == 503  # /health generates too
         assert (await client.get(f"{server.url}/health_generate")).status_code == 503
         stuck = asyncio.create_task(post_chat(client, server, chat(rid="stuck", max_tokens=5)))
         await asyncio.sleep(0.1)  # 40 s simulated: 5 tokens would take 0.02 s
@@ -649,3 +655,258 @@ def test_cli_prints_url_and_exits_1_on_crash() -> None:
     assert "simulator" in result.stdout
     assert "http://127.0.0.1:" in result.stdout
     assert "crashed" in result.stderr
+
+
+# -- SGLang fidelity (tests/fixtures/sglang: hand-built from SGLang's source) -----------------
+
+FIXTURES = REPO / "tests" / "fixtures" / "sglang"
+VERSIONS = ("0.5.20", "0.5.23")
+
+
+def shape(value: Any) -> Any:
+    """The keys and null-ness of a JSON value (lists by their first item; numbers as one kind)."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    if value is None:
+        return None
+    return (
+        "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+    )
+
+
+def fixture(version: str, name: str) -> Any:
+    return json.loads((FIXTURES / version / name).read_text())
+
+
+def series(text: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(sample name, label names) of every sample line, and (family, kind) of every TYPE line."""
+    out: set[tuple[str, tuple[str, ...]]] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, family, kind = line.split(" ")
+            out.add((family, (kind,)))
+        elif line and not line.startswith("#"):
+            name, _, rest = line.partition("{")
+            labels = tuple(sorted(part.split("=")[0] for part in rest.rsplit("}", 1)[0].split('",') if part))
+            out.add((name, labels))
+    return out
+
+
+def versioned(version: str, **changes: Any) -> SimulatorProfile:
+    return replace(FAST, sglang_version=version, **changes)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_info_endpoints_have_sglangs_shape(client: httpx.AsyncClient, version: str) -> None:
+    async with SimulatedServer(versioned(version), time_scale=1000) as server:
+        for path, name in [("/server_info", "server_info.json"), ("/model_info", "model_info.json"),
+                           ("/v1/models", "v1_models.json")]:  # fmt: skip
+            body = (await client.get(f"{server.url}{path}")).json()
+            assert shape(body) == shape(fixture(version, name)), path
+            assert list(body) == list(fixture(version, name)), path  # same key order as SGLang
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_chat_responses_have_sglangs_shape(client: httpx.AsyncClient, version: str) -> None:
+    async with SimulatedServer(versioned(version), time_scale=10_000) as server:
+        thinking = await ok_chat(
+            client, server, chat(rid="f-think", chat_template_kwargs={"enable_thinking": True})
+        )
+        assert shape(thinking) == shape(fixture(version, "chat_thinking.json"))
+        tool_body = chat("Weather in Paris?", rid="f-tool", tools=[WEATHER_TOOL], tool_choice="required")
+        tool = await ok_chat(client, server, tool_body)
+        assert shape(tool) == shape(fixture(version, "chat_tool_call.json"))
+        convo = [
+            {"role": "system", "content": "You are terse. " * 50},
+            {"role": "user", "content": "Capital?"},
+        ]
+        await ok_chat(client, server, {"model": "qwen3", "messages": convo, "max_tokens": 50})
+        cached = await ok_chat(client, server, {"model": "qwen3", "messages": [*convo[:1], {"role": "user",
+                               "content": "Again?"}], "max_tokens": 50})  # fmt: skip
+        assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        cached["choices"][0]["finish_reason"] = "stop"
+        assert shape(cached["usage"]) == shape(fixture(version, "chat_cached.json")["usage"])
+        server.set_faults(reasoning_eats_budget=True)
+        ate = await ok_chat(client, server, chat("Prove it.", rid="f-ate", max_tokens=16))
+        assert (
+            ate["choices"][0]["message"]["content"] == "" and ate["choices"][0]["finish_reason"] == "length"
+        )
+        assert shape(ate) == shape(fixture(version, "chat_reasoning_ate_budget.json"))
+        server.clear_faults()
+        long = chat("word " * 200, max_tokens=server.profile.context_length)
+        error = await post_chat(client, server, long)
+        assert error.status_code == 400
+        assert shape(error.json()) == shape(fixture(version, "error_context_length.json"))
+        assert error.json()["message"].startswith(
+            "Requested token count exceeds the model's maximum context length"
+        )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("priority", [False, True])
+async def test_metrics_have_sglangs_series(client: httpx.AsyncClient, version: str, priority: bool) -> None:
+    profile = versioned(version, enable_priority_scheduling=priority, served_model_name="Qwen/Qwen3-8B")
+    async with SimulatedServer(profile, time_scale=10_000) as server:
+        convo = [{"role": "system", "content": "Be brief. " * 20}, {"role": "user", "content": "Hi"}]
+        await ok_chat(client, server, {"messages": convo, "max_tokens": 5, "priority": 0})
+        await ok_chat(client, server, {"messages": [*convo[:1], {"role": "user", "content": "Yo"}],
+                                       "max_tokens": 5, "priority": 10})  # fmt: skip
+        await client.post(f"{server.url}/abort_request", json={"rid": "nothing"})
+        text = (await client.get(f"{server.url}/metrics")).text
+        name = "metrics_priority.txt" if priority else "metrics.txt"
+        assert series(text) == series((FIXTURES / version / name).read_text())
+
+
+async def test_0_5_23_usage_details(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(versioned("0.5.23"), time_scale=10_000) as server:
+        usage = (await ok_chat(client, server, chat(rid="u1")))["usage"]
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": usage["reasoning_tokens"]}
+        assert usage["prompt_tokens_details"] == {"cached_tokens": 0}  # reported even when 0
+        usage = (await ok_chat(client, server, chat(rid="u2", reasoning_effort="none")))["usage"]
+        assert usage["completion_tokens_details"] is None
+    async with SimulatedServer(versioned("0.5.20"), time_scale=10_000) as server:
+        usage = (await ok_chat(client, server, chat(rid="u3")))["usage"]
+        assert usage["prompt_tokens_details"] is None  # 0.5.20: null when nothing was cached
+        assert "completion_tokens_details" not in usage
+        assert (await client.get(f"{server.url}/server_info")).json()["version"] == "0.5.20"
+
+
+async def test_reasoning_effort_none_does_not_override_enable_thinking(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    body = await ok_chat(
+        client, server, chat(rid="e", reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+    )
+    assert body["choices"][0]["message"]["reasoning_content"]
+    assert body["usage"]["reasoning_tokens"] > 0
+
+
+async def test_no_reasoning_tokens_without_a_reasoning_parser(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(replace(FAST, reasoning_parser=None), time_scale=10_000) as server:
+        body = await ok_chat(client, server, chat(rid="np", max_tokens=200))
+        assert body["choices"][0]["message"]["content"].startswith("<think>")
+        assert body["usage"]["reasoning_tokens"] == 0
+
+
+async def test_prompt_plus_max_tokens_equal_to_the_context_is_accepted(
+    client: httpx.AsyncClient, server: SimulatedServer
+) -> None:
+    prompt = estimate_prompt_tokens(chat()["messages"], ())
+    context = server.profile.context_length
+    server.set_faults(reasoning_eats_budget=True)  # a short answer either way
+    assert (await post_chat(client, server, chat(max_tokens=context - prompt))).status_code == 200
+    assert (await post_chat(client, server, chat(max_tokens=context - prompt + 1))).status_code == 400
+
+
+async def test_no_503_under_load_unless_max_queued_requests(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(max_running_requests=1), time_scale=100) as server:
+        tasks = [
+            asyncio.create_task(post_chat(client, server, chat(rid=f"l{i}", max_tokens=50))) for i in range(4)
+        ]
+        assert [r.status_code for r in await asyncio.gather(*tasks)] == [200] * 4
+    async with SimulatedServer(steady(max_running_requests=1, max_queued_requests=1), time_scale=1) as server:
+        first = asyncio.create_task(post_chat(client, server, chat(rid="q0", max_tokens=50)))  # 0.5 s wall
+        await wait_until(lambda: server.stats().running == 1)
+        second = asyncio.create_task(post_chat(client, server, chat(rid="q1", max_tokens=5)))
+        await wait_until(lambda: server.stats().queued == 1)
+        third = await post_chat(client, server, chat(rid="q2", max_tokens=5))
+        assert third.status_code == 503
+        assert third.json() == {"object": "error", "message": "The request queue is full.", "type": "503",
+                                "param": None, "code": 503}  # fmt: skip
+        assert (await first).status_code == (await second).status_code == 200
+
+
+async def test_connections_are_refused_while_loading(client: httpx.AsyncClient) -> None:
+    server = SimulatedServer(replace(FAST, load_s=50.0), time_scale=100, port=0)  # 0.5 s wall
+    starting = asyncio.create_task(server.start())
+    await asyncio.sleep(0.1)
+    assert not server.running
+    await starting
+    try:
+        assert (await client.get(f"{server.url}/health")).status_code == 200
+    finally:
+        await server.stop()
+
+
+async def test_server_info_hangs_while_the_engine_hangs(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(FAST, time_scale=1000) as server:
+        server.set_faults(hang=True)
+        info = asyncio.create_task(client.get(f"{server.url}/server_info"))
+        await asyncio.sleep(0.2)
+        assert not info.done()
+        server.clear_faults()
+        assert (await info).status_code == 200
+
+
+async def test_abort_request_needs_an_in_flight_rid_then_aborts_its_prefix(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(), time_scale=10) as server:
+        tasks = {rid: asyncio.create_task(post_chat(client, server, chat(rid=rid, max_tokens=100)))
+                 for rid in ("job", "job-a", "job-b", "other")}  # fmt: skip
+        await wait_until(lambda: server.stats().running == 4)
+        await client.post(f"{server.url}/abort_request", json={"rid": "jo"})  # not a request: ignored
+        await asyncio.sleep(0.05)
+        assert server.stats().requests_aborted == 0
+        await client.post(f"{server.url}/abort_request", json={"rid": "job"})
+        finishes = {rid: (await task).json()["choices"][0]["finish_reason"] for rid, task in tasks.items()}
+        assert finishes == {"job": "abort", "job-a": "abort", "job-b": "abort", "other": "length"}
+
+
+async def test_aborted_while_waiting_answers_abort_with_no_tokens(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(steady(max_running_requests=1), time_scale=10) as server:
+        first = asyncio.create_task(post_chat(client, server, chat(rid="run", max_tokens=30)))
+        await wait_until(lambda: server.stats().running == 1)
+        waiting = asyncio.create_task(post_chat(client, server, chat(rid="wait", max_tokens=5)))
+        await wait_until(lambda: server.stats().queued == 1)
+        await client.post(f"{server.url}/abort_request", json={"rid": "wait"})
+        body = (await waiting).json()
+        assert body["choices"][0]["finish_reason"] == "abort"
+        assert body["choices"][0]["message"]["content"] == ""
+        assert body["usage"]["prompt_tokens"] == body["usage"]["completion_tokens"] == 0
+        assert (await first).status_code == 200
+
+
+async def test_metrics_counters_count_at_finish_and_gauges_refresh_on_log_steps(
+    client: httpx.AsyncClient,
+) -> None:
+    profile = steady(max_running_requests=1, decode_log_interval=10**9)
+    async with SimulatedServer(profile, time_scale=1) as server:  # 100 tokens/s wall
+        first = asyncio.create_task(post_chat(client, server, chat(rid="g0", max_tokens=60)))
+        await wait_until(lambda: server.stats().generation_tokens_total >= 5)
+        text = (await client.get(f"{server.url}/metrics")).text
+        assert metric(text, "sglang:num_requests_total") == 0  # received, not finished
+        assert metric(text, "sglang:prompt_tokens_total") == 0
+        assert metric(text, "sglang:generation_tokens_total") == 0
+        assert metric(text, "sglang:num_running_reqs") == 1  # logged at its prefill batch
+        second = asyncio.create_task(post_chat(client, server, chat(rid="g1", max_tokens=5)))
+        await wait_until(lambda: server.stats().queued == 1)
+        text = (await client.get(f"{server.url}/metrics")).text
+        assert metric(text, "sglang:num_queue_reqs") == 0  # no stats logged since it arrived
+        await first
+        await second
+        text = (await client.get(f"{server.url}/metrics")).text
+        assert metric(text, "sglang:num_requests_total") == 2
+        assert metric(text, "sglang:generation_tokens_total") == 65
+
+
+async def test_priority_scheduling_adds_per_priority_series(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(replace(FAST, enable_priority_scheduling=True), time_scale=1000) as server:
+        await ok_chat(client, server, chat(rid="p", max_tokens=5, priority=5))
+        text = (await client.get(f"{server.url}/metrics")).text
+        running = [line for line in text.splitlines() if line.startswith("sglang:num_running_reqs{")]
+        assert any('priority=""' in line for line in running) and any(
+            'priority="5"' in line for line in running
+        )
+
+
+def test_cli_sglang_version_and_cli_only_fields() -> None:
+    from consumers.simulator.__main__ import build_parser, profile_from_args
+
+    profile = profile_from_args(
+        build_parser().parse_args(["--sglang-version", "0.5.23", "--max-running-requests", "8"])
+    )
+    assert profile.sglang_version == "0.5.23" and profile.max_running_requests == 8
+    assert profile.max_running_requests_set and not profile.context_length_set
+    with pytest.raises(ConfigError):
+        replace(FAST, sglang_version="0.4.0")
