@@ -135,7 +135,7 @@ async def test_commits_never_pass_a_prefetched_record(cs: Settings, fleet: Fleet
         await asyncio.sleep(1.0)  # a few commit intervals
         offset = (await committed(s, group_id(s), s.topics.prompts))[0] or 0
         done = {r.source.offset for r in await completions(s) if r.source is not None}
-        assert set(range(offset)) <= done, f"committed {offset} past an unfinished prompt: done {sorted(done)}"
+        assert set(range(offset)) <= done, f"committed {offset} past an unfinished prompt: {sorted(done)}"
         assert 0 < offset < len(prompts), "the test needs a commit while prompts still wait"
         fleet.kill("c0")
         fleet.start("c0", sim.url)
