@@ -66,6 +66,7 @@ import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocol
+from aiokafka.errors import CoordinatorLoadInProgressError, GroupCoordinatorNotAvailableError
 
 from bench.analysis import (
     Sample,
@@ -421,7 +422,10 @@ async def _wait_group_ready(
             if proc.poll() is not None:
                 tail = (ctx.logdir / f"{name}.log").read_text()[-2000:]
                 raise RuntimeError(f"consumer {name} exited with {proc.returncode}:\n{tail}")
-        state, members = await _group_assignment(settings, group)
+        try:
+            state, members = await _group_assignment(settings, group)
+        except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            state, members = "no coordinator yet", []  # a fresh broker creates __consumer_offsets
         ready = (
             state == "Stable"
             and len(members) == len(names)

@@ -166,7 +166,7 @@ RATES: tuple[RateProfile, ...] = (
         _small_model("qwen3-0.6b-b200", "Qwen/Qwen3-0.6B", 64, (600, 660), 120_000, 40),
         False,
         128,
-        cell_s=45,
+        cell_s=30,
     ),
 )
 """The matrix's rows, slowest first."""
