@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -865,6 +865,34 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 # -- main -----------------------------------------------------------------------------------------------
+def add_phase_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every phase reads from ``ctx.args`` (shared with :mod:`bench.matrix`)."""
+    parser.add_argument(
+        "--key-by",
+        choices=get_args(KeyBy),
+        default="balanced",
+        help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
+    )
+    parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
+    parser.add_argument(
+        "--strong-queue",
+        type=int,
+        default=ConsumerSettings().standing_queue,
+        help="strong baseline: requests queued per server beyond its running limit (default: the "
+        "consumer's standing queue, %(default)s)",
+    )
+    parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
+    parser.add_argument(
+        "--consumer-args",
+        default="",
+        help="extra flags for every consumer, e.g. '--consumer.standing-queue 8'",
+    )
+    parser.add_argument("--logdir", type=Path, help="where logs go (default: a new temporary directory)")
+    parser.add_argument(
+        "--keep-topics", action="store_true", help="do not delete the run's topics at the end"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(
@@ -886,32 +914,9 @@ def build_parser() -> argparse.ArgumentParser:
         "least-outstanding routing) (default %(default)s)",
     )
     parser.add_argument(
-        "--key-by",
-        choices=get_args(KeyBy),
-        default="balanced",
-        help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
-    )
-    parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
-    parser.add_argument(
-        "--strong-queue",
-        type=int,
-        default=ConsumerSettings().standing_queue,
-        help="strong baseline: requests queued per server beyond its running limit (default: the "
-        "consumer's standing queue, %(default)s)",
-    )
-    parser.add_argument(
         "--warmup-s", type=float, default=60.0, help="simulated seconds after t0 left out of the steady state"
     )
-    parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
-    parser.add_argument(
-        "--consumer-args",
-        default="",
-        help="extra flags for every consumer, e.g. '--consumer.standing-queue 8'",
-    )
-    parser.add_argument("--logdir", type=Path, help="where logs go (default: a new temporary directory)")
-    parser.add_argument(
-        "--keep-topics", action="store_true", help="do not delete the run's topics at the end"
-    )
+    add_phase_arguments(parser)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument(
         "--run-id",
@@ -922,13 +927,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def amain(args: argparse.Namespace) -> int:
-    """Run the phases and print the report; every process and topic is cleaned up on the way out."""
+def cancel_on_signals() -> None:
+    """SIGTERM and SIGHUP cancel the current task, so its ``finally`` clean-up runs."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if task is not None:
             loop.add_signal_handler(sig, task.cancel)
+
+
+def run_main(
+    amain: Callable[[argparse.Namespace], Coroutine[Any, Any, int]], args: argparse.Namespace
+) -> int:
+    """``asyncio.run(amain(args))``; 130 when interrupted."""
+    try:
+        return asyncio.run(amain(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: child processes stopped, simulators down", file=sys.stderr)
+        return 130
+
+
+async def amain(args: argparse.Namespace) -> int:
+    """Run the phases and print the report; every process and topic is cleaned up on the way out."""
+    cancel_on_signals()
     started = time.monotonic()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not set(phases) <= set(PHASES) or not phases:
@@ -1004,12 +1025,7 @@ def _as_json(ctx: BenchContext, reports: Sequence[PhaseReport]) -> dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (130 when interrupted)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(amain(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted: child processes stopped, simulators down", file=sys.stderr)
-        return 130
+    return run_main(amain, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

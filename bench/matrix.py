@@ -36,7 +36,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import get_args
 
 import psutil
 
@@ -50,14 +49,17 @@ from bench.fleet import (
     SimFleet,
     _delete_topics,
     _quantile,
+    add_phase_arguments,
+    cancel_on_signals,
     find_broker,
     make_prompts,
     report,
+    run_main,
     run_phase,
 )
 from bench.rates import RATES, RateProfile, rate_by_name
 from consumers.simulator import estimate_prompt_tokens
-from streams.config import ConsumerSettings, KeyBy, Settings
+from streams.config import Settings
 
 STEADY_GOAL = 0.98
 """Steady occupancy the issue asks for; a row whose strong baseline misses it is beyond the machine."""
@@ -228,6 +230,7 @@ async def run_row(
 
 async def amain(args: argparse.Namespace) -> int:
     """Run the rows, print the markdown report, optionally write it and the JSON figures."""
+    cancel_on_signals()
     rows = rate_by_name([s.strip() for s in args.rates.split(",") if s.strip()])
     args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
     if not args.phase_list or not set(args.phase_list) <= set(PHASES):
@@ -271,7 +274,9 @@ async def amain(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m bench.matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.matrix", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
     parser.add_argument(
         "--rates", default=",".join(r.name for r in RATES), help="comma-separated rows (default %(default)s)"
     )
@@ -283,18 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="multiplies every row's cell length (default %(default)s)",
     )
-    parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
-    parser.add_argument(
-        "--strong-queue",
-        type=int,
-        default=ConsumerSettings().standing_queue,
-        help="strong baseline's queue per server beyond its running limit (default %(default)s)",
-    )
-    parser.add_argument("--key-by", choices=get_args(KeyBy), default="balanced", help="default %(default)s")
-    parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
-    parser.add_argument("--consumer-args", default="", help="extra flags for every consumer")
-    parser.add_argument("--logdir", type=Path, help="where logs go (default: a new temporary directory)")
-    parser.add_argument("--keep-topics", action="store_true", help="do not delete the topics at the end")
+    add_phase_arguments(parser)
     parser.add_argument("--markdown", type=Path, help="also write the report (markdown) to this file")
     parser.add_argument("--json", type=Path, help="also write the cells to this JSON file")
     return parser
@@ -304,11 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (130 when interrupted)."""
     args = build_parser().parse_args(argv)
     args.argv = None if argv is None else list(argv)
-    try:
-        return asyncio.run(amain(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted: child processes stopped, simulators down", file=sys.stderr)
-        return 130
+    return run_main(amain, args)
 
 
 if __name__ == "__main__":
