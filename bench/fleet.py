@@ -21,6 +21,11 @@ Setup
 * **Baseline**: :mod:`bench.baseline` in its own process: concurrency 48 (a semaphore),
   round-robin, prompts in memory, the same request bodies. t0 = its start; the end = its last
   answer.
+* **Strong baseline** (``--phases …,strong``, issue 10): :mod:`bench.baseline`'s strong mode, the
+  best a plain client can do: per server its running limit (from ``/server_info``) plus
+  ``--strong-queue`` requests, least-outstanding routing, prompts in memory, the same bodies.
+  Timed like the baseline. :mod:`bench.matrix` runs all three over the rate profiles of
+  :mod:`bench.rates`.
 
 Measured: makespan (wall and simulated), the ideal makespan, occupancy per server in the steady
 state and over the whole run, the consumers' refill delay (a completion → the next request sent,
@@ -51,7 +56,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -61,6 +66,7 @@ import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocol
+from aiokafka.errors import CoordinatorLoadInProgressError, GroupCoordinatorNotAvailableError
 
 from bench.analysis import (
     Sample,
@@ -78,13 +84,15 @@ from bench.children import Children
 from consumers.client import ServerClient
 from consumers.simulator import DEFAULT_PROFILE, SimulatedServer, SimulatorProfile
 from producers.prompts import input_salt, partition_for
-from streams.config import KeyBy, Settings, settings_to_env
+from streams.config import ConsumerSettings, KeyBy, Settings, settings_to_env
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
 from streams.records import GenerationParams, PromptMetadata, PromptRecord, encode, key_of
 from streams.topics import ensure_topics, topic_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
+PHASES = ("ours", "baseline", "strong")
+"""The phases a run may have: ours, the fixed-concurrency baseline, the strong baseline."""
 _REPORT = re.compile(r"completions (\d+) .*dead letters (\d+), retries (\d+)")
 
 
@@ -414,7 +422,10 @@ async def _wait_group_ready(
             if proc.poll() is not None:
                 tail = (ctx.logdir / f"{name}.log").read_text()[-2000:]
                 raise RuntimeError(f"consumer {name} exited with {proc.returncode}:\n{tail}")
-        state, members = await _group_assignment(settings, group)
+        try:
+            state, members = await _group_assignment(settings, group)
+        except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            state, members = "no coordinator yet", []  # a fresh broker creates __consumer_offsets
         ready = (
             state == "Stable"
             and len(members) == len(names)
@@ -549,9 +560,12 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
     )
 
 
-async def run_baseline(ctx: BenchContext) -> PhaseOutcome:
-    """Phase (b): the old job's client (:mod:`bench.baseline`) in its own process."""
+async def run_baseline(ctx: BenchContext, *, strong: bool = False) -> PhaseOutcome:
+    """Phase (b): the old job's client (:mod:`bench.baseline`) in its own process; with
+    ``strong``, its strong mode instead (phase "strong": per-server running limit + queue,
+    least-outstanding routing)."""
     args, fleet = ctx.args, ctx.fleet
+    name = "strong" if strong else "baseline"
     await fleet.restart()
     client = ServerClient(fleet.urls[0], ctx.base.generation)
     bodies = []
@@ -560,18 +574,24 @@ async def run_baseline(ctx: BenchContext) -> PhaseOutcome:
         body["model"] = fleet.profile.served_model_name  # what the consumer sends after discovery
         bodies.append(body)
     await client.aclose()
-    spec = {"servers": fleet.urls, "concurrency": args.baseline_concurrency, "bodies": bodies}
-    inp, out = ctx.logdir / "baseline-input.json", ctx.logdir / "baseline-output.json"
+    spec: dict[str, Any] = {"servers": fleet.urls, "concurrency": args.baseline_concurrency, "bodies": bodies}
+    if strong:
+        spec |= {
+            "mode": "strong",
+            "queue": args.strong_queue,
+            "running_fallback": fleet.profile.max_running_requests,
+        }
+    inp, out = ctx.logdir / f"{name}-input.json", ctx.logdir / f"{name}-output.json"
     inp.write_text(json.dumps(spec))
 
     sampler = Sampler(fleet, args.sample_interval)
     sampler.start()
     cpu = _MachineCpu(ctx.broker)
     proc = ctx.children.spawn(
-        "baseline",
+        name,
         ["-m", "bench.baseline", "--input", str(inp), "--output", str(out)],
         {},
-        ctx.logdir / "baseline.log",
+        ctx.logdir / f"{name}.log",
     )
     offset = time.time() - time.monotonic()
     spawned = last_print = time.monotonic()
@@ -580,12 +600,14 @@ async def run_baseline(ctx: BenchContext) -> PhaseOutcome:
         if time.monotonic() - last_print >= 10:
             last_print = time.monotonic()
             s = sampler.samples[-1]
-            _progress(ctx, "baseline", s, spawned, sum(x.requests_finished for x in s.stats))
-    ctx.children.procs.pop("baseline", None)
+            _progress(ctx, name, s, spawned, sum(x.requests_finished for x in s.stats))
+    ctx.children.procs.pop(name, None)
     if proc.returncode != 0:
-        raise RuntimeError(f"the baseline exited with {proc.returncode}; see {ctx.logdir / 'baseline.log'}")
+        raise RuntimeError(
+            f"the {name} client exited with {proc.returncode}; see {ctx.logdir / f'{name}.log'}"
+        )
     result: dict[str, Any] = json.loads(out.read_text())
-    usage = cpu.since(float(result["cpu_s"]))
+    usage = cpu.since(float(result["cpu_run_s"]))
     await sampler.stop()
     first: dict[str, float] = {}
     server_of: dict[str, int] = {}
@@ -597,9 +619,11 @@ async def run_baseline(ctx: BenchContext) -> PhaseOutcome:
         else:
             failures += 1
     t0_epoch = float(result["t0"])
-    notes = ["baseline CPU is its whole process lifetime (incl. loading the prompts)"]
+    notes = ["client CPU from its t0 (after loading the prompts)"]
+    if strong:
+        notes.append(f"per-server limits (running + queue): {result['limits']}")
     return PhaseOutcome(
-        "baseline",
+        name,
         t0_epoch,
         t0_epoch - offset,
         first,
@@ -611,6 +635,13 @@ async def run_baseline(ctx: BenchContext) -> PhaseOutcome:
         usage,
         notes,
     )
+
+
+async def run_phase(ctx: BenchContext, phase: str) -> PhaseOutcome:
+    """Run the phase named (one of :data:`PHASES`) on a restarted fleet."""
+    if phase == "ours":
+        return await run_ours(ctx)
+    return await run_baseline(ctx, strong=phase == "strong")
 
 
 # -- report ---------------------------------------------------------------------------------------------
@@ -834,6 +865,34 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 # -- main -----------------------------------------------------------------------------------------------
+def add_phase_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every phase reads from ``ctx.args`` (shared with :mod:`bench.matrix`)."""
+    parser.add_argument(
+        "--key-by",
+        choices=get_args(KeyBy),
+        default="balanced",
+        help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
+    )
+    parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
+    parser.add_argument(
+        "--strong-queue",
+        type=int,
+        default=ConsumerSettings().standing_queue,
+        help="strong baseline: requests queued per server beyond its running limit (default: the "
+        "consumer's standing queue, %(default)s)",
+    )
+    parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
+    parser.add_argument(
+        "--consumer-args",
+        default="",
+        help="extra flags for every consumer, e.g. '--consumer.standing-queue 8'",
+    )
+    parser.add_argument("--logdir", type=Path, help="where logs go (default: a new temporary directory)")
+    parser.add_argument(
+        "--keep-topics", action="store_true", help="do not delete the run's topics at the end"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(
@@ -849,28 +908,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated seconds per wall second (default %(default)s)",
     )
     parser.add_argument(
-        "--phases", default="ours,baseline", help="comma-separated: ours, baseline (default %(default)s)"
+        "--phases",
+        default="ours,baseline",
+        help="comma-separated: ours, baseline (fixed concurrency), strong (per-server limit + queue, "
+        "least-outstanding routing) (default %(default)s)",
     )
-    parser.add_argument(
-        "--key-by",
-        choices=get_args(KeyBy),
-        default="balanced",
-        help="how the prompts are spread over the partitions, as in producers.prompts (default %(default)s)",
-    )
-    parser.add_argument("--baseline-concurrency", type=int, default=48, help="default %(default)s")
     parser.add_argument(
         "--warmup-s", type=float, default=60.0, help="simulated seconds after t0 left out of the steady state"
     )
-    parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
-    parser.add_argument(
-        "--consumer-args",
-        default="",
-        help="extra flags for every consumer, e.g. '--consumer.standing-queue 8'",
-    )
-    parser.add_argument("--logdir", type=Path, help="where logs go (default: a new temporary directory)")
-    parser.add_argument(
-        "--keep-topics", action="store_true", help="do not delete the run's topics at the end"
-    )
+    add_phase_arguments(parser)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument(
         "--run-id",
@@ -881,17 +927,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def amain(args: argparse.Namespace) -> int:
-    """Run the phases and print the report; every process and topic is cleaned up on the way out."""
+def cancel_on_signals() -> None:
+    """SIGTERM and SIGHUP cancel the current task, so its ``finally`` clean-up runs."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if task is not None:
             loop.add_signal_handler(sig, task.cancel)
+
+
+def run_main(
+    amain: Callable[[argparse.Namespace], Coroutine[Any, Any, int]], args: argparse.Namespace
+) -> int:
+    """``asyncio.run(amain(args))``; 130 when interrupted."""
+    try:
+        return asyncio.run(amain(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: child processes stopped, simulators down", file=sys.stderr)
+        return 130
+
+
+async def amain(args: argparse.Namespace) -> int:
+    """Run the phases and print the report; every process and topic is cleaned up on the way out."""
+    cancel_on_signals()
     started = time.monotonic()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    if not set(phases) <= {"ours", "baseline"} or not phases:
-        raise SystemExit(f"--phases: expected ours and/or baseline, got {args.phases!r}")
+    if not set(phases) <= set(PHASES) or not phases:
+        raise SystemExit(f"--phases: expected some of {', '.join(PHASES)}, got {args.phases!r}")
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="kafkagen-bench-"))
     logdir.mkdir(parents=True, exist_ok=True)
     run_id = args.run_id
@@ -914,7 +976,7 @@ async def amain(args: argparse.Namespace) -> int:
             flush=True,
         )
         for phase in phases:
-            outcome = await (run_ours(ctx) if phase == "ours" else run_baseline(ctx))
+            outcome = await run_phase(ctx, phase)
             reports.append(report(ctx, outcome))
             r = reports[-1]
             print(
@@ -963,12 +1025,7 @@ def _as_json(ctx: BenchContext, reports: Sequence[PhaseReport]) -> dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (130 when interrupted)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(amain(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted: child processes stopped, simulators down", file=sys.stderr)
-        return 130
+    return run_main(amain, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
