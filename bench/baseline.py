@@ -51,6 +51,8 @@ from typing import Any
 import aiohttp
 import httpx
 
+from consumers.client import sglang_running_limit
+
 __all__ = [
     "BaselineResult",
     "LeastOutstanding",
@@ -113,11 +115,11 @@ class LeastOutstanding:
 
 
 def learn_running_limit(server_info: dict[str, Any] | None, fallback: int) -> int:
-    """A server's running limit as a plain client learns it: SGLang's ``/server_info``
-    ``internal_states[0].effective_max_running_requests_per_dp`` if reported, else ``fallback``."""
-    states = (server_info or {}).get("internal_states") or [{}]
-    value = states[0].get("effective_max_running_requests_per_dp") if isinstance(states[0], dict) else None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else fallback
+    """A server's running limit as a plain client learns it from SGLang's ``/server_info``
+    (:func:`consumers.client.sglang_running_limit`: the DP ranks'
+    ``effective_max_running_requests_per_dp`` summed), else ``fallback``."""
+    limit = sglang_running_limit(server_info or {})
+    return limit if limit is not None and limit > 0 else fallback
 
 
 def _client(max_connections: int) -> httpx.AsyncClient:
