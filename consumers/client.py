@@ -1,10 +1,14 @@
 """The inference-server client: one OpenAI/SGLang server, its discovery, health, load and errors.
 
 Talks to SGLang (production) and to llama.cpp's ``llama-server`` (local stand-in) over the
-OpenAI-compatible ``POST /v1/chat/completions``, with an httpx keep-alive pool sized to the
-consumer's in-flight window. Facts used here come from docs/sglang.md (SGLang
-0.5.x source): endpoints, the ``reasoning_content`` split, ``usage.reasoning_tokens``,
-``rid``, ``chat_template_kwargs``, and the error classes:
+OpenAI-compatible ``POST /v1/chat/completions``, with an aiohttp keep-alive pool sized to the
+consumer's in-flight window. aiohttp, not httpx: httpcore 1.0's pool scans every connection on
+each request event (``AsyncConnectionPool._assign_requests_to_connections``), which took 71% of
+a consumer's CPU at 200 completions/s with 68 connections (py-spy; BENCHMARKS.md, "Rate matrix").
+
+Facts used here come from docs/sglang.md (SGLang 0.5.x source): endpoints, the
+``reasoning_content`` split, ``usage.reasoning_tokens``, ``rid``, ``chat_template_kwargs``, and
+the error classes:
 
 ==========================================  ============================================
 server answer                               class
@@ -23,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,6 +38,8 @@ from streams.records import PromptRecord, Usage
 ServerKind = Literal["sglang", "llama.cpp", "openai"]
 
 _FATAL_STATUSES = frozenset({400, 404, 413, 422})
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
+"""what a request raises when the server cannot be reached or does not answer in time."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +135,41 @@ class ServerClient:
         self.base_url = base_url.rstrip("/")
         self.generation = generation
         self.info: ServerInfo | None = None
-        limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
-        timeout = httpx.Timeout(request_timeout_s, connect=10.0)
-        self._http = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout)
+        self._pool_size = pool_size
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=10.0)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The connection pool, made on first use (aiohttp wants a running event loop). Idle
+        connections are dropped after 4 s, before the server's keep-alive timeout (SGLang:
+        ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s, 0.5.20 ``environ.py``) closes them under a request
+        we send."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=4.0)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
+
+    async def _request(
+        self, method: str, path: str, *, body: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """``(status, body)`` of one request to ``path``.
+
+        Raises:
+            aiohttp.ClientError: a transport error (refused, reset, disconnected).
+            TimeoutError: no whole answer within ``timeout_s`` (default: the request timeout).
+        """
+        timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        data = None if body is None else msgspec.json.encode(body)
+        headers = None if body is None else {"Content-Type": "application/json"}
+        async with self._http().request(
+            method, self.base_url + path, data=data, headers=headers, timeout=timeout
+        ) as resp:
+            return resp.status, await resp.read()
 
     async def aclose(self) -> None:
         """Close the connection pool (in-flight requests are cancelled by the caller first)."""
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     # -- discovery and health -----------------------------------------------------------------
     async def discover(self, *, wait_s: float = 600.0) -> ServerInfo:
@@ -174,12 +208,12 @@ class ServerClient:
                 ("/props", "llama.cpp"),
             ):
                 try:
-                    resp = await self._http.get(path, timeout=10.0)
-                except httpx.HTTPError:
+                    status, _ = await self._request("GET", path, timeout_s=10.0)
+                except _TRANSPORT_ERRORS:
                     break  # not listening yet
-                if resp.status_code == 200:
+                if status == 200:
                     return kind  # type: ignore[return-value]
-                if resp.status_code == 503:
+                if status == 503:
                     break  # starting up
             else:
                 return "openai"
@@ -190,11 +224,14 @@ class ServerClient:
     async def _get_json(self, *paths: str) -> dict[str, Any]:
         for path in paths:
             try:
-                resp = await self._http.get(path, timeout=10.0)
-            except httpx.HTTPError:
+                status, content = await self._request("GET", path, timeout_s=10.0)
+            except _TRANSPORT_ERRORS:
                 continue
-            if resp.status_code == 200:
-                data = resp.json()
+            if status == 200:
+                try:
+                    data = msgspec.json.decode(content)
+                except msgspec.DecodeError:
+                    continue  # not JSON (a proxy's page): as if the path did not answer
                 return data if isinstance(data, dict) else {"data": data}
         return {}
 
@@ -242,17 +279,17 @@ class ServerClient:
         kind = kind or (self.info.kind if self.info else "openai")
         try:
             if kind == "sglang":
-                resp = await self._http.get("/health_generate", timeout=timeout_s)
-                return resp.status_code == 200
+                status, _ = await self._request("GET", "/health_generate", timeout_s=timeout_s)
+                return status == 200
             body = {
                 "model": self.info.model if self.info else self.generation.model,
                 "messages": [{"role": "user", "content": "Say OK."}],
                 "max_tokens": 1,
                 "temperature": 0.0,
             }
-            resp = await self._http.post("/v1/chat/completions", json=body, timeout=timeout_s)
-            return resp.status_code == 200
-        except httpx.HTTPError:
+            status, _ = await self._request("POST", "/v1/chat/completions", body=body, timeout_s=timeout_s)
+            return status == 200
+        except _TRANSPORT_ERRORS:
             return False
 
     async def load(self) -> ServerLoad | None:
@@ -261,12 +298,12 @@ class ServerClient:
         (SGLang without ``--enable-metrics``) or answers with something that is not Prometheus
         text."""
         try:
-            resp = await self._http.get("/metrics", timeout=5.0)
-        except httpx.HTTPError:
+            status, content = await self._request("GET", "/metrics", timeout_s=5.0)
+        except _TRANSPORT_ERRORS:
             return None
-        if resp.status_code != 200:
+        if status != 200:
             return None
-        return parse_load(resp.text)
+        return parse_load(content.decode("utf-8", "replace"))
 
     # -- generation ---------------------------------------------------------------------------
     def request_body(self, prompt: PromptRecord, rid: str) -> dict[str, Any]:
@@ -306,20 +343,18 @@ class ServerClient:
         """
         started = time.monotonic()
         try:
-            resp = await self._http.post("/v1/chat/completions", json=body)
-        except httpx.TimeoutException as exc:
+            status, content = await self._request("POST", "/v1/chat/completions", body=body)
+        except TimeoutError as exc:
             raise RetriableServerError(f"{self.base_url}: timeout ({type(exc).__name__})") from None
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise RetriableServerError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
         latency = time.monotonic() - started
-        if resp.status_code != 200:
-            detail = resp.text[:500]
-            cls: type[ServerError] = (
-                FatalRequestError if resp.status_code in _FATAL_STATUSES else RetriableServerError
-            )
-            raise cls(f"{self.base_url}: HTTP {resp.status_code}: {detail}", status=resp.status_code)
+        if status != 200:
+            detail = content[:500].decode("utf-8", "replace")
+            cls: type[ServerError] = FatalRequestError if status in _FATAL_STATUSES else RetriableServerError
+            raise cls(f"{self.base_url}: HTTP {status}: {detail}", status=status)
         try:
-            data = msgspec.json.decode(resp.content, type=_ChatResponse)
+            data = msgspec.json.decode(content, type=_ChatResponse)
             choice = data.choices[0]
         except (msgspec.DecodeError, IndexError) as exc:
             raise RetriableServerError(
