@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from consumers.client import ServerClient, parse_load, sglang_running_limit
+from consumers.client import ChatResult, ServerClient, parse_load, sglang_running_limit
 from consumers.window import WindowConfig, WindowPolicy
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError
-from streams.records import PromptRecord
 from tests.helpers import make_prompt
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
@@ -81,8 +80,14 @@ def chat_fixture(version: str, name: str, status: int = 200) -> Callable[[], web
     return lambda: web.json_response(fixture_json(version, name), status=status)
 
 
-def prompt() -> PromptRecord:
-    return make_prompt(1)
+async def chat_against(version: str, name: str, status: int = 200) -> ChatResult:
+    """One chat completion through :class:`ServerClient` against the fixture ``name``."""
+    async with sglang_fixture_server(version, chat_fixture(version, name, status)) as url:
+        client = ServerClient(url, GenerationSettings())
+        try:
+            return await client.chat(client.request_body(make_prompt(1), "kg-test"))
+        finally:
+            await client.aclose()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -181,12 +186,7 @@ def _gauge_all(text: str, name: str) -> int:
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_thinking_answer_keeps_reasoning_apart_from_content(version: str) -> None:
     wire = fixture_json(version, "chat_thinking.json")
-    async with sglang_fixture_server(version, chat_fixture(version, "chat_thinking.json")) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            result = await client.chat(client.request_body(prompt(), "kg-test"))
-        finally:
-            await client.aclose()
+    result = await chat_against(version, "chat_thinking.json")
     message = wire["choices"][0]["message"]
     assert result.content == message["content"] != ""
     assert result.reasoning_content == message["reasoning_content"]
@@ -199,12 +199,7 @@ async def test_a_thinking_answer_keeps_reasoning_apart_from_content(version: str
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_budget_eaten_by_reasoning_leaves_empty_content(version: str) -> None:
-    async with sglang_fixture_server(version, chat_fixture(version, "chat_reasoning_ate_budget.json")) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            result = await client.chat(client.request_body(prompt(), "kg-test"))
-        finally:
-            await client.aclose()
+    result = await chat_against(version, "chat_reasoning_ate_budget.json")
     assert result.content == ""
     assert result.reasoning_content
     assert result.finish_reason == "length"
@@ -213,34 +208,19 @@ async def test_a_budget_eaten_by_reasoning_leaves_empty_content(version: str) ->
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_cached_prefix_is_recorded(version: str) -> None:
     wire = fixture_json(version, "chat_cached.json")
-    async with sglang_fixture_server(version, chat_fixture(version, "chat_cached.json")) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            result = await client.chat(client.request_body(prompt(), "kg-test"))
-        finally:
-            await client.aclose()
+    result = await chat_against(version, "chat_cached.json")
     assert result.usage.cached_tokens == wire["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_tool_call_is_parsed(version: str) -> None:
-    async with sglang_fixture_server(version, chat_fixture(version, "chat_tool_call.json")) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            result = await client.chat(client.request_body(prompt(), "kg-test"))
-        finally:
-            await client.aclose()
+    result = await chat_against(version, "chat_tool_call.json")
     assert result.finish_reason == "tool_calls"
     assert result.tool_calls and result.tool_calls[0]["function"]["name"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_prompt_longer_than_the_context_is_fatal(version: str) -> None:
-    async with sglang_fixture_server(version, chat_fixture(version, "error_context_length.json", 400)) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            with pytest.raises(FatalRequestError) as caught:
-                await client.chat(client.request_body(prompt(), "kg-test"))
-        finally:
-            await client.aclose()
+    with pytest.raises(FatalRequestError) as caught:
+        await chat_against(version, "error_context_length.json", 400)
     assert caught.value.status == 400
