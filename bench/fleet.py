@@ -34,12 +34,12 @@ the simulator loop's lag. Definitions are in :mod:`bench.analysis`. Run from the
 
     .venv/bin/python -m bench.fleet --prompts 20000 --time-scale 5
 
-The time scale matters: the consumer's refill delay is wall-clock (its fetch loop blocks up to
-200 ms in ``getmany`` while its partitions are paused), while the standing queue lasts
-``standing_queue / completion rate`` of *simulated* time, i.e. ``1 / time_scale`` as much wall
-time. At 5 the queue outlasts the delay several times over on this 2-core machine; at 20 it
-does not (and at 40 the 2 cores run out), so occupancy there measures the harness, not the
-policy. The CLI prints both figures so a run can be judged on its own.
+The time scale matters: the consumer's refill delay is wall-clock (since issue 10 the next
+prompt is sent from the prefetch buffer as soon as an answer arrives; before, the fetch loop
+blocked up to 200 ms in ``getmany``), while the standing queue lasts ``standing_queue /
+completion rate`` of *simulated* time, i.e. ``1 / time_scale`` as much wall time. A high time
+scale can therefore measure the harness, not the policy; the CLI prints both figures so a run
+can be judged on its own. :mod:`bench.matrix` runs real speeds (time scale 1) instead.
 """
 
 from __future__ import annotations

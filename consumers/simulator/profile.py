@@ -235,6 +235,17 @@ class FaultConfig:
             (``finish_reason: "length"``).
         draining: the server is shutting down: ``/health``, ``/health_generate`` and new
             generation requests answer 503 while in-flight requests finish.
+        abort_status: with ``abort_rate``, the HTTP status (400, 500 or 503) an aborted request
+            answers with instead of 200 and ``finish_reason: "abort"``: SGLang raises a
+            non-streaming abort that carries a status code, 400 as a ``ValueError`` (error type
+            "BadRequest"), 500/503 as an ``HTTPException`` (type "500"/"503"); SGLang 0.5.20
+            ``managers/tokenizer_manager.py`` ``_handle_abort_finish_reason``,
+            ``entrypoints/openai/serving_base.py`` ``handle_request``.
+        reasoning_parse_error_rate: fraction (0–1) of answers that fail the reasoning parser
+            after the generation ran: 500, "Failed to parse reasoning content", type
+            "InternalServerError" (SGLang 0.5.20 ``entrypoints/openai/serving_chat.py``
+            ``_build_chat_response``). Only with a reasoning parser. Drawn from the server's RNG.
+        omit_usage: answers carry no ``usage`` object (as some OpenAI-compatible proxies send).
     """
 
     error_503_count: int = 0
@@ -248,6 +259,9 @@ class FaultConfig:
     abort_rate: float = 0.0
     repetition: bool = False
     draining: bool = False
+    abort_status: int | None = None
+    reasoning_parse_error_rate: float = 0.0
+    omit_usage: bool = False
 
     def __post_init__(self) -> None:
         for name in ("error_503_count", "error_503_for_s"):
@@ -259,8 +273,11 @@ class FaultConfig:
                 raise ConfigError(f"fault {name} must be >= 0 or null, got {value}")
         if not (self.slow_factor > 0 and math.isfinite(self.slow_factor)):
             raise ConfigError(f"fault slow_factor must be a finite number > 0, got {self.slow_factor}")
-        if not 0 <= self.abort_rate <= 1:
-            raise ConfigError(f"fault abort_rate must be in [0, 1], got {self.abort_rate}")
+        for name in ("abort_rate", "reasoning_parse_error_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"fault {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.abort_status not in (None, 400, 500, 503):
+            raise ConfigError(f"fault abort_status must be 400, 500, 503 or null, got {self.abort_status}")
 
     @classmethod
     def from_mapping(cls, changes: Mapping[str, Any], base: FaultConfig | None = None) -> FaultConfig:

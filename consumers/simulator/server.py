@@ -697,8 +697,27 @@ class SimulatedServer:
         }
         if queued_abort:
             prompt_tokens = cached_tokens = 0
+        failed = self._injected_failure(plan)
+        if failed is not None:
+            return failed
         body = self._chat_body(rid, chat, plan, prompt_tokens, cached_tokens)
+        if faults.omit_usage:
+            body.pop("usage", None)
         return web.json_response(body, headers=headers)
+
+    def _injected_failure(self, plan: OutputPlan) -> web.Response | None:
+        """The error answer a fault puts in place of a finished request's answer, if any
+        (:class:`FaultConfig` ``abort_status``, ``reasoning_parse_error_rate``)."""
+        faults = self._faults
+        status = faults.abort_status
+        if plan.finish_reason == "abort" and status is not None:
+            kind = "BadRequest" if status == 400 else str(status)
+            body = {"object": "error", "message": "Request aborted (simulated).", "type": kind, "param": None}
+            return web.json_response({**body, "code": status}, status=status)
+        rate = faults.reasoning_parse_error_rate
+        if rate > 0 and self.profile.reasoning_parser is not None and self._rng.random() < rate:
+            return _error(500, "Failed to parse reasoning content")
+        return None
 
     async def _wait(self, job: Job, request: web.Request, rid: str) -> bool:
         """Wait for ``job``; ``True`` if the client disconnected first (the job is then aborted).

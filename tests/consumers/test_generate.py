@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from consumers.generate import group_id
-from consumers.simulator import SimulatedServer
+from consumers.simulator import FaultConfig, SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
 from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for, with_kafka_at
@@ -106,6 +106,28 @@ async def test_400_is_dead_lettered_and_503_burst_is_retried(
     assert dead.prompt is not None and dead.prompt.id == too_long.id
     assert "context length" in dead.message
     assert sim.stats().requests_rejected >= 12  # the 503s were really served and retried
+
+
+async def test_aborts_with_a_status_and_failed_reasoning_parses_are_retried_to_completion(
+    cs: Settings, fleet: Fleet
+) -> None:
+    """SGLang answers some requests with a 503 abort or a 500 "Failed to parse reasoning content",
+    and a proxy may strip ``usage``: every prompt still ends in one completion, none is lost or
+    dead-lettered (retries are bounded by ``max_attempts``, raised here so that a prompt failing
+    that often is astronomically unlikely)."""
+    s = cs.model_copy(update={"consumer": cs.consumer.model_copy(update={"max_attempts": 12})})
+    fleet.settings = s
+    faults = FaultConfig(abort_rate=0.15, abort_status=503, reasoning_parse_error_rate=0.15, omit_usage=True)
+    prompts = [make_prompt(i, max_tokens=200) for i in range(40)]
+    async with SimulatedServer(faults=faults, time_scale=TIME_SCALE) as sim:
+        await publish(s, prompts)
+        fleet.start("c0", sim.url)
+        done, failed = await wait_all_done(s, {p.id for p in prompts}, timeout_s=120, fleet=fleet)
+        served = sim.stats().requests_finished
+    assert not failed
+    assert set(done) == {p.id for p in prompts}
+    assert served > len(prompts), "the faults were really served and retried"
+    assert all(r.usage.completion_tokens == 0 for r in await completions(s)), "usage was stripped"
 
 
 async def _two_server_failover(cs: Settings, fleet: Fleet, fault: dict[str, object]) -> None:
