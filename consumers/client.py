@@ -120,8 +120,12 @@ class ServerClient:
     Args:
         base_url: e.g. ``http://10.0.0.7:30000`` (no trailing ``/v1``).
         generation: default generation parameters; a record's ``params`` override them.
-        pool_size: keep-alive connections (set it to the consumer's in-flight cap).
-        request_timeout_s: seconds for one whole generation (connect timeout is 10 s).
+        pool_size: the consumer's in-flight cap: chat completions may use twice as many
+            connections (requests of partitions being handed over still hold theirs);
+            discovery, health probes and ``/metrics`` have a pool of their own, so they never
+            wait behind generations.
+        request_timeout_s: seconds for one whole generation, waiting for a free connection
+            included (opening a connection: 10 s).
     """
 
     def __init__(
@@ -136,23 +140,36 @@ class ServerClient:
         self.generation = generation
         self.info: ServerInfo | None = None
         self._pool_size = pool_size
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=10.0)
-        self._session: aiohttp.ClientSession | None = None
+        # sock_connect, not connect: aiohttp's ``connect`` also bounds the wait for a free
+        # connection of the pool, which must not fail a request the server never saw.
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
-    def _http(self) -> aiohttp.ClientSession:
-        """The connection pool, made on first use (aiohttp wants a running event loop). Idle
-        connections are dropped after 4 s, before the server's keep-alive timeout (SGLang:
-        ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s, 0.5.20 ``environ.py``) closes them under a request
-        we send."""
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=4.0)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-        return self._session
+    def _http(self, *, control: bool = False) -> aiohttp.ClientSession:
+        """The connection pool for chat completions, or with ``control`` the small one for
+        discovery, health probes and metrics; made on first use (aiohttp wants a running event
+        loop). Idle connections are dropped after 2 s, well before the server's keep-alive
+        timeout (SGLang: ``SGLANG_TIMEOUT_KEEP_ALIVE``, 5 s, 0.5.20 ``environ.py``) closes them
+        under a request we send (aiohttp does not resend a POST on a stale connection)."""
+        session = self._sessions.get(control)
+        if session is None or session.closed:
+            limit = 4 if control else 2 * self._pool_size
+            connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=2.0)
+            session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._sessions[control] = session
+        return session
 
     async def _request(
-        self, method: str, path: str, *, body: dict[str, Any] | None = None, timeout_s: float | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        control: bool = True,
     ) -> tuple[int, bytes]:
-        """``(status, body)`` of one request to ``path``.
+        """``(status, body)`` of one request to ``path``, on the control pool unless ``control``
+        is False (chat completions).
 
         Raises:
             aiohttp.ClientError: a transport error (refused, reset, disconnected).
@@ -161,15 +178,15 @@ class ServerClient:
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         data = None if body is None else msgspec.json.encode(body)
         headers = None if body is None else {"Content-Type": "application/json"}
-        async with self._http().request(
+        async with self._http(control=control).request(
             method, self.base_url + path, data=data, headers=headers, timeout=timeout
         ) as resp:
             return resp.status, await resp.read()
 
     async def aclose(self) -> None:
         """Close the connection pool (in-flight requests are cancelled by the caller first)."""
-        if self._session is not None:
-            await self._session.close()
+        for session in self._sessions.values():
+            await session.close()
 
     # -- discovery and health -----------------------------------------------------------------
     async def discover(self, *, wait_s: float = 600.0) -> ServerInfo:
@@ -343,7 +360,7 @@ class ServerClient:
         """
         started = time.monotonic()
         try:
-            status, content = await self._request("POST", "/v1/chat/completions", body=body)
+            status, content = await self._request("POST", "/v1/chat/completions", body=body, control=False)
         except TimeoutError as exc:
             raise RetriableServerError(f"{self.base_url}: timeout ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:

@@ -253,6 +253,8 @@ class GenerationConsumer:
         """while the server is down for a throughput collapse: no health probe before this time."""
         self._give_up = False
         """leave the group at once, without waiting for ``down_grace_s``."""
+        self._rebalancing = False
+        """between a revoke and the next assignment: nothing new starts (the partitions may move)."""
         self._rng = random.Random()
         self._assignor = stable_sticky_assignor(self.instance_id)
 
@@ -408,6 +410,7 @@ class GenerationConsumer:
         await consumer.start()
         consumer.subscribe([self.prompts_topic], listener=_Listener(self))
         self._consumer = consumer
+        self._rebalancing = False  # a revoke of a consumer that was stopped is over
         log.info("joined group %s as %s", self.group, self.instance_id)
 
     async def _rejoin(self) -> None:
@@ -465,6 +468,7 @@ class GenerationConsumer:
         nothing while a reassignment is in progress (``consumer/fetcher.py`` ``fetched_records``).
         """
         self._generation += 1
+        self._rebalancing = True
         parts = {tp.partition for tp in revoked if tp.topic == self.prompts_topic}
         await self._commit(partitions=parts)
         self._generation += 1
@@ -480,6 +484,7 @@ class GenerationConsumer:
         registered yet registers it (:meth:`_accept`), so the order does not matter.
         """
         self._generation += 1
+        self._rebalancing = False
         parts = {tp.partition for tp in assigned if tp.topic == self.prompts_topic}
         for p in parts - self.tracker.assigned:
             self.tracker.assign(p)
@@ -516,8 +521,10 @@ class GenerationConsumer:
         # Keep up to ``prefetch`` records fetched ahead of the window, so a finished request is
         # replaced at once (:meth:`_answered`), not after a fetch. Records queued behind a full
         # span cannot start soon: they do not take room from the partitions that can.
+        # Jobs whose answer is being written to Kafka count here too: a produce stall stops the
+        # fetching (memory stays within window + prefetch) though they hold no server slot.
         startable = sum(len(q) for p, q in self.buffered.items() if not self._head_blocked(p))
-        room = self.window.size + self.cfg.prefetch - self.in_flight - startable
+        room = self.window.size + self.cfg.prefetch - len(self.jobs) - startable
         self._apply_pauses(consumer, room)
         generation = self._generation
         batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
@@ -603,7 +610,7 @@ class GenerationConsumer:
     def _start_buffered(self) -> None:
         """Start queued records, oldest first per partition and round-robin over partitions, while
         the window has room, the server is up, and each record is within its partition's span."""
-        if self.health.is_down or self._stopping.is_set():
+        if self.health.is_down or self._stopping.is_set() or self._rebalancing:
             return
         room = self.window.size - self.in_flight
         while room > 0:
@@ -617,6 +624,7 @@ class GenerationConsumer:
                 job = _Job(record=record, fetched_at=time.time())
                 job.task = asyncio.create_task(self._guarded(job), name=f"prompt-{p}-{record.offset}")
                 self.jobs[job.key] = job
+                self.buffered[p] = self.buffered.pop(p)  # served: to the back of the round
                 room -= 1
                 started = True
             if not started:
@@ -733,6 +741,8 @@ class GenerationConsumer:
             else:
                 self.health.record_success(time.monotonic())
                 self.window.observe_completion(result.latency_s, time.monotonic())
+                # the server's output rate counts at the answer: a Kafka stall is not a collapse
+                self.watchdog.observe(time.monotonic(), result.usage.completion_tokens)
                 self._answered(job)
                 await self._emit_completion(job, prompt, source, body, result, sent_at)
                 return
@@ -825,7 +835,6 @@ class GenerationConsumer:
             await self._dead_letter(job, prompt, source, exc, 1)
             return
         self.stats.completions += 1
-        self.watchdog.observe(time.monotonic(), result.usage.completion_tokens)
         self.metrics.completions.labels(result.finish_reason).inc()
         self.metrics.tokens.inc(result.usage.completion_tokens)
         for flag in flags:
@@ -910,6 +919,9 @@ class GenerationConsumer:
         in-flight requests count as progressing. Failed: the server is hung (marked down)."""
         now = time.monotonic()
         if self.health.is_down or not self.health.hung(now, self.in_flight):
+            if self._hang_probe is not None:  # its verdict is about a moment that has passed
+                self._hang_probe.cancel()
+                self._hang_probe = None
             return
         if self._hang_probe is None:
             self._hang_probe = asyncio.create_task(
@@ -1046,7 +1058,7 @@ class GenerationConsumer:
         consumer = self._consumer
         if consumer is not None and consumer.assignment():
             consumer.pause(*consumer.assignment())
-        log.info("draining %d in-flight requests (deadline %.0f s)", self.in_flight, deadline_s)
+        log.info("draining %d started prompts (deadline %.0f s)", len(self.jobs), deadline_s)
         end = time.monotonic() + deadline_s
         while self.jobs and time.monotonic() < end:
             if consumer is not None:
@@ -1085,27 +1097,27 @@ class GenerationConsumer:
     # -- background -------------------------------------------------------------------------------
     async def _watch_load(self) -> None:
         """Feed the window from the server's ``/metrics`` every few seconds. A reading that fails
-        (a malformed response, a timeout) is logged and skipped; the watcher never dies."""
+        (a malformed or impossible one; an unreachable server reads as no reading) is logged and
+        skipped; the watcher never dies."""
         failures = 0
         while True:
             if not self.health.is_down:
                 try:
                     load = await self.client.load()
+                    if load is not None:
+                        self.window.observe_metrics(
+                            load.running,
+                            load.queued,
+                            time.monotonic(),
+                            in_flight=self.in_flight,
+                            token_usage=load.token_usage,
+                        )
                 except Exception as exc:  # one bad reading must not stop the window adapting
                     failures += 1
                     if failures == 1 or failures % 30 == 0:
                         log.warning(
                             "reading %s/metrics failed (%d times): %r", self.server_url, failures, exc
                         )
-                    load = None
-                if load is not None:
-                    self.window.observe_metrics(
-                        load.running,
-                        load.queued,
-                        time.monotonic(),
-                        in_flight=self.in_flight,
-                        token_usage=load.token_usage,
-                    )
             await asyncio.sleep(_LOAD_INTERVAL_S)
 
     async def _report(self) -> None:

@@ -17,10 +17,12 @@ Policy, and why:
   ``max_token_usage``, sets the window to ``running + target_queue`` (the server is KV-cache
   bound below its slot count: SGLang's automatic ``max_running_requests`` is in the thousands,
   so the KV cache, not the slot count, is what limits it; docs/sglang.md, "Discovery"); a
-  shorter queue while our window is full grows it to ``running + free + target_queue`` (``free
-  = max_running - running`` when known). Without a slot count the window grows like TCP slow
-  start: to ``2 × running + target_queue``, so a server that runs everything it is sent is
-  filled within a few readings, not minutes. All rules read the gauges, not the window, so
+  shorter queue while our window is full grows it like TCP slow start, to ``running + free +
+  target_queue`` with ``free`` = the slots left (``max_running - running``, when known) but at
+  most ``running``: at most a doubling per reading, so a server that runs everything it is sent is
+  filled within a few readings, not minutes, and one whose KV cache binds far below its slot
+  count (SGLang's automatic limit is in the thousands) is not flooded back to the cap by a
+  momentary short queue. All rules read the gauges, not the window, so
   they are idempotent: the same reading twice (SGLang refreshes its gauges only every
   ``decode_log_interval`` decode steps) moves the window once. A window we are not filling
   (the input is the bottleneck) is not grown: that reading says nothing about capacity. This
@@ -59,7 +61,7 @@ class WindowConfig:
     """requests to keep waiting on the server so a freed slot is refilled without a round trip."""
     initial_size: int = 8
     """starting window when ``max_running`` is unknown."""
-    max_token_usage: float = 0.95
+    max_token_usage: float = 0.9
     """KV-cache usage (fraction of the pool, ``sglang:token_usage``) above which the window does
     not grow past ``running + target_queue``."""
     increase_step: int = 1
@@ -160,8 +162,8 @@ class WindowPolicy:
             if in_flight is not None and in_flight < self._size:
                 return
             max_running = self.config.max_running
-            grown = 2 * running + target if max_running is None else max_running + target
-            self._set(max(self._size, grown))
+            free = running if max_running is None else min(running, max(0, max_running - running))
+            self._set(max(self._size, running + max(free, 1) + target))
 
     def observe_completion(self, latency_s: float, now: float) -> None:
         """Count a successful request that took ``latency_s`` seconds (sent → full response).

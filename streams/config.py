@@ -188,7 +188,7 @@ class ConsumerSettings(BaseModel):
         "is replaced at once; within max_uncommitted per partition, never committed past",
     )
     max_token_usage: float = Field(
-        0.95,
+        0.9,
         gt=0,
         le=1,
         description="KV-cache usage (sglang:token_usage, 0..1) above which the window stops growing "

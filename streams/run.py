@@ -177,8 +177,6 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
         TimeoutError: not done within ``timeout_s`` seconds.
     """
     clients = [ServerClient(u, settings.generation) for u in settings.servers]
-    for client in clients:
-        await client.describe()
     # Kafka offsets, not records: the producer's transaction markers add one offset per partition
     # and transaction, so "generated" runs a little above the prompt count; "to S3" is out of the
     # results written so far, a total that grows as completions arrive.
@@ -188,6 +186,8 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
     samples: list[float] = []
     deadline = time.monotonic() + timeout_s if timeout_s else None
     try:
+        for client in clients:
+            await client.describe()
         while True:
             try:
                 progress = await _progress(settings)

@@ -8,6 +8,7 @@ it; SGLang's answers are in docs/sglang.md and the fault's docstring
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -67,3 +68,29 @@ async def test_an_answer_without_usage_is_still_a_completion() -> None:
 def test_abort_status_must_be_one_sglang_sends() -> None:
     with pytest.raises(ConfigError, match="abort_status"):
         FaultConfig(abort_status=418)
+
+
+async def test_health_probes_do_not_wait_behind_generations_that_fill_the_pool() -> None:
+    """The window can reach the pool size (SGLang's running limit is in the thousands): a health
+    probe or a ``/metrics`` read must not queue behind long generations for a free connection,
+    or a healthy server would be declared hung."""
+    slow = replace(FAST, thinking_median_tokens=1e9, no_thinking_median_tokens=1e9, length_sigma=0.0)
+    async with SimulatedServer(slow, time_scale=1.0) as server:
+        client = ServerClient(server.url, GenerationSettings(), pool_size=1)
+        try:
+            await client.discover(wait_s=5)
+            long = [
+                asyncio.create_task(
+                    client.chat(client.request_body(make_prompt(i, max_tokens=30_000), f"kg-long-{i}"))
+                )
+                for i in range(2)  # the chat pool's 2 connections (twice the pool size)
+            ]
+            await asyncio.sleep(0.5)
+            assert server.stats().running == 2
+            assert await asyncio.wait_for(client.healthy(timeout_s=5), timeout=5)
+            assert await asyncio.wait_for(client.load(), timeout=5) is not None
+            for task in long:
+                task.cancel()
+            await asyncio.gather(*long, return_exceptions=True)
+        finally:
+            await client.aclose()

@@ -201,3 +201,13 @@ def test_a_full_kv_cache_holds_the_window_at_running_plus_the_standing_queue() -
 def test_max_token_usage_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="max_token_usage"):
         WindowConfig(max_token_usage=0.0)
+
+
+def test_a_short_queue_on_a_kv_bound_server_grows_by_at_most_a_doubling() -> None:
+    """SGLang's automatic running limit is in the thousands; a server whose KV cache holds 150
+    requests must not be flooded back to the cap by one reading with a short queue."""
+    policy = WindowPolicy(WindowConfig(max_running=4096, target_queue=4, max_size=1024))
+    policy.observe_metrics(running=150, queued=874, now=0.0, in_flight=1024)
+    assert policy.size == 154
+    policy.observe_metrics(running=150, queued=0, now=1.0, in_flight=154, token_usage=0.6)
+    assert policy.size == 304
