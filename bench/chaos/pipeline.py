@@ -354,8 +354,8 @@ class Pipeline:
         finished); returns the exits found now."""
         found = []
         for name, proc in list(self.children.procs.items()):
-            if name in self.down or proc.poll() is None:
-                continue
+            if name in self.down or name not in self.commands or proc.poll() is None:
+                continue  # a one-shot child (the export) is awaited by whoever started it
             status = proc.returncode
             if name == "producer" and status in (0, 1):
                 self.producer_status = status

@@ -134,10 +134,17 @@ async def _admin(settings: Settings) -> AIOKafkaAdminClient:
 
 
 async def _replicas(settings: Settings, topic: str) -> dict[int, tuple[list[int], list[int], int]]:
-    """partition → (replicas, in-sync replicas, leader) of ``topic``."""
+    """partition → (replicas, in-sync replicas, leader) of ``topic``, once the broker asked knows
+    the topic (just after its creation another broker's metadata may not have it yet: Kafka
+    propagates metadata asynchronously, so the answer can be empty for a moment)."""
     admin = await _admin(settings)
     try:
-        [described] = await admin.describe_topics([topic])
+        deadline = time.monotonic() + 15.0
+        while True:
+            [described] = await admin.describe_topics([topic])
+            if (described.get("error_code") == 0 and described["partitions"]) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
     return {p["partition"]: (p["replicas"], p["isr"], p["leader"]) for p in described["partitions"]}
