@@ -16,8 +16,9 @@ Run as a separate process by :mod:`bench.fleet`::
 
 **Strong mode** (issue 10, ``"mode": "strong"``): the best a plain client can do. Each server
 gets its own limit, its running limit plus a standing queue (``"queue"``); the running limit is
-learned as a plain client would, from ``/server_info`` ``internal_states[0]
-.effective_max_running_requests_per_dp`` where the server reports it, else the operator's figure
+learned as a plain client would, from ``/server_info``: the DP ranks'
+``internal_states[*].effective_max_running_requests_per_dp`` summed where the server reports
+them (:func:`consumers.client.sglang_running_limit`), else the operator's figure
 (``"running_fallback"``, the profile's ``max_running_requests``). Prompts are dispatched in order,
 each to the server with the fewest requests outstanding that has room (:class:`LeastOutstanding`),
 the moment one has room. Same bodies, no Kafka; its HTTP client is aiohttp (one keep-alive pool

@@ -145,7 +145,7 @@ class ServerClient:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
-    def _http(self, *, control: bool = False) -> aiohttp.ClientSession:
+    def _http(self, *, control: bool) -> aiohttp.ClientSession:
         """The connection pool for chat completions, or with ``control`` the small one for
         discovery, health probes and metrics; made on first use (aiohttp wants a running event
         loop). Idle connections are dropped after 2 s, well before the server's keep-alive

@@ -160,13 +160,15 @@ def _join(words: tuple[str, ...]) -> str:
     return " ".join(words).replace("\n\n ", "\n\n").rstrip()
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(status: int, message: str, kind: str | None = None) -> web.Response:
     """SGLang's error body (``entrypoints/openai/serving_base.py`` ``create_error_response``).
 
-    400s carry ``type`` "BadRequestError"; a 503 raised as an ``HTTPException`` (queue full)
-    carries ``type`` "503" (``handle_request``: ``err_type=str(e.status_code)``).
+    ``kind`` is its ``type``; by default 400s carry "BadRequestError", a 503 raised as an
+    ``HTTPException`` (queue full) carries "503" (``handle_request``:
+    ``err_type=str(e.status_code)``), anything else "InternalServerError".
     """
-    kind = {400: "BadRequestError", 503: "503"}.get(status, "InternalServerError")
+    if kind is None:
+        kind = {400: "BadRequestError", 503: "503"}.get(status, "InternalServerError")
     body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
     return web.json_response(body, status=status)
 
@@ -711,9 +713,8 @@ class SimulatedServer:
         faults = self._faults
         status = faults.abort_status
         if plan.finish_reason == "abort" and status is not None:
-            kind = "BadRequest" if status == 400 else str(status)
-            body = {"object": "error", "message": "Request aborted (simulated).", "type": kind, "param": None}
-            return web.json_response({**body, "code": status}, status=status)
+            kind = "BadRequest" if status == 400 else str(status)  # ValueError / HTTPException
+            return _error(status, "Request aborted (simulated).", kind)
         rate = faults.reasoning_parse_error_rate
         if rate > 0 and self.profile.reasoning_parser is not None and self._rng.random() < rate:
             return _error(500, "Failed to parse reasoning content")
