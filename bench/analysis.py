@@ -7,7 +7,7 @@ Definitions (all times in *simulated* seconds unless a name ends in ``_wall``):
   under the simulator's batching model: ``prompt_tokens / prefill_tok_s + completion_tokens /
   rate(16)`` with ``rate(b) = r1 / (1 + alpha (b - 1))`` and ``r1`` the request's own batch-1
   rate (234–256 tok/s, drawn per request by the simulator). ``completion_tokens`` and ``r1``
-  are the simulator's own plan for the prompt's ``rid`` (:func:`consumers.simulator.plan_output`),
+  are the simulator's own plan for the prompt's ``rid`` (:func:`simulator.plan_output`),
   so the benchmark knows the exact work before it runs.
 * **Ideal makespan** = total service time / (servers × slots). A server's throughput in these
   full-batch slot-seconds is ``b (1 + 15 alpha) / (1 + alpha (b - 1))`` per second with ``b``
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consumers.simulator import (
+from simulator import (
     SimulatorProfile,
     SimulatorStats,
     estimate_prompt_tokens,

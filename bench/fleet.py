@@ -82,8 +82,8 @@ from bench.analysis import (
 )
 from bench.children import Children
 from consumers.client import ServerClient
-from consumers.simulator import DEFAULT_PROFILE, SimulatedServer, SimulatorProfile
 from producers.prompts import input_salt, partition_for
+from simulator import DEFAULT_PROFILE, SimulatedServer, SimulatorProfile
 from streams.config import ConsumerSettings, KeyBy, Settings, settings_to_env
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
 from streams.records import GenerationParams, PromptMetadata, PromptRecord, encode, key_of

@@ -58,7 +58,7 @@ from bench.fleet import (
     run_phase,
 )
 from bench.rates import RATES, RateProfile, rate_by_name
-from consumers.simulator import estimate_prompt_tokens
+from simulator import estimate_prompt_tokens
 from streams.config import Settings
 
 STEADY_GOAL = 0.98

@@ -16,7 +16,7 @@
 Throughput is input bytes per second, MiB/s (2**20): ProducerPerformance's own "MB/sec" figure
 is MiB/s of ``--record-size`` payload bytes; the producer's is its file's bytes over the time from
 its start of publishing (topics ensured, progress read) to the last commit, interpreter start-up
-excluded. Needs the local Kafka (``python -m streams.stack up kafka``) and Java 17+.
+excluded. Needs the local Kafka (``python -m launch.stack up kafka``) and Java 17+.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from launch.stack import LocalStack
+from launch.stack.kafka import ensure_jars, java_executable
 from streams.config import Settings
 from streams.kafka import client_kwargs
-from streams.stack import LocalStack
-from streams.stack.kafka import ensure_jars, java_executable
 from streams.topics import TopicSpec, ensure_topics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from consumers.simulator import DEFAULT_PROFILE, SimulatorProfile, estimate_prompt_tokens
+from simulator import DEFAULT_PROFILE, SimulatorProfile, estimate_prompt_tokens
 from streams.config import GenerationSettings
 
 __all__ = [

@@ -12,7 +12,7 @@ about as much as real model output, not 100x), starts the sink as a subprocess a
 * objects written and the compression ratio.
 
 ``idle_flush_s`` is set to 0.5 s so the tail batches do not wait 10 s. Topics and objects are
-deleted afterwards. Usage (the local stack must be up: ``python -m streams.stack up kafka s3``)::
+deleted afterwards. Usage (the local stack must be up: ``python -m launch.stack up kafka s3``)::
 
     .venv/bin/python bench/sink.py --records 30000 --flush-records 100 1000 5000
 """

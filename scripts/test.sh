@@ -14,17 +14,17 @@ export AWS_EC2_METADATA_DISABLED=true
 log() { printf '[test %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 stop_stack() {
   [ "${KAFKAGEN_KEEP_STACK:-0}" = 1 ] && return
-  "$PY" -m streams.stack --cluster3 down || true
-  "$PY" -m streams.stack down || true
+  "$PY" -m launch.stack --cluster3 down || true
+  "$PY" -m launch.stack down || true
 }
 trap stop_stack EXIT
 
 log "starting the local stack"
-"$PY" -m streams.stack up
+"$PY" -m launch.stack up
 # The 3-broker cluster beside it (home .local/cluster3, brokers on the Kafka port + 2, + 4, + 6):
 # the crash and rebalance tests run on it as well as on the single broker.
 log "starting the 3-broker test cluster"
-"$PY" -m streams.stack --cluster3 up
+"$PY" -m launch.stack --cluster3 up
 log "lint and type checks"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -270,7 +270,7 @@ class SinkSettings(BaseModel):
 
 
 class StackSettings(BaseModel):
-    """The local stack (``python -m streams.stack``): where it keeps its files and how it sizes
+    """The local stack (``python -m launch.stack``): where it keeps its files and how it sizes
     the llama.cpp servers. Its addresses are not set here: one Kafka node listens on each
     ``kafka.bootstrap_servers`` address (one address: a single broker; three: a 3-node
     cluster), S3 on the port of ``s3.endpoint_url`` and one llama-server on each loopback URL

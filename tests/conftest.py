@@ -6,9 +6,9 @@ which run ``LocalStack.up`` for the services they need (idempotent: a stack star
 prefixes are unique per test so tests never see each other's data.
 
 Two Kafka shapes: the configured single broker, and a 3-broker cluster beside it
-(:func:`streams.stack.cluster_beside`: home ``<stack.home>/cluster3``, brokers on the configured
+(:func:`launch.stack.cluster_beside`: home ``<stack.home>/cluster3``, brokers on the configured
 Kafka port + 2, + 4, + 6, controllers one above each), started on first use, reused by the
-session and stopped by ``scripts/test.sh`` (``python -m streams.stack --cluster3 down``). A test
+session and stopped by ``scripts/test.sh`` (``python -m launch.stack --cluster3 down``). A test
 runs on both shapes with ``@broker_shapes()`` (:mod:`tests.helpers`); its ``settings`` then point
 at the broker count in the ``brokers`` fixture. ``kafka_cluster_stack`` kills and restarts brokers.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from launch.stack import LocalStack, cluster_beside
 from streams.config import Settings
-from streams.stack import LocalStack, cluster_beside
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "data"

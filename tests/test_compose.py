@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from launch.stack.kafka import KAFKA_VERSION
 from streams.config import Settings
-from streams.stack.kafka import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -4,7 +4,7 @@ generation consumers, the S3 sink and the producer, each a separate OS process.
 Addresses, from ``--base-port P`` (all on 127.0.0.1, all below 32768 for P < 21750): Kafka
 brokers on P, P+2, P+4 (controllers one above each), S3 on P+10 (SeaweedFS's internal ports
 +555, +1000, +1007 and each +10000 above it), simulators on P+20, P+21, ... The stack lives in
-``<work dir>/stack`` (:class:`streams.stack.LocalStack` with that home), so it never touches
+``<work dir>/stack`` (:class:`launch.stack.LocalStack` with that home), so it never touches
 another stack; :meth:`Pipeline.stop_stack` stops it.
 
 Processes are started by :class:`bench.children.Children` (killed with this process) and
@@ -28,9 +28,9 @@ from typing import Final
 import httpx
 
 from bench.children import REPO_ROOT, Children
+from launch.stack import LocalStack
 from streams.config import Settings, settings_to_env
 from streams.naming import derived_topics
-from streams.stack import LocalStack
 from streams.topics import ensure_topics, topic_specs
 
 KAFKA_OFFSETS: Final = (0, 2, 4)
@@ -231,7 +231,7 @@ class Pipeline:
         port = int(self.servers[i].rsplit(":", 1)[1])
         self.commands[self.sim_name(i)] = [
             "-m",
-            "consumers.simulator",
+            "simulator",
             "--port",
             str(port),
             "--time-scale",

@@ -15,7 +15,7 @@ from bench.baseline import LeastOutstanding, learn_running_limit
 from bench.fleet import make_prompts
 from bench.matrix import Cell, highest_driven_rate, with_strong_ratio
 from bench.rates import RATES, capped_lognormal_mean, full_batch_service_s, rate_by_name
-from consumers.simulator import DEFAULT_PROFILE
+from simulator import DEFAULT_PROFILE
 from streams.config import GenerationSettings
 
 # -- rate arithmetic ----------------------------------------------------------------------------------

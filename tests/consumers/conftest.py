@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.simulator import SimulatedServer
+from simulator import SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import TIME_SCALE, Fleet
 

@@ -3,7 +3,7 @@ aborts that carry a status, 500s from a failed reasoning parse, answers without 
 
 Each fault is injected on every request (rate 1) so one request shows how the client classifies
 it; SGLang's answers are in docs/sglang.md and the fault's docstring
-(:class:`consumers.simulator.FaultConfig`).
+(:class:`simulator.FaultConfig`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from consumers.client import ChatResult, ServerClient
-from consumers.simulator import DEFAULT_PROFILE, FaultConfig, SimulatedServer
+from simulator import DEFAULT_PROFILE, FaultConfig, SimulatedServer
 from streams.config import GenerationSettings
 from streams.errors import ConfigError, FatalRequestError, RetriableServerError
 from tests.helpers import make_prompt

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from consumers.generate import group_id
-from consumers.simulator import FaultConfig, SimulatedServer
+from simulator import FaultConfig, SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
 from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for, with_kafka_at

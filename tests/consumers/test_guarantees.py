@@ -14,11 +14,11 @@ import httpx
 from aiokafka import AIOKafkaProducer
 
 from consumers.generate import GenerationConsumer, group_id
-from consumers.simulator import SimulatedServer
+from launch.stack import LocalStack
+from simulator import SimulatedServer
 from streams.config import Settings
 from streams.kafka import producer_kwargs
 from streams.records import GenerationParams, PromptRecord, encode
-from streams.stack import LocalStack
 from streams.topics import ensure_topics, topic_specs
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
 from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for

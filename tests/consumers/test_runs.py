@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumers.simulator import SimulatedServer
+from simulator import SimulatedServer
 from streams import naming
 from streams.config import Settings, settings_to_env
 from streams.kafka import consumer_kwargs

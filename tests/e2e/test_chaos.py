@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.chaos.pipeline import audit_settings
+from launch.stack import LocalStack
 from streams.config import Settings
-from streams.stack import LocalStack
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(900)

@@ -1,4 +1,4 @@
-"""The main job end to end (``python -m streams.run``) on real prompts, the real local stack and
+"""The main job end to end (``python -m launch.run``) on real prompts, the real local stack and
 llama.cpp servers: the happy path, chaos (SIGKILL of a consumer, the sink and a llama-server at
 random moments) and a Kafka restart mid-run. Each checks the exported dataset holds every prompt
 id exactly once."""
@@ -19,9 +19,9 @@ import psutil
 import pytest
 import zstandard
 
+from launch.stack import LocalStack
+from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
-from streams.stack import LocalStack
-from streams.supervise import Supervisor
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(900)
@@ -33,7 +33,7 @@ def _start_run(run_id: str, prompts: Path, log: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "streams.run",
+            "launch.run",
             "--run-id",
             run_id,
             "--prompts",

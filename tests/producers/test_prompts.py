@@ -20,12 +20,12 @@ import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from launch.stack import LocalStack
 from producers.formats import MappingOptions, parse_line
 from producers.prompts import IdIndex, input_salt, main, partition_for
 from streams.config import Settings
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, PromptMetadata, PromptRecord, decode, key_of
-from streams.stack import LocalStack
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, partition_leader

@@ -15,12 +15,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from launch.stack import LocalStack, cluster_beside
+from launch.stack.__main__ import main as stack_main
+from launch.stack.kafka import cluster_id_of, kafka_nodes, server_properties
 from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs
-from streams.stack import LocalStack, cluster_beside
-from streams.stack.__main__ import main as stack_main
-from streams.stack.kafka import cluster_id_of, kafka_nodes, server_properties
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, with_kafka_at
 

@@ -1,6 +1,6 @@
 """The local stack: Kafka (KRaft), S3 (SeaweedFS) and llama.cpp LLM servers on 127.0.0.1.
 
-``python -m streams.stack up|down|status|logs`` (see :mod:`streams.stack.__main__`). Every
+``python -m launch.stack up|down|status|logs`` (see :mod:`launch.stack.__main__`). Every
 service binds to loopback, starts detached, and is recorded in a pid file under
 ``settings.stack.home``; ``up`` is idempotent and waits for readiness with a timeout;
 ``down`` stops only what ``up`` started.
@@ -26,12 +26,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from launch.stack.kafka import KafkaNode, kafka_broker_ids, kafka_nodes, kafka_spec
+from launch.stack.llm import LOOPBACK_HOSTS, llm_spec, local_port
+from launch.stack.process import ProcessManager, ServiceSpec, wait_until
+from launch.stack.s3 import s3_ready, s3_spec
 from streams.config import Settings
 from streams.errors import ConfigError, ServiceNotReadyError
-from streams.stack.kafka import KafkaNode, kafka_broker_ids, kafka_nodes, kafka_spec
-from streams.stack.llm import LOOPBACK_HOSTS, llm_spec, local_port
-from streams.stack.process import ProcessManager, ServiceSpec, wait_until
-from streams.stack.s3 import s3_ready, s3_spec
 
 __all__ = ["SERVICES", "LocalStack", "ServiceState", "cluster_beside"]
 

@@ -121,7 +121,7 @@ class ProcessManager:
                 raise StackError(
                     f"{spec.name} is already running (pid {existing.pid}) on port(s) "
                     f"{', '.join(map(str, ports)) or '?'}, not {', '.join(map(str, spec.ports))} as now "
-                    f"configured; stop it first: python -m streams.stack down"
+                    f"configured; stop it first: python -m launch.stack down"
                 )
             return existing.pid, False
         for port in spec.ports:

@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.simulator.profile import SimulatorProfile
+from simulator.profile import SimulatorProfile
 
 EOS_TOKEN_ID = 151645
 """``<|im_end|>`` in the Qwen3 tokenizer: ``matched_stop`` of an answer that ended on EOS."""

@@ -1,10 +1,10 @@
-"""``python -m streams.stack up|down|status|logs|kill``: run the local Kafka, S3 and LLM servers.
+"""``python -m launch.stack up|down|status|logs|kill``: run the local Kafka, S3 and LLM servers.
 
 Settings come from ``KAFKAGEN_*`` environment variables (see README, Configuration): one Kafka
 node per ``kafka.bootstrap_servers`` address (three addresses: a 3-broker cluster). Services
 are named by kind (``kafka``, ``s3``, ``llm``) or one by one (``kafka-2``, ``llm-30000``), so
 ``kill kafka-2`` then ``up kafka-2`` crashes and restarts one broker. ``--cluster3`` acts on
-the tests' 3-broker cluster beside the configured stack (:func:`streams.stack.cluster_beside`).
+the tests' 3-broker cluster beside the configured stack (:func:`launch.stack.cluster_beside`).
 Exit status: 0 on success, 1 when a service failed (the message says what to do).
 """
 
@@ -14,14 +14,14 @@ import argparse
 import re
 import sys
 
+from launch.stack import SERVICES, LocalStack, cluster_beside
 from streams.config import Settings, load_settings
 from streams.errors import KafkagenError
-from streams.stack import SERVICES, LocalStack, cluster_beside
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns the process exit status."""
-    parser = argparse.ArgumentParser(prog="python -m streams.stack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m launch.stack", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--cluster3",
         action="store_true",

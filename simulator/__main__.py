@@ -1,4 +1,4 @@
-"""Command line: ``python -m consumers.simulator --port 30000 --time-scale 1 ...``.
+"""Command line: ``python -m simulator --port 30000 --time-scale 1 ...``.
 
 Runs one SGLang-API simulator until SIGINT/SIGTERM (exit status 0) or until a ``crash``
 fault takes it down (exit status 1, as a crashed server process would).
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from consumers.simulator.profile import DEFAULT_PROFILE, SGLANG_VERSIONS, FaultConfig, SimulatorProfile
-from consumers.simulator.server import SimulatedServer
+from simulator.profile import DEFAULT_PROFILE, SGLANG_VERSIONS, FaultConfig, SimulatorProfile
+from simulator.server import SimulatedServer
 from streams.errors import KafkagenError
 
 
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI's argument parser (defaults from :data:`DEFAULT_PROFILE`)."""
     d = DEFAULT_PROFILE
     parser = argparse.ArgumentParser(
-        prog="python -m consumers.simulator",
+        prog="python -m simulator",
         description="SGLang-API simulator: SGLang's HTTP API and batching behaviour with synthetic "
         "output (no model runs). Durations are simulated seconds; --time-scale N runs N times faster.",
     )

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from consumers.simulator.profile import SimulatorProfile
+from simulator.profile import SimulatorProfile
 
 _EPSILON_TOKENS = 1e-6
 _EPSILON_S = 1e-9

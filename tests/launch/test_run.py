@@ -1,10 +1,10 @@
-"""``python -m streams.run`` argument checks that fail before anything is started."""
+"""``python -m launch.run`` argument checks that fail before anything is started."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams.run import main
+from launch.run import main
 
 
 @pytest.fixture(autouse=True)

@@ -13,12 +13,12 @@ import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from launch.stack import LocalStack
+from launch.stack.__main__ import main as stack_main
+from launch.stack.kafka import KAFKA_VERSION, POM
 from streams.config import Settings
 from streams.errors import ConfigError, StackError
 from streams.kafka import consumer_kwargs, producer_kwargs
-from streams.stack import LocalStack
-from streams.stack.__main__ import main as stack_main
-from streams.stack.kafka import KAFKA_VERSION, POM
 from streams.storage import s3_client
 from streams.topics import TopicSpec, ensure_topics
 from tests.helpers import with_kafka_at

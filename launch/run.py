@@ -1,15 +1,15 @@
-"""``python -m streams.run``: the main job, end to end, on the local stack or on real servers.
+"""``python -m launch.run``: the main job, end to end, on the local stack or on real servers.
 
 1. starts the local stack (Kafka, S3 and, for loopback server URLs, llama.cpp servers);
 2. starts one generation consumer per server and the S3 sink as supervisord programs
-   (:mod:`streams.supervise`: own process, own log, restarted if it dies, outliving the terminal);
+   (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
    already published);
 4. shows progress until every prompt has a result in Kafka (the generation group's committed
    offsets reach the prompts topic's end) and every result is in S3 (the sink group's committed
    offsets reach the completions and errors topics' ends);
 5. runs ``sinks.export`` and prints a summary; stops the consumers and the sink (the stack keeps
-   running: ``python -m streams.stack down`` stops it).
+   running: ``python -m launch.stack down`` stops it).
 
 Each run has its own topics (``<run id>.prompts``, ``.completions``, ``.errors``), consumer groups
 and S3 folder (:mod:`streams.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
@@ -42,14 +42,14 @@ from aiokafka.errors import KafkaError
 from tqdm import tqdm
 
 from consumers.client import ServerClient
+from launch.stack import LocalStack
+from launch.stack.llm import local_port
+from launch.supervise import Program, Supervisor
 from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, load_settings, settings_to_env
 from streams.errors import ConfigError, KafkagenError
 from streams.kafka import consumer_kwargs
-from streams.stack import LocalStack
-from streams.stack.llm import local_port
-from streams.supervise import Program, Supervisor
 from streams.topics import ensure_topics, topic_specs
 
 LOCAL_MAX_TOKENS = 128
@@ -269,7 +269,7 @@ def summary(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 done, 1 failed, 2 bad usage)."""
-    parser = argparse.ArgumentParser(prog="python -m streams.run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m launch.run", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--prompts",
         action="append",
@@ -413,7 +413,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             supervisor.shutdown()
             say(
                 "consumers and sink stopped; the local stack keeps running "
-                f"({Path(sys.executable).as_posix()} -m streams.stack down stops it)"
+                f"({Path(sys.executable).as_posix()} -m launch.stack down stops it)"
             )
 
 

@@ -49,7 +49,7 @@ class SimulatorProfile:
             marks itself with the ``X-Simulator`` response header, never inside SGLang's fields.
         sglang_version: the SGLang release whose answers the simulator mirrors, one of
             :data:`SGLANG_VERSIONS` ("0.5.20", the version ``docker-compose.yml`` pins, or
-            "0.5.23"); see :mod:`consumers.simulator.shapes` for what differs.
+            "0.5.23"); see :mod:`simulator.shapes` for what differs.
         max_running_requests_set: whether ``--max-running-requests`` was given on the command
             line; SGLang's ``/server_info`` top-level ``max_running_requests`` is null otherwise
             (the limit in use is ``internal_states[i].effective_max_running_requests_per_dp``).

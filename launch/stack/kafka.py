@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launch.stack.process import ServiceSpec, which_or_raise
 from streams.errors import ConfigError, StackError
-from streams.stack.process import ServiceSpec, which_or_raise
 
 KAFKA_VERSION = "4.1.1"
 """Pinned Apache Kafka version; must equal ``kafka.version`` in ``pom.xml``."""

@@ -36,7 +36,7 @@ Use
 ---
 From the command line::
 
-    python -m consumers.simulator --port 30000 --time-scale 1 --max-running-requests 16
+    python -m simulator --port 30000 --time-scale 1 --max-running-requests 16
 
 In process (tests, benchmarks)::
 
@@ -52,10 +52,10 @@ to clear, ``GET /simulator/faults`` and ``GET /simulator/stats`` to read.
 
 from __future__ import annotations
 
-from consumers.simulator.engine import SimulatorStats
-from consumers.simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
-from consumers.simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
-from consumers.simulator.server import SimulatedServer
+from simulator.engine import SimulatorStats
+from simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
+from simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
+from simulator.server import SimulatedServer
 
 __all__ = [
     "DEFAULT_PROFILE",

@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from streams.stack.process import ProcessManager, ServiceSpec, start_ticks
+from launch.stack.process import ProcessManager, ServiceSpec, start_ticks
 
 
 def _sleeper(manager: ProcessManager) -> int:

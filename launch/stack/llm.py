@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from launch.stack.process import ServiceSpec
 from streams.config import StackSettings
 from streams.errors import ConfigError, StackError
-from streams.stack.process import ServiceSpec
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 CHAT_TEMPLATE = Path(__file__).with_name("gemma.jinja")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from consumers.client import request_id
-from consumers.simulator import (
+from simulator import (
     DEFAULT_PROFILE,
     FaultConfig,
     SimulatedServer,
@@ -32,7 +32,7 @@ from consumers.simulator import (
     plan_output,
     request_seed,
 )
-from consumers.simulator.__main__ import main as cli_main
+from simulator.__main__ import main as cli_main
 from streams.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(10)
@@ -640,7 +640,7 @@ def test_cli_prints_url_and_exits_1_on_crash() -> None:
         [
             sys.executable,
             "-m",
-            "consumers.simulator",
+            "simulator",
             "--port=0",
             "--time-scale=100",
             '--faults={"crash_after_s": 10}',  # 0.1 s wall
@@ -901,7 +901,7 @@ async def test_priority_scheduling_adds_per_priority_series(client: httpx.AsyncC
 
 
 def test_cli_sglang_version_and_cli_only_fields() -> None:
-    from consumers.simulator.__main__ import build_parser, profile_from_args
+    from simulator.__main__ import build_parser, profile_from_args
 
     profile = profile_from_args(
         build_parser().parse_args(["--sglang-version", "0.5.23", "--max-running-requests", "8"])

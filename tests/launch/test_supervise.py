@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from streams.stack.process import wait_until
-from streams.supervise import Program, Supervisor
+from launch.stack.process import wait_until
+from launch.supervise import Program, Supervisor
 
 
 def _wait(check: Callable[[], bool], timeout_s: float = 20.0) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from launch.stack.process import ServiceSpec, which_or_raise
 from streams.config import S3Settings
-from streams.stack.process import ServiceSpec, which_or_raise
 from streams.storage import s3_client
 
 # weed mini's internal ports, offset from the S3 port so two stacks can coexist.

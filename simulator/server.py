@@ -52,11 +52,11 @@ from typing import Any
 
 from aiohttp import web
 
-from consumers.simulator import shapes
-from consumers.simulator.engine import Engine, Job, SimulatorStats
-from consumers.simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
-from consumers.simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
-from consumers.simulator.shapes import Counters, GaugeSnapshot
+from simulator import shapes
+from simulator.engine import Engine, Job, SimulatorStats
+from simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
+from simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
+from simulator.shapes import Counters, GaugeSnapshot
 from streams.errors import ConfigError, StackError
 
 _SHUTDOWN_TIMEOUT_S = 0.05

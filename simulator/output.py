@@ -3,7 +3,7 @@
 The text is **synthetic**: words drawn from a fixed vocabulary, one word per token, with
 no meaning. Only its shape is realistic: a reasoning part and an answer part, lengths
 from a lognormal distribution, tool calls with JSON arguments that follow the offered
-schema, and the failure shapes of :class:`~consumers.simulator.profile.FaultConfig`.
+schema, and the failure shapes of :class:`~simulator.profile.FaultConfig`.
 
 Output is deterministic per request: the same seed (from the ``rid``, or from the
 messages when there is no ``rid``) always gives the same plan.
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from consumers.simulator.profile import FaultConfig, SimulatorProfile
+from simulator.profile import FaultConfig, SimulatorProfile
 
 _VOCABULARY_TEXT = (
     "the of and to in is that it for as with was on be by this are from or an at which "

@@ -23,8 +23,8 @@ from typing import Any, cast
 
 from supervisor.xmlrpc import SupervisorTransport
 
+from launch.stack.process import wait_until
 from streams.errors import StackError
-from streams.stack.process import wait_until
 
 
 @dataclass(frozen=True)
