@@ -2,7 +2,7 @@
 
 Writes chat-format JSON Lines (``{"id", "messages", "tools"?, "source", "reference"?}``) drawn
 deterministically (evenly spaced rows) from ``data/gsm8k/test.jsonl``, ``data/mt_bench/question.jsonl``
-and the two BFCL files, converted with :mod:`producers.formats` (so BFCL tools are already JSON
+and the two BFCL files, converted with :mod:`streams.inputs.formats` (so BFCL tools are already JSON
 Schema). ``source`` names the upstream file and line; ``reference`` is GSM8K's answer or MT-Bench's
 reference when there is one. The licenses and attribution are in ``data/README.md``.
 """
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from producers.formats import FormatName, MappingOptions, normalise
+from streams.inputs import FormatName, MappingOptions, normalise
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DEMO_FILE = DATA / "prompts" / "demo.jsonl"

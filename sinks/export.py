@@ -95,7 +95,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from botocore.exceptions import BotoCoreError, ClientError
 
-from producers.formats import FormatName, MappingOptions, parse_line
 from sinks.layout import (
     LayoutError,
     Line,
@@ -109,7 +108,7 @@ from sinks.layout import (
 from streams import naming
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StorageError
-from streams.inputs import open_input, resolve_inputs
+from streams.inputs import FormatName, MappingOptions, open_input, parse_line, resolve_inputs
 from streams.kafka import client_kwargs, consumer_kwargs, unreachable_message
 from streams.records import (
     CompletionRecord,

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from producers.formats import (
+from streams.errors import ConfigError, InputError
+from streams.inputs import (
     FormatName,
     MappingOptions,
     derived_id,
@@ -18,7 +19,6 @@ from producers.formats import (
     normalise,
     parse_line,
 )
-from streams.errors import ConfigError, InputError
 from streams.records import GenerationParams, PromptRecord
 
 AUTO = MappingOptions()

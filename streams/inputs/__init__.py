@@ -1,0 +1,49 @@
+"""Prompt inputs, shared by the producer (``python -m producers.prompts``, which publishes them) and
+the export (``python -m sinks.export --input``, which reads their ids to check a run for gaps), so
+both accept the same inputs and read the same records from them.
+
+=============================  ===============================================================
+module                         owns
+=============================  ===============================================================
+:mod:`.resolve`                command-line inputs (files, globs, ``-``, ``s3://`` URIs and
+                               globs) → ordered :class:`InputSpec` list
+:mod:`.opening`                opening one input for streaming: decompression by magic bytes,
+                               the byte count, the input's identity
+:mod:`.formats`                rows → :class:`streams.records.PromptRecord` (formats, ids)
+:mod:`.fields`                 the checks of messages, tools and generation parameters
+:mod:`.bfcl`                   BFCL function definitions → OpenAI tools
+=============================  ===============================================================
+
+Every name below may be imported from ``streams.inputs`` directly.
+"""
+
+from __future__ import annotations
+
+from streams.inputs.formats import (
+    FormatName,
+    MappingOptions,
+    derived_id,
+    detect_format,
+    normalise,
+    parse_line,
+)
+from streams.inputs.opening import CHUNK_BYTES, STDIN_IDENTITY_BYTES, CountingRaw, OpenedInput, open_input
+from streams.inputs.resolve import GLOB_CHARS, InputSpec, resolve_inputs, split_s3
+
+__all__ = [
+    "CHUNK_BYTES",
+    "GLOB_CHARS",
+    "STDIN_IDENTITY_BYTES",
+    "CountingRaw",
+    "FormatName",
+    "InputSpec",
+    "MappingOptions",
+    "OpenedInput",
+    "derived_id",
+    "detect_format",
+    "normalise",
+    "open_input",
+    "parse_line",
+    "resolve_inputs",
+    "split_s3",
+]

@@ -1,0 +1,363 @@
+"""Input formats: detect what a line of a prompt file is, and turn it into a :class:`PromptRecord`.
+
+Pure functions: no Kafka, no file access. The producer and the export read lines and call
+:func:`parse_line` (or :func:`normalise` on an already decoded row); every bad row raises
+:class:`streams.errors.InputError` naming ``source:line`` and the reason.
+
+Formats (:class:`FormatName`), one JSON object per line:
+
+``chat``
+    OpenAI chat: ``{"messages": [...], "tools"?: [...], "id"?: str|int, <generation params>?}``.
+    Top-level generation parameters (:class:`streams.records.GenerationParams` field names, plus
+    ``max_completion_tokens`` as an alias of ``max_tokens``) become the record's overrides.
+    OpenAI request parameters that ``GenerationParams`` cannot carry (``n``, ``tool_choice``,
+    ``response_format``, ``frequency_penalty``, ``reasoning_effort``, ...) are rejected unless they
+    hold OpenAI's default value, so no setting is dropped silently. Other top-level fields are row
+    data: ignored unless named in ``keep_fields``. ``tools: null`` or ``[]`` means no tools.
+``prompt``
+    ``{"prompt": str, "id"?: ..., <generation params>?}``: one user message (parameters as chat).
+``openai_batch``
+    OpenAI Batch API request rows: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions",
+    "body": {"messages", "tools"?, "max_tokens"?, "temperature"?, ...}}``. Body generation parameters
+    become overrides; ``body.model`` (and ``user``, ``store``, ``metadata``, ``service_tier``) are
+    ignored, because the served model answers. Any other body field is rejected rather than dropped.
+    ``custom_id`` is required.
+``dataset``
+    Arbitrary rows; ``MappingOptions.prompt_field`` names the field holding the prompt: a string
+    (one user message) or an OpenAI message list. E.g. GSM8K ``{"question", "answer"}`` with
+    ``prompt_field="question", keep_fields=("answer",)``.
+``mt_bench``
+    MT-Bench questions ``{"question_id", "category", "turns": [str, ...], "reference"?}``.
+``bfcl``
+    Berkeley Function-Calling Leaderboard single-turn rows ``{"id", "question": [[message, ...]],
+    "function": [{"name", "description", "parameters"}]}``.
+
+Auto detection (:func:`detect_format`) looks at one row's fields, first match wins:
+``custom_id`` and ``body`` → openai_batch; ``messages`` → chat; ``question`` and ``function`` →
+bfcl; ``turns`` → mt_bench; ``prompt`` → prompt. With ``format=auto`` and a ``prompt_field`` set,
+rows are ``dataset`` rows. Detection is per row; a producer that wants one format for a whole file
+detects on its first row and passes ``dataclasses.replace(options, format=detected)``.
+
+Record ids (the Kafka key; they must be stable across re-runs):
+
+1. ``MappingOptions.id_field`` when set (the field must be present);
+2. otherwise the format's id field: ``custom_id`` (openai_batch, required), ``question_id``
+   (mt_bench), ``id`` (all others); strings as they are, integers as decimal strings;
+3. otherwise :func:`derived_id`: ``<base name of source>:<line>``, e.g. ``test.jsonl:12`` for line 12
+   of ``data/gsm8k/test.jsonl`` (``stdin:<line>`` for ``-``). Two input files with the same base
+   name in one run therefore get colliding ids: give them distinct names or an id field.
+
+MT-Bench turns: a row with N turns becomes ONE record, ``id = str(question_id)``, whose messages
+hold only the first turn. Turn k > 1 must follow the model's own answer to turn k-1, which does not
+exist when prompts are published; sending later turns without those answers would not be MT-Bench.
+All turns, the ``category`` and ``reference`` (when present) go to ``metadata.extra`` so that a
+second pass can build turn 2 from a completion alone (its ``prompt`` carries them):
+``[user turn 1, assistant <completion content>, user turn 2]``.
+
+BFCL: ``question[0]`` becomes the messages (rows with more than one turn are rejected: they need
+executed function results between turns); ``function`` becomes OpenAI ``tools`` by
+:func:`streams.inputs.bfcl.bfcl_tools` (schema types and function names made valid there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Any, Final
+
+import msgspec
+
+from streams.errors import ConfigError, InputError
+from streams.inputs.bfcl import bfcl_tools
+from streams.inputs.fields import (
+    BadRow,
+    checked_messages,
+    checked_tools,
+    fail,
+    generation_params,
+    json_type,
+    nonempty_text,
+    shortened,
+)
+from streams.records import GenerationParams, PromptMetadata, PromptRecord
+
+__all__ = [
+    "FormatName",
+    "MappingOptions",
+    "derived_id",
+    "detect_format",
+    "normalise",
+    "parse_line",
+]
+
+_BATCH_URL: Final = "/v1/chat/completions"
+
+
+class FormatName(StrEnum):
+    """An input format name, as given to ``--format``."""
+
+    AUTO = "auto"
+    CHAT = "chat"
+    PROMPT = "prompt"
+    OPENAI_BATCH = "openai_batch"
+    DATASET = "dataset"
+    MT_BENCH = "mt_bench"
+    BFCL = "bfcl"
+
+
+@dataclass(frozen=True, slots=True)
+class MappingOptions:
+    """How rows become prompt records (the producer's ``--format``/``--prompt-field``/... flags).
+
+    Attributes:
+        format: the rows' format; ``auto`` detects it per row (see the module docstring). A plain
+            string is accepted and converted.
+        prompt_field: ``dataset`` rows: the field holding the prompt text or message list. Setting
+            it with ``format=auto`` means ``dataset``.
+        id_field: the row field holding the record id, for any format (overrides the default).
+        system: a system prompt prepended to rows that have no system message.
+        keep_fields: top-level row fields copied into ``metadata.extra`` under their own names
+            (a field missing from a row is left out of that row's ``extra``).
+        tags: copied into ``metadata.tags``.
+        run_id: copied into ``PromptRecord.run_id``.
+
+    Raises:
+        ConfigError: unknown format, ``dataset`` without ``prompt_field``, ``prompt_field`` with
+            another format, or an empty name or system prompt.
+    """
+
+    format: FormatName = FormatName.AUTO
+    prompt_field: str | None = None
+    id_field: str | None = None
+    system: str | None = None
+    keep_fields: tuple[str, ...] = field(default=())
+    tags: tuple[str, ...] = field(default=())
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            fmt = FormatName(self.format)
+        except ValueError:
+            choices = ", ".join(f.value for f in FormatName)
+            raise ConfigError(f"unknown input format {self.format!r}: expected one of {choices}") from None
+        object.__setattr__(self, "format", fmt)
+        object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
+        object.__setattr__(self, "tags", tuple(self.tags))
+        if fmt is FormatName.DATASET and self.prompt_field is None:
+            raise ConfigError("--format dataset needs --prompt-field: the row field holding the prompt")
+        if self.prompt_field is not None and fmt not in (FormatName.AUTO, FormatName.DATASET):
+            raise ConfigError(f"--prompt-field applies to --format dataset only, not {fmt.value}")
+        for name, value in (("prompt_field", self.prompt_field), ("id_field", self.id_field)):
+            if value is not None and not value:
+                raise ConfigError(f"{name} is an empty string")
+        if self.system is not None and not self.system.strip():
+            raise ConfigError("the system prompt is empty: omit it instead")
+        for name, values in (("keep_fields", self.keep_fields), ("tags", self.tags)):
+            if not all(isinstance(v, str) and v for v in values):
+                raise ConfigError(f"{name} must be non-empty strings, got {list(values)!r}")
+
+
+def derived_id(source: str, line: int) -> str:
+    """The id of a row that carries none: ``<base name of source>:<line>``.
+
+    ``source`` is a path or URI as given (``-`` means stdin and gives ``stdin:<line>``); ``line``
+    is 1-based. Deterministic, so a re-run over the same file yields the same ids.
+    """
+    name = "stdin" if source == "-" else (PurePosixPath(source).name or source)
+    return f"{name}:{line}"
+
+
+def detect_format(row: Mapping[str, Any]) -> FormatName:
+    """The format of one decoded row, by its fields; first match wins.
+
+    ``custom_id`` and ``body`` → ``openai_batch``; ``messages`` → ``chat``; ``question`` and
+    ``function`` → ``bfcl``; ``turns`` → ``mt_bench``; ``prompt`` → ``prompt``. ``dataset`` is
+    never detected: it needs ``prompt_field``.
+
+    Raises:
+        InputError: the row matches none (no source or line: :func:`normalise` adds them); the
+            message lists the row's fields and asks for ``--format`` or ``--prompt-field``.
+    """
+    if not isinstance(row, Mapping):
+        raise InputError(f"row is {json_type(row)}, expected a JSON object")
+    if "custom_id" in row and "body" in row:
+        return FormatName.OPENAI_BATCH
+    if "messages" in row:
+        return FormatName.CHAT
+    if "question" in row and "function" in row:
+        return FormatName.BFCL
+    if "turns" in row:
+        return FormatName.MT_BENCH
+    if "prompt" in row:
+        return FormatName.PROMPT
+    fields = ", ".join(sorted(row)) or "none"
+    text_fields = [k for k, v in row.items() if isinstance(v, str)]
+    hint = f" (text fields here: {', '.join(text_fields)})" if text_fields else ""
+    raise InputError(
+        f"cannot tell this row's format from its fields ({fields}): pass --format "
+        f"(chat, prompt, openai_batch, mt_bench, bfcl) or --prompt-field NAME for the field that "
+        f"holds the prompt{hint}"
+    )
+
+
+def _row_id(row: Mapping[str, Any], key: str, *, required: bool, source: str, line: int) -> str:
+    value = row.get(key)
+    if value is None:
+        if required:
+            fail(f"id field {key!r} is missing")
+        return derived_id(source, line)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value
+    fail(f"id field {key!r} is {shortened(value)}: expected a non-empty string or an integer")
+
+
+def _mapped(
+    row: dict[str, Any], fmt: FormatName, options: MappingOptions
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, GenerationParams, dict[str, Any]]:
+    """(messages, tools, params, format-specific extra) for one row of a known format."""
+    no_params = GenerationParams()
+    if fmt is FormatName.CHAT:
+        messages = checked_messages(row.get("messages"), "messages")
+        return (
+            messages,
+            checked_tools(row.get("tools"), "tools"),
+            generation_params(row, "", strict=False),
+            {},
+        )
+    if fmt is FormatName.PROMPT:
+        prompt = nonempty_text(row.get("prompt"), "prompt")
+        return [{"role": "user", "content": prompt}], None, generation_params(row, "", strict=False), {}
+    if fmt is FormatName.OPENAI_BATCH:
+        for key, expected in (("method", "POST"), ("url", _BATCH_URL)):
+            if key in row and row[key] != expected:
+                fail(f"{key} is {shortened(row[key])}: only POST {_BATCH_URL} requests are supported")
+        body = row.get("body")
+        if not isinstance(body, dict):
+            fail(f"body is {json_type(body)}, expected the request object")
+        messages = checked_messages(body.get("messages"), "body.messages")
+        return (
+            messages,
+            checked_tools(body.get("tools"), "body.tools"),
+            generation_params(body, "body.", strict=True),
+            {},
+        )
+    if fmt is FormatName.DATASET:
+        name = options.prompt_field
+        assert name is not None  # MappingOptions guarantees it for dataset
+        if name not in row:
+            fail(f"prompt field {name!r} is missing; the row has {', '.join(sorted(row)) or 'no fields'}")
+        value = row[name]
+        if isinstance(value, list):
+            return checked_messages(value, name), None, no_params, {}
+        return [{"role": "user", "content": nonempty_text(value, name)}], None, no_params, {}
+    if fmt is FormatName.MT_BENCH:
+        turns = row.get("turns")
+        if not isinstance(turns, list) or not turns:
+            fail(f"turns is {json_type(turns)}, expected a non-empty array of strings")
+        for i, turn in enumerate(turns):
+            nonempty_text(turn, f"turns[{i}]")
+        extra: dict[str, Any] = {k: row[k] for k in ("category", "turns", "reference") if k in row}
+        return [{"role": "user", "content": turns[0]}], None, no_params, extra
+    if fmt is FormatName.BFCL:
+        question = row.get("question")
+        if not isinstance(question, list) or not question:
+            fail(f"question is {json_type(question)}, expected [[message, ...]]")
+        if len(question) != 1:
+            fail(
+                f"question has {len(question)} turns: multi-turn BFCL rows are not supported (they need "
+                "executed function results between turns); use single-turn categories"
+            )
+        messages = checked_messages(question[0], "question[0]")
+        tools, renamed = bfcl_tools(row.get("function"))
+        return messages, tools, no_params, ({"bfcl_function_names": renamed} if renamed else {})
+    fail(f"unknown format {fmt!r}")
+
+
+_ID_FIELDS: Final[Mapping[FormatName, str]] = {
+    FormatName.OPENAI_BATCH: "custom_id",
+    FormatName.MT_BENCH: "question_id",
+}
+
+
+def normalise(row: object, *, source: str, line: int, options: MappingOptions) -> PromptRecord:
+    """One decoded input row → one :class:`PromptRecord` (see the module docstring for the rules).
+
+    Args:
+        row: the decoded JSON value of one line.
+        source: the input file name or URI as given (``-`` for stdin); kept in ``metadata.source``
+            and used for derived ids.
+        line: 1-based line number of the row in ``source``.
+        options: the mapping options.
+
+    Raises:
+        InputError: ``"<source>:<line>: <reason>"`` for a row that is not a JSON object, of an
+            undetectable format, with a missing or mistyped field, empty ``messages``, a message
+            without a valid role or content, an empty prompt, a bad tools list or function schema,
+            or an invalid generation parameter. Never any other exception for bad input.
+    """
+    try:
+        if not isinstance(row, dict):
+            fail(f"row is {json_type(row)}, expected a JSON object")
+        fmt = options.format
+        if fmt is FormatName.AUTO:
+            fmt = FormatName.DATASET if options.prompt_field is not None else detect_format(row)
+        messages, tools, params, extra = _mapped(row, fmt, options)
+        id_key = options.id_field or _ID_FIELDS.get(fmt, "id")
+        required = options.id_field is not None or fmt is FormatName.OPENAI_BATCH
+        record_id = _row_id(row, id_key, required=required, source=source, line=line)
+    except BadRow as exc:
+        raise InputError(str(exc), source=source, line=line) from None
+    except InputError as exc:
+        raise InputError(exc.reason, source=source, line=line) from None
+    except RecursionError:
+        raise InputError("row is nested too deeply", source=source, line=line) from None
+    if options.system is not None and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": options.system}, *messages]
+    extra.update({k: row[k] for k in options.keep_fields if k in row})
+    return PromptRecord(
+        id=record_id,
+        messages=messages,
+        tools=tools,
+        params=params,
+        metadata=PromptMetadata(source=source, line=line, tags=list(options.tags), extra=extra),
+        run_id=options.run_id,
+    )
+
+
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
+
+
+def parse_line(raw: bytes, *, source: str, line: int, options: MappingOptions) -> PromptRecord:
+    """Decode one JSON Lines line (UTF-8 bytes, trailing newline allowed) and :func:`normalise` it.
+
+    A leading UTF-8 byte-order mark is ignored. Callers skip blank lines themselves; here a blank
+    line is an error.
+
+    Raises:
+        InputError: bytes that are not UTF-8 (the reason names the byte offset in the line), not
+            JSON (msgspec's reason with its byte position), or a bad row (see :func:`normalise`).
+    """
+    if raw.startswith(_UTF8_BOM):
+        raw = raw[len(_UTF8_BOM) :]
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} of the line; "
+            "re-encode the file as UTF-8",
+            source=source,
+            line=line,
+        ) from None
+    if not raw.strip():
+        raise InputError("blank line: expected a JSON object", source=source, line=line)
+    try:
+        row = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", source=source, line=line) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", source=source, line=line) from None
+    return normalise(row, source=source, line=line, options=options)
