@@ -12,6 +12,9 @@ errors topic (DLT)     ``R.errors``
 generate group         ``<consumer.group>.R`` (:func:`generate_group`)
 sink group, faust app  ``<sink.group>.R`` (:func:`sink_group`)
 S3 run folder          ``<s3.prefix>/R/`` (:func:`run_folder`)
+producer progress key  ``["<prompts topic>", "R", "<input identity>"]`` (JSON, :func:`progress_key`)
+producer's             ``kafkagen-prompts-<BLAKE2b-96 of the progress key, hex>``
+transactional id       (:func:`transactional_id`): one per input of a run, stable across re-runs
 =====================  ==========================================================================
 
 The topic-name settings (``topics.prompts``, ``.completions``, ``.errors``) default to ``""``,
@@ -24,7 +27,10 @@ does not run validators and would keep the old run's names: switch runs with :fu
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from streams.config import Settings
@@ -92,6 +98,29 @@ def sink_group(settings: Settings) -> str:
     """The S3 sink's consumer group and faust app id: ``<sink.group>.<run_id>`` (its committed
     offsets must describe the same stream as the run's S3 folder, :mod:`sinks.s3`)."""
     return f"{settings.sink.group}.{settings.run_id}"
+
+
+def progress_key(prompts_topic: str, run_id: str, identity: str) -> bytes:
+    """The producer-progress topic key of one input published to ``prompts_topic`` by run ``run_id``:
+    JSON ``[prompts_topic, run_id, identity]`` (UTF-8, no spaces). ``identity`` is the input's
+    (:class:`streams.inputs.OpenedInput`): its resolved path, ``s3://`` URI or stdin digest. Resume
+    points are found by this key: its bytes must never change."""
+    return msgspec.json.encode([prompts_topic, run_id, identity])
+
+
+def progress_key_prefix(prompts_topic: str, run_id: str) -> bytes:
+    """The bytes every :func:`progress_key` of ``prompts_topic`` and run ``run_id`` starts with:
+    ``["<prompts topic>","<run id>",``."""
+    return msgspec.json.encode([prompts_topic, run_id])[:-1] + b","
+
+
+def transactional_id(prompts_topic: str, run_id: str, identity: str) -> str:
+    """The Kafka ``transactional_id`` of the producer publishing one input (arguments as
+    :func:`progress_key`): ``kafkagen-prompts-`` and the 24 hex digits of a 12-byte BLAKE2b of the
+    progress key. Stable, so a re-run's producer fences a dead one of the same input and the broker
+    aborts its open transaction; its bytes must never change."""
+    key = progress_key(prompts_topic, run_id, identity)
+    return "kafkagen-prompts-" + hashlib.blake2b(key, digest_size=12).hexdigest()
 
 
 def run_folder(prefix: str, run_id: str) -> str:

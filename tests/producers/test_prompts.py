@@ -21,11 +21,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from launch.stack import LocalStack
-from producers.formats import MappingOptions, parse_line
-from producers.prompts import IdIndex, input_salt, main, partition_for
+from producers.partitioning import input_salt, partition_for
+from producers.prompts import main
 from streams.config import Settings
+from streams.inputs import MappingOptions, parse_line
 from streams.kafka import consumer_kwargs
-from streams.records import ProgressRecord, PromptMetadata, PromptRecord, decode, key_of
+from streams.records import ProgressRecord, PromptRecord, decode, key_of
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, partition_leader
@@ -123,65 +124,6 @@ def write_chat_rows(path: Path, n: int, *, prefix: str | None = "k", pad: int = 
         rows.append(json.dumps(row).encode())
     path.write_bytes(b"\n".join(rows) + b"\n")
     return rows
-
-
-# --- pure parts --------------------------------------------------------------------------------
-
-
-def test_id_index_remembers_where_each_id_was_first_seen_across_growth() -> None:
-    index = IdIndex(capacity=16)
-    for i in range(20_000):
-        assert index.add(f"id-{i}", i + 7) is None
-    assert len(index) == 20_000
-    assert index.add("id-0", 999) == 7
-    assert index.add("id-19999", 999) == 20_006
-    assert index.add("new", 1) is None
-    assert len(index) == 20_001
-
-
-def test_prefix_partitioning_groups_records_by_system_prompt_and_tools() -> None:
-    def rec(i: int, system: str | None, tools: list[dict[str, Any]] | None = None) -> PromptRecord:
-        messages = [{"role": "user", "content": f"q{i}"}]
-        if system is not None:
-            messages.insert(0, {"role": "system", "content": system})
-        return PromptRecord(
-            id=f"r{i}", messages=messages, tools=tools, metadata=PromptMetadata(source="t", line=i)
-        )
-
-    tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    for system, tools in (("You are A.", None), ("You are B.", None), (None, tool), ("You are A.", tool)):
-        parts = {
-            partition_for(rec(i, system, tools), key_of(f"r{i}"), 7, "prefix", line=i + 1, salt=0)
-            for i in range(50)
-        }
-        assert len(parts) == 1, (system, tools)
-    # Without a shared prefix the record is dealt by line, as in the default: spread.
-    no_prefix = [
-        partition_for(rec(i, None), key_of(f"r{i}"), 7, "prefix", line=i + 1, salt=0) for i in range(50)
-    ]
-    assert no_prefix == [i % 7 for i in range(50)]
-    # By id: Kafka's default partitioner, whatever the line.
-    by_id = {partition_for(rec(i, "S"), key_of(f"r{i}"), 7, "id", line=1, salt=0) for i in range(50)}
-    assert by_id == set(range(7))
-
-
-def test_balanced_partitioning_deals_each_input_evenly_and_deterministically() -> None:
-    record = PromptRecord(
-        id="x", messages=[{"role": "user", "content": "q"}], metadata=PromptMetadata(source="t", line=1)
-    )
-    for source in ("a.jsonl", "b.jsonl", "/data/prompts.jsonl.zst"):
-        salt = input_salt(source)
-        parts = [partition_for(record, b"x", 7, "balanced", line=n, salt=salt) for n in range(1, 1001)]
-        counts = Counter(parts)
-        assert set(counts) == set(range(7)) and max(counts.values()) - min(counts.values()) <= 1
-        assert parts == [
-            partition_for(record, b"x", 7, "balanced", line=n, salt=salt) for n in range(1, 1001)
-        ]
-    # Inputs start at different partitions, so many one-line inputs still spread.
-    firsts = {
-        partition_for(record, b"x", 7, "balanced", line=1, salt=input_salt(f"f{i}.jsonl")) for i in range(40)
-    }
-    assert len(firsts) == 7
 
 
 # --- bundled formats ---------------------------------------------------------------------------

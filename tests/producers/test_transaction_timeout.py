@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.prompts import EXIT_OK
+from producers.cli import EXIT_OK
 from streams.config import ProducerSettings, Settings, load_settings
 from streams.errors import ConfigError
 from streams.records import ProgressRecord, PromptRecord

@@ -1,0 +1,174 @@
+"""The producer's resume points: one :class:`streams.records.ProgressRecord` per input, on the
+compacted ``topics.producer_progress`` topic, written in the same transaction as the records.
+
+A resume point holds the last input line handled, the byte offset after it, a SHA-256 of the input
+bytes up to there, the count of records published and the mapping options
+(:func:`options_fingerprint`). Its key (:func:`streams.naming.progress_key`) is
+``["<prompts topic>", "<run id>", "<input identity>"]`` (JSON): the identity is the resolved
+absolute path of a local file, the ``s3://bucket/key`` URI of an object, or ``stdin:<SHA-256 of its
+first 64 KiB>`` for stdin (which has no name; a stdin input shorter than 64 KiB that later grows is
+therefore a new input, published again in full: give input that grows as a file). A new run id
+therefore publishes the file again, under that run; the same run id resumes or skips it
+(``skipped`` in the summary). Moving or renaming a file gives it a new identity: it is published
+again (``--run-id`` unchanged means its ids would then appear twice: keep paths stable).
+
+The input's content is checked, not its size or mtime: on resume the skipped lines must hash to
+the stored SHA-256 at the stored offset. A file that grew (lines appended) resumes and publishes
+the new lines; a file whose already-published part changed, or that got shorter, is refused
+(:class:`InputChangedError`, exit 2: restore it, or ``--from-scratch``, which ignores the stored
+progress and publishes everything again). Resuming with other mapping options (format, fields,
+system prompt, tags) is refused the same way (:func:`resume_note`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from streams import naming
+from streams.config import Settings
+from streams.errors import InputError
+from streams.inputs import MappingOptions
+from streams.kafka import consumer_kwargs
+from streams.records import ProgressRecord, RecordDecodeError, decode
+
+__all__ = ["InputChangedError", "ProgressStore", "changed_error", "options_fingerprint", "resume_note"]
+
+
+class InputChangedError(InputError):
+    """An input differs from what an earlier run of the same run id published from it."""
+
+
+def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
+    """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`."""
+    return {
+        "format": options.format.value,
+        "prompt_field": options.prompt_field,
+        "id_field": options.id_field,
+        "system": options.system,
+        "keep_fields": list(options.keep_fields),
+        "tags": list(options.tags),
+    }
+
+
+def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> str:
+    """What to tell about resuming input ``source`` from ``prior`` with ``options``: all its lines
+    were published, or the line publishing continues after.
+
+    Raises:
+        InputChangedError: ``prior`` was published with other mapping options (the message lists
+            each option that differs, then and now).
+    """
+    fingerprint = options_fingerprint(options)
+    if prior.options != fingerprint:
+        changed = ", ".join(
+            f"{k}: {prior.options.get(k)!r} then, {v!r} now"
+            for k, v in fingerprint.items()
+            if prior.options.get(k) != v
+        )
+        raise InputChangedError(
+            f"an earlier run published lines 1-{prior.line} with other mapping options ({changed}): "
+            "repeat them to resume, or pass --from-scratch or another --run-id",
+            source=source,
+        )
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prior.at))
+    done = f"{prior.published} records, at {when}"
+    if prior.done:
+        return (
+            f"{source}: an earlier run published all its {prior.line} lines ({done}); lines added since "
+            "are published, the others only checked"
+        )
+    return (
+        f"{source}: an earlier run published lines 1-{prior.line} ({done}); continuing after line "
+        f"{prior.line} (lines up to it are only checked)"
+    )
+
+
+def changed_error(prior: ProgressRecord, source: str, what: str) -> InputChangedError:
+    """The error for input ``source`` whose content no longer matches ``prior``; ``what`` says how."""
+    return InputChangedError(
+        f"changed since an earlier run of this run id published its lines 1-{prior.line}: "
+        f"{what}. Restore it, or pass --from-scratch to publish it all again "
+        "(the records published earlier stay on the topic, so their ids would appear twice), "
+        "or use another --run-id",
+        source=source,
+    )
+
+
+class ProgressStore:
+    """The latest :class:`ProgressRecord` of every input published to this prompts topic under this
+    run id, read from the progress topic (other keys are skipped, not kept).
+
+    Reads with ``read_committed``, so only resume points of committed transactions count. Keys
+    are :func:`streams.naming.progress_key`; start it before use, stop it after.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._tp = TopicPartition(settings.topics.producer_progress, 0)
+        self._prefix = naming.progress_key_prefix(settings.topics.prompts, settings.run_id)
+        base = consumer_kwargs(settings.kafka, group_id=None)
+        self._consumer = AIOKafkaConsumer(**base, fetch_max_wait_ms=100)
+        # The high watermark (end of the log, committed or not) comes from a read_uncommitted probe.
+        self._probe = AIOKafkaConsumer(**{**base, "isolation_level": "read_uncommitted"})
+        self._latest: dict[bytes, ProgressRecord] = {}
+
+    async def start(self) -> None:
+        """Connect and seek to the start of the progress topic.
+
+        Raises:
+            aiokafka.errors.KafkaError: Kafka cannot be reached.
+        """
+        await self._consumer.start()
+        await self._probe.start()
+        self._consumer.assign([self._tp])
+        await self._consumer.seek_to_beginning(self._tp)
+
+    async def stop(self) -> None:
+        """Close the connections."""
+        await self._consumer.stop()
+        await self._probe.stop()
+
+    def get(self, key: bytes) -> ProgressRecord | None:
+        """The latest committed progress of ``key`` read so far, if any."""
+        return self._latest.get(key)
+
+    async def refresh(self, *, timeout_s: float = 120.0, echo: Callable[[str], None] = print) -> None:
+        """Read every progress record committed before this call.
+
+        Reads up to the high watermark found now; records of a transaction still open (another
+        producer's, or one killed less than the 60 s transaction timeout ago) become readable only
+        when it commits or aborts, so this may wait for that.
+
+        Raises:
+            KafkaError: the broker could not be asked, or the wait exceeded ``timeout_s`` seconds.
+        """
+        end = (await self._probe.end_offsets([self._tp]))[self._tp]
+        started = time.monotonic()
+        warned = False
+        while await self._consumer.position(self._tp) < end:
+            batch = await self._consumer.getmany(self._tp, timeout_ms=200, max_records=10000)
+            for message in batch.get(self._tp, []):
+                if message.key is None or not message.key.startswith(self._prefix):
+                    continue
+                if message.value is None:
+                    self._latest.pop(message.key, None)
+                    continue
+                # Not ours or from a future schema: the previous resume point stays in force.
+                with contextlib.suppress(RecordDecodeError):
+                    self._latest[message.key] = decode(message.value, ProgressRecord)
+            waited = time.monotonic() - started
+            if waited > 5 and not warned:
+                warned = True
+                echo(
+                    f"waiting for an open transaction on {self._tp.topic} to end (another producer, or one "
+                    "killed less than a minute ago)"
+                )
+            if waited > timeout_s:
+                raise KafkaError(
+                    f"the progress topic {self._tp.topic} did not become readable in {timeout_s} s"
+                )
