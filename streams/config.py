@@ -393,11 +393,15 @@ def load_settings(
     argv: Sequence[str] | None = None,
     *,
     prog: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> SettingsT:
-    """Build a settings object from the environment, then CLI flags in ``argv``.
+    """Build a settings object from the environment, then CLI flags in ``argv`` or ``overrides``.
 
     Args:
         cls: :class:`Settings` or an entry point's subclass adding its own fields.
+        overrides: values that beat the environment, nested as the settings are
+            (``{"kafka": {"client_id": "x"}}``); merged field by field with the environment. The
+            command line's flags arrive this way (:mod:`streams.cli`).
         argv: command-line arguments without the program name; ``None`` reads no flags.
         prog: program name shown in ``--help``.
 
@@ -406,6 +410,8 @@ def load_settings(
         SystemExit: on ``--help`` or an unknown flag (argparse behaviour).
     """
     try:
+        if overrides is not None:
+            return cls(**overrides)
         if argv is None:
             return cls()
         source: CliSettingsSource[SettingsT] = CliSettingsSource(
