@@ -46,6 +46,8 @@ from streams.config import Settings, check_server_url, settings_to_env
 from streams.errors import ConfigError
 from streams.topics import ensure_topics, topic_specs
 
+__all__ = ["LOCAL_MAX_TOKENS", "RunOptions", "main", "read_manifest", "run", "run_settings", "summary"]
+
 LOCAL_MAX_TOKENS = 128
 """``max_tokens`` when every server is a local llama.cpp server (2-core CPU budget)."""
 

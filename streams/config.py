@@ -34,6 +34,25 @@ from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsC
 from streams import naming
 from streams.errors import ConfigError
 
+__all__ = [
+    "ENV_PREFIX",
+    "ConsumerSettings",
+    "GenerationSettings",
+    "KafkaSettings",
+    "KeyBy",
+    "ProducerSettings",
+    "S3Settings",
+    "Settings",
+    "SettingsT",
+    "SinkSettings",
+    "StackSettings",
+    "TopicSettings",
+    "aws_environment",
+    "check_server_url",
+    "load_settings",
+    "settings_to_env",
+]
+
 ENV_PREFIX = "KAFKAGEN_"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

@@ -20,6 +20,17 @@ from aiokafka.protocol.group import LeaveGroupRequest
 
 from streams.config import KafkaSettings
 
+__all__ = [
+    "KafkaOutage",
+    "client_kwargs",
+    "consumer_kwargs",
+    "end_offsets",
+    "producer_kwargs",
+    "remove_group_member",
+    "topic_partitions",
+    "unreachable_message",
+]
+
 log = logging.getLogger("kafkagen.kafka")
 
 

@@ -26,6 +26,22 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any, Final
 
+__all__ = [
+    "KEEP",
+    "TOPIC_ROLES",
+    "check_not_self_replay",
+    "check_run_id",
+    "completions_topic",
+    "derived_topics",
+    "errors_topic",
+    "fill_topic_names",
+    "for_run",
+    "generate_group",
+    "prompts_topic",
+    "run_folder",
+    "sink_group",
+]
+
 if TYPE_CHECKING:
     from streams.config import Settings
 

@@ -29,6 +29,16 @@ import psutil
 
 from streams.errors import StackError
 
+__all__ = [
+    "ProcessManager",
+    "ProcessStatus",
+    "ServiceSpec",
+    "port_owner",
+    "start_ticks",
+    "wait_until",
+    "which_or_raise",
+]
+
 
 @dataclass(frozen=True)
 class ServiceSpec:
