@@ -25,7 +25,6 @@ servers the production defaults hold (``generation.max_tokens`` 4096, thinking o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -33,48 +32,44 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-from tqdm import tqdm
-
-from consumers.client import ServerClient
+from launch.progress import wait_until_done
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
 from launch.supervise import Program, Supervisor
 from producers.sample import DEMO_FILE
 from streams import naming
-from streams.config import Settings, check_server_url, load_settings, settings_to_env
-from streams.errors import ConfigError, KafkagenError
-from streams.kafka import consumer_kwargs
+from streams.config import Settings, check_server_url, settings_to_env
+from streams.errors import ConfigError
 from streams.topics import ensure_topics, topic_specs
+
+__all__ = ["LOCAL_MAX_TOKENS", "RunOptions", "main", "read_manifest", "run", "run_settings", "summary"]
 
 LOCAL_MAX_TOKENS = 128
 """``max_tokens`` when every server is a local llama.cpp server (2-core CPU budget)."""
 
 
-@dataclass
-class Progress:
-    """Counts in Kafka offsets (a transactional topic's markers make them slightly larger than
-    record counts; they reach the end together)."""
+@dataclass(frozen=True)
+class RunOptions:
+    """What one invocation of the main job asks for, beyond the settings (``kafkagen run --help``)."""
 
-    prompts_end: int = 0
-    generated: int = 0
-    results_end: int = 0
-    in_s3: int = 0
-    load_samples: list[float] = field(default_factory=list)
-    already_done: bool = False
-    """the run was complete before this invocation generated anything (a re-run)."""
+    prompts: tuple[Path, ...] = ()
+    """prompt files; none: the bundled demo file (:data:`producers.sample.DEMO_FILE`)."""
+    servers: tuple[str, ...] = ()
+    """inference server URLs; none: ``settings.servers``."""
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    to: str | None = None
+    """dataset destination: a folder or ``s3://bucket/prefix``; none: ``<stack home>/datasets/<run>``."""
+    timeout_s: float | None = None
+    keep_running: bool = False
+    progress: bool = True
 
-    @property
-    def done(self) -> bool:
-        return self.prompts_end > 0 and self.generated >= self.prompts_end and self.in_s3 >= self.results_end
 
-
-def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
+def run_settings(settings: Settings, options: RunOptions) -> Settings:
     """Apply the run's choices to ``settings``: per-run topics, servers, budget, thinking.
 
     The topics are always the run's own (:func:`streams.naming.derived_topics`: ``<run>.prompts``,
@@ -85,19 +80,19 @@ def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`).
     """
     run = settings.run_id
-    for url in args.server or ():
+    for url in options.servers:
         try:
             check_server_url(url)
         except ValueError as exc:
             raise ConfigError(f"--server {exc}") from None
     topics = settings.topics.model_copy(update=naming.derived_topics(run, settings.replay_of))
-    servers = args.server or settings.servers
+    servers = list(options.servers) or settings.servers
     local = all(local_port(u) is not None for u in servers)
     gen = settings.generation
-    max_tokens = args.max_tokens or (LOCAL_MAX_TOKENS if local else gen.max_tokens)
+    max_tokens = options.max_tokens or (LOCAL_MAX_TOKENS if local else gen.max_tokens)
     thinking = (
-        args.thinking
-        if args.thinking is not None
+        options.thinking
+        if options.thinking is not None
         else (not local and gen.chat_template_kwargs.get("enable_thinking", True))
     )
     generation = gen.model_copy(
@@ -111,115 +106,6 @@ def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
     return settings.model_copy(
         update={"topics": topics, "servers": servers, "generation": generation, "sink": sink}
     )
-
-
-async def _offsets(settings: Settings, group: str | None, topics: Sequence[str]) -> tuple[int, int]:
-    """(sum of the group's committed offsets, sum of end offsets) over every partition of ``topics``."""
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
-    await consumer.start()
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in range(settings.topics.partitions)]
-        ends = await consumer.end_offsets(tps)
-        committed = 0
-        if group is not None:
-            for tp in tps:
-                committed += await consumer.committed(tp) or 0
-        return committed, sum(ends.values())
-    finally:
-        await consumer.stop()
-
-
-async def _progress(settings: Settings) -> Progress:
-    t = settings.topics
-    generated, prompts_end = await _offsets(settings, naming.generate_group(settings), [t.prompts])
-    in_s3, results_end = await _offsets(settings, naming.sink_group(settings), [t.completions, t.errors])
-    return Progress(prompts_end=prompts_end, generated=generated, results_end=results_end, in_s3=in_s3)
-
-
-@dataclass
-class FleetLoad:
-    """Running and queued requests summed over the servers that report them, and the mean
-    occupancy over them: 1 for a server with requests waiting (it runs all that its running limit
-    or its KV cache allows; SGLang's automatic running limit is in the thousands, so the cache is
-    usually what binds), else running / running limit (None if no server tells)."""
-
-    running: int = 0
-    queued: int = 0
-    occupancy: float | None = None
-
-    def describe(self) -> str:
-        busy = "?" if self.occupancy is None else f"{self.occupancy:.0%}"
-        return f"running {self.running}, queued {self.queued}, slots busy {busy}"
-
-
-async def _fleet_load(clients: list[ServerClient]) -> FleetLoad:
-    fleet = FleetLoad()
-    ratios = []
-    for client in clients:
-        load = await client.load()
-        if load is None:
-            continue
-        fleet.running += load.running
-        fleet.queued += load.queued
-        slots = client.info.max_running_requests if client.info else None
-        if load.queued > 0:
-            ratios.append(1.0)  # work waits on the server: it runs all it can (KV-cache bound)
-        elif slots:
-            ratios.append(min(1.0, load.running / slots))
-    fleet.occupancy = sum(ratios) / len(ratios) if ratios else None
-    return fleet
-
-
-async def wait_until_done(settings: Settings, timeout_s: float | None, show: bool) -> Progress:
-    """Poll offsets every second until the run is done; draw two progress bars on stderr.
-
-    Raises:
-        TimeoutError: not done within ``timeout_s`` seconds.
-    """
-    clients = [ServerClient(u, settings.generation) for u in settings.servers]
-    # Kafka offsets, not records: the producer's transaction markers add one offset per partition
-    # and transaction, so "generated" runs a little above the prompt count; "to S3" is out of the
-    # results written so far, a total that grows as completions arrive.
-    gen_bar = tqdm(desc="generated", unit="offset", disable=not show, dynamic_ncols=True)
-    s3_bar = tqdm(desc="to S3    ", unit="offset", disable=not show, dynamic_ncols=True)
-    first = True
-    samples: list[float] = []
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    try:
-        for client in clients:
-            await client.describe()
-        while True:
-            try:
-                progress = await _progress(settings)
-            except (TimeoutError, KafkaError, OSError) as exc:  # e.g. the broker restarting
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {settings.run_id}: Kafka unreachable: {exc}") from None
-                await asyncio.sleep(2.0)
-                continue
-            load = await _fleet_load(clients)
-            if load.occupancy is not None and progress.generated < progress.prompts_end:
-                samples.append(load.occupancy)
-            gen_bar.set_postfix_str(load.describe(), refresh=False)
-            for bar, n, total in (
-                (gen_bar, progress.generated, progress.prompts_end),
-                (s3_bar, progress.in_s3, progress.results_end),
-            ):
-                bar.total = total
-                bar.n = min(n, total)
-                bar.refresh()
-            if progress.done:
-                progress.load_samples = samples
-                progress.already_done = first
-                return progress
-            first = False
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {settings.run_id} not done after {timeout_s:.0f} s: {progress}")
-            await asyncio.sleep(1.0)
-    finally:
-        gen_bar.close()
-        s3_bar.close()
-        for client in clients:
-            await client.aclose()
 
 
 def _python(*args: str) -> list[str]:
@@ -267,61 +153,14 @@ def summary(
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 done, 1 failed, 2 bad usage)."""
-    parser = argparse.ArgumentParser(prog="python -m launch.run", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--prompts",
-        action="append",
-        type=Path,
-        help=f"prompt file(s), any format producers.prompts reads (default {DEMO_FILE})",
-    )
-    parser.add_argument(
-        "--server",
-        action="append",
-        help="inference server URL, once per server (default: the local llama.cpp servers)",
-    )
-    parser.add_argument(
-        "--max-tokens", type=int, help=f"tokens per completion (local default {LOCAL_MAX_TOKENS})"
-    )
-    thinking = parser.add_mutually_exclusive_group()
-    thinking.add_argument(
-        "--thinking",
-        dest="thinking",
-        action="store_true",
-        default=None,
-        help="ask for reasoning (chat_template_kwargs.enable_thinking)",
-    )
-    thinking.add_argument("--no-thinking", dest="thinking", action="store_false")
-    parser.add_argument("--run-id", help="name of the run (default: demo); the same id resumes")
-    parser.add_argument(
-        "--to",
-        help="dataset destination: a folder or s3://bucket/prefix (default <stack home>/datasets/<run id>)",
-    )
-    parser.add_argument("--timeout", type=float, help="give up after this many seconds")
-    parser.add_argument(
-        "--keep-running", action="store_true", help="leave the consumers and the sink running"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        settings = load_settings(Settings, rest, prog=parser.prog)
-        run_id = args.run_id or ("demo" if settings.run_id == "default" else settings.run_id)
-        try:
-            settings = naming.for_run(settings, run_id)
-        except ValueError as exc:
-            raise ConfigError(f"--run-id: {exc}") from None
-        settings = run_settings(settings, args)
-        return _run(settings, args)
-    except KafkagenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except TimeoutError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+def run(settings: Settings, options: RunOptions) -> int:
+    """Run the job (the steps in the module docstring) for ``settings`` as :func:`run_settings`
+    made them; returns the exit status (0 done, 1 publishing or the export failed).
 
-
-def _run(settings: Settings, args: argparse.Namespace) -> int:
+    Raises:
+        TimeoutError: not done within ``options.timeout_s`` seconds.
+        KafkagenError: the stack or a topic could not be set up.
+    """
     started = time.monotonic()
     root = Path(__file__).resolve().parents[1]
     stack = LocalStack(settings)
@@ -363,10 +202,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             say(
                 f"run {settings.run_id} replays run {settings.replay_of}: regenerating the prompts of "
                 f"{settings.topics.prompts}, publishing nothing"
-                + (" (--prompts ignored)" if args.prompts else "")
+                + (" (--prompts ignored)" if options.prompts else "")
             )
         else:
-            prompts = args.prompts or [DEMO_FILE]
+            prompts = options.prompts or (DEMO_FILE,)
             publish = subprocess.run(
                 _python(
                     "-m",
@@ -378,7 +217,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                     "reference",
                     "--bad-lines",
                     str(supervisor.home / "bad-lines.jsonl"),
-                    *(["--no-progress"] if args.no_progress else []),
+                    *(["--no-progress"] if not options.progress else []),
                 ),
                 env={**os.environ, **env},
                 cwd=root,
@@ -387,8 +226,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             if publish.returncode not in (0, 1):
                 say(f"error: publishing failed (exit {publish.returncode}); see the messages above")
                 return 1
-        progress = asyncio.run(wait_until_done(settings, args.timeout, show=not args.no_progress))
-        dataset = args.to or str(stack.home / "datasets" / settings.run_id)
+        progress = asyncio.run(wait_until_done(settings, options.timeout_s, show=options.progress))
+        dataset = options.to or str(stack.home / "datasets" / settings.run_id)
         export = subprocess.run(
             _python("-m", "sinks.export", "--run", settings.run_id, "--to", dataset),
             env={**os.environ, **env},
@@ -401,7 +240,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             say(export.stdout + export.stderr)
             say(f"error: export failed (exit {export.returncode})")
             return 1
-        manifest = _read_manifest(dataset, settings)
+        manifest = read_manifest(dataset, settings)
         occupancy = (
             (sum(progress.load_samples) / len(progress.load_samples)) if progress.load_samples else None
         )
@@ -409,7 +248,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         say(summary(manifest, wall, occupancy, dataset, already_done=progress.already_done))
         return 0
     finally:
-        if not args.keep_running:
+        if not options.keep_running:
             supervisor.shutdown()
             say(
                 "consumers and sink stopped; the local stack keeps running "
@@ -417,7 +256,8 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             )
 
 
-def _read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
+def read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
+    """The export's ``manifest.json`` in ``dataset`` (a folder or ``s3://bucket/prefix``)."""
     if dataset.startswith("s3://"):
         from streams.storage import s3_client
 
@@ -429,6 +269,13 @@ def _read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
         data = json.loads((Path(dataset) / "manifest.json").read_text())
     assert isinstance(data, dict)
     return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m launch.run``: the same as ``kafkagen run`` (:mod:`launch.cli`)."""
+    from launch.cli import run_main  # the command line sits above this module
+
+    return run_main(argv)
 
 
 if __name__ == "__main__":

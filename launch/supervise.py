@@ -26,6 +26,8 @@ from supervisor.xmlrpc import SupervisorTransport
 from launch.stack.process import wait_until
 from streams.errors import StackError
 
+__all__ = ["Program", "Supervisor"]
+
 
 @dataclass(frozen=True)
 class Program:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from streams.inputs import FormatName, MappingOptions, normalise
 
+__all__ = ["DATA", "DEMO_FILE", "draw", "main"]
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 DEMO_FILE = DATA / "prompts" / "demo.jsonl"
 """The prompt file the main job publishes by default."""

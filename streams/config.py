@@ -34,6 +34,25 @@ from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsC
 from streams import naming
 from streams.errors import ConfigError
 
+__all__ = [
+    "ENV_PREFIX",
+    "ConsumerSettings",
+    "GenerationSettings",
+    "KafkaSettings",
+    "KeyBy",
+    "ProducerSettings",
+    "S3Settings",
+    "Settings",
+    "SettingsT",
+    "SinkSettings",
+    "StackSettings",
+    "TopicSettings",
+    "aws_environment",
+    "check_server_url",
+    "load_settings",
+    "settings_to_env",
+]
+
 ENV_PREFIX = "KAFKAGEN_"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -195,8 +214,8 @@ class ConsumerSettings(BaseModel):
         "past running + standing_queue",
     )
     max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
-    backoff_initial_s: float = Field(1.0, gt=0, description="seconds before the first retry")
-    backoff_max_s: float = Field(60.0, gt=0, description="cap on one backoff wait, seconds")
+    retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
+    retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")
     request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")
     startup_timeout_s: float = Field(
         900.0, gt=0, description="seconds to wait at start for the server to become ready"
@@ -393,11 +412,15 @@ def load_settings(
     argv: Sequence[str] | None = None,
     *,
     prog: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> SettingsT:
-    """Build a settings object from the environment, then CLI flags in ``argv``.
+    """Build a settings object from the environment, then CLI flags in ``argv`` or ``overrides``.
 
     Args:
         cls: :class:`Settings` or an entry point's subclass adding its own fields.
+        overrides: values that beat the environment, nested as the settings are
+            (``{"kafka": {"client_id": "x"}}``); merged field by field with the environment. The
+            command line's flags arrive this way (:mod:`streams.cli`).
         argv: command-line arguments without the program name; ``None`` reads no flags.
         prog: program name shown in ``--help``.
 
@@ -406,6 +429,8 @@ def load_settings(
         SystemExit: on ``--help`` or an unknown flag (argparse behaviour).
     """
     try:
+        if overrides is not None:
+            return cls(**overrides)
         if argv is None:
             return cls()
         source: CliSettingsSource[SettingsT] = CliSettingsSource(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
+__all__ = ["FORMAT", "RepeatFilter", "RetriedCoordinatorLookupAsInfo", "configure"]
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

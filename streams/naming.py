@@ -32,6 +32,25 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+__all__ = [
+    "KEEP",
+    "TOPIC_ROLES",
+    "check_not_self_replay",
+    "check_run_id",
+    "completions_topic",
+    "derived_topics",
+    "errors_topic",
+    "fill_topic_names",
+    "for_run",
+    "generate_group",
+    "progress_key",
+    "progress_key_prefix",
+    "prompts_topic",
+    "run_folder",
+    "sink_group",
+    "transactional_id",
+]
+
 if TYPE_CHECKING:
     from streams.config import Settings
 

@@ -21,6 +21,8 @@ from streams.config import Settings
 from streams.kafka import consumer_kwargs, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
 
+__all__ = ["describe_owners", "foreign_owners", "topic_owners"]
+
 
 async def topic_owners(settings: Settings, topic: str, *, timeout_s: float = 30.0) -> set[str]:
     """The run ids of the first committed record of each partition of ``topic`` (usually one; empty

@@ -16,6 +16,8 @@ from botocore.config import Config
 
 from streams.config import S3Settings, aws_environment
 
+__all__ = ["s3_client"]
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 

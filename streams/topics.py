@@ -42,6 +42,8 @@ from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs
 
+__all__ = ["TopicSpec", "ensure_topics", "replication_for", "topic_specs"]
+
 log = logging.getLogger("kafkagen.topics")
 
 

@@ -26,6 +26,21 @@ from pathlib import Path
 from launch.stack.process import ServiceSpec, which_or_raise
 from streams.errors import ConfigError, StackError
 
+__all__ = [
+    "KAFKA_VERSION",
+    "POM",
+    "KafkaNode",
+    "cluster_id_of",
+    "ensure_jars",
+    "java_executable",
+    "kafka_broker_ids",
+    "kafka_nodes",
+    "kafka_ready",
+    "kafka_spec",
+    "node_dir",
+    "server_properties",
+]
+
 KAFKA_VERSION = "4.1.1"
 """Pinned Apache Kafka version; must equal ``kafka.version`` in ``pom.xml``."""
 

@@ -16,6 +16,8 @@ from launch.stack.process import ServiceSpec
 from streams.config import StackSettings
 from streams.errors import ConfigError, StackError
 
+__all__ = ["CHAT_TEMPLATE", "LOOPBACK_HOSTS", "llama_server_binary", "llm_spec", "local_port", "model_path"]
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 CHAT_TEMPLATE = Path(__file__).with_name("gemma.jinja")
 """Gemma's turn format: the bundled GGUF has no chat template, and llama.cpp's ChatML fallback makes

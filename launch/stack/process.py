@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,18 @@ from pathlib import Path
 
 import psutil
 
+from launch.spawn import spawn
 from streams.errors import StackError
+
+__all__ = [
+    "ProcessManager",
+    "ProcessStatus",
+    "ServiceSpec",
+    "port_owner",
+    "start_ticks",
+    "wait_until",
+    "which_or_raise",
+]
 
 
 @dataclass(frozen=True)
@@ -133,24 +143,10 @@ class ProcessManager:
                 )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.update(spec.env or {})
-        log = self.log_path(spec.name).open("ab")
         try:
-            proc = subprocess.Popen(
-                list(spec.argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=spec.cwd,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
+            proc = spawn(spec.argv, log=self.log_path(spec.name), env=spec.env, cwd=spec.cwd, detach=True)
         except OSError as exc:
             raise StackError(f"{spec.name}: cannot run {spec.argv[0]}: {exc}") from None
-        finally:
-            log.close()
         port_list = " ".join(map(str, spec.ports))
         self.pid_path(spec.name).write_text(f"{proc.pid}\n{start_ticks(proc.pid)}\n{port_list}\n")
         return proc.pid, True

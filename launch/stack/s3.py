@@ -18,6 +18,8 @@ from launch.stack.process import ServiceSpec, which_or_raise
 from streams.config import S3Settings
 from streams.storage import s3_client
 
+__all__ = ["s3_ready", "s3_spec"]
+
 # weed mini's internal ports, offset from the S3 port so two stacks can coexist.
 _MASTER_OFFSET, _VOLUME_OFFSET, _FILER_OFFSET = 1000, 1007, 555
 

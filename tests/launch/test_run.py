@@ -20,6 +20,6 @@ def test_a_server_that_is_not_an_http_url_stops_the_run_before_the_stack_starts(
 ) -> None:
     rc = main(["--run-id", "bad-server", "--server", "http://127.0.0.1:30000", "--server", "notaurl"])
     out, err = capsys.readouterr()
-    assert rc == 1
+    assert rc == 2, "a bad flag is a usage error (streams.cli.ExitCode.USAGE)"
     assert "error: --server 'notaurl' is not an http(s) URL, e.g. http://127.0.0.1:30000" in err
     assert "run bad-server" not in out, "nothing was started"

@@ -1,0 +1,303 @@
+"""What every kafkagen command shares: settings flags, one exit-code map, one logging set-up.
+
+Commands are click commands (https://click.palletsprojects.com, click 8; installed with
+faust-streaming anyway). A command decorated with :func:`settings_options` accepts every setting
+as a flag, nested groups joined by ``.`` and ``_`` written ``-`` (``--kafka.bootstrap-servers``,
+``--generation.max-tokens``, ``--run-id``). The flags are hidden from ``--help`` (there are
+dozens); ``--settings-help`` lists them with their environment variables. Flags beat
+``KAFKAGEN_*`` environment variables, which beat defaults (:func:`streams.config.load_settings`).
+
+:func:`run_command` runs a command the same way for the ``kafkagen`` console script and for the
+``python -m <module>`` entry points: one logging set-up (:func:`streams.logs.configure`), and one
+map from what went wrong to the exit status, :func:`exit_code`:
+
+======  =============  ===========================================================================
+status  name           when
+======  =============  ===========================================================================
+0       OK             done
+1       FAILED         the command ran and its result has problems (bad lines, missing ids, a
+                       fatal error while running: the message says what to do)
+2       USAGE          bad flags, settings or input (:class:`~streams.errors.ConfigError`,
+                       :class:`~streams.errors.InputError`, an unusable path)
+3       UNAVAILABLE    Kafka, S3 or a local service cannot be reached or started
+130     INTERRUPTED    SIGINT or SIGTERM before the end
+======  =============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
+
+import click
+from aiokafka.errors import KafkaError
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from streams import logs
+from streams.config import ENV_PREFIX, Settings, load_settings
+from streams.errors import ConfigError, InputError, KafkagenError, StackError, StorageError
+
+__all__ = [
+    "ExitCode",
+    "command_settings",
+    "exit_code",
+    "flag_given",
+    "log_level",
+    "port",
+    "run_command",
+    "settings_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_META = "kafkagen.settings"
+
+
+class ExitCode(enum.IntEnum):
+    """The exit status of every kafkagen command (the table in the module docstring)."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    UNAVAILABLE = 3
+    INTERRUPTED = 130
+
+
+def exit_code(exc: BaseException) -> ExitCode:
+    """The exit status for an error that ended a command (the one map; module docstring)."""
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+        return ExitCode.INTERRUPTED
+    if isinstance(exc, ConfigError | InputError | click.UsageError):
+        return ExitCode.USAGE
+    if isinstance(exc, StackError) or (isinstance(exc, StorageError) and exc.retriable):
+        return ExitCode.UNAVAILABLE
+    if isinstance(exc, KafkaError | TimeoutError | ConnectionError):
+        return ExitCode.UNAVAILABLE
+    if isinstance(exc, KafkagenError):
+        return ExitCode.FAILED
+    if isinstance(exc, OSError):  # a path that cannot be read or written
+        return ExitCode.USAGE
+    return ExitCode.FAILED
+
+
+def run_command(
+    command: click.Command,
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    describe: Callable[[BaseException], str | None] | None = None,
+) -> int:
+    """Run ``command`` on ``argv`` (``None``: ``sys.argv[1:]``) and return its exit status.
+
+    The command's callback returns an exit status (``None`` counts as 0). Errors it raises are
+    printed as one ``error: ...`` line on stderr (``describe(exc)`` may word it better, e.g. name
+    the Kafka address) and mapped by :func:`exit_code`; a usage error prints click's usage text.
+    Nothing else is caught: a bug still shows its traceback.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as exc:  # --help, --settings-help
+        return exc.exit_code
+    except click.Abort:
+        return ExitCode.INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return ExitCode.USAGE
+    except (KafkagenError, KafkaError, TimeoutError, ConnectionError, OSError, asyncio.CancelledError) as exc:
+        text = (describe(exc) if describe is not None else None) or f"error: {exc}"
+        print(text, file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    if isinstance(result, int):
+        return result
+    return ExitCode.OK
+
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+_LOG_LEVEL = "kafkagen.log_level"
+
+
+def _configure_logging(ctx: click.Context, param: click.Parameter, value: str) -> None:
+    ctx.meta[_LOG_LEVEL] = value
+    logs.configure(getattr(logging, value.upper()))
+
+
+def log_level(ctx: click.Context | None = None) -> str:
+    """The running command's ``--log-level`` (one of :data:`LOG_LEVELS`)."""
+    ctx = ctx or click.get_current_context()
+    level = ctx.meta.get(_LOG_LEVEL, "info")
+    assert isinstance(level, str)
+    return level
+
+
+# -- settings flags --------------------------------------------------------------------------------
+
+
+_Path = tuple[str, ...]
+"""A setting's place: ("kafka", "bootstrap_servers")."""
+
+
+def _fields(model: type[BaseModel], path: _Path = ()) -> Iterator[tuple[_Path, FieldInfo]]:
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _fields(annotation, (*path, name))
+        else:
+            yield (*path, name), info
+
+
+def _flag(path: _Path) -> str:
+    return "--" + ".".join(p.replace("_", "-") for p in path)
+
+
+def _env(path: _Path) -> str:
+    return ENV_PREFIX + "__".join(p.upper() for p in path)
+
+
+def _kind(annotation: Any) -> str:
+    """``bool``, ``list``, ``dict`` or ``text`` for a settings field's type (``X | None`` is X)."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _kind(inner[0]) if len(inner) == 1 else "text"
+    if annotation is bool:
+        return "bool"
+    if annotation is list or origin is list:
+        return "list"
+    if annotation is dict or origin is dict:
+        return "dict"
+    return "text"
+
+
+def _store(path: _Path, kind: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is None or value == ():
+            return
+        if kind == "list":
+            items: list[Any] = []
+            for text in value:
+                items.extend(_json(path, text) if text.lstrip().startswith("[") else [text])
+            value = items
+        elif kind == "dict":
+            value = _json(path, value)
+        ctx.meta.setdefault(_META, {})[path] = value
+
+    return callback
+
+
+def _json(path: _Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{text!r} is not JSON ({exc.msg})", param_hint=_flag(path)) from None
+
+
+def _settings_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    lines = ["Settings (flag, environment variable, default: description):", ""]
+    for path, info in _fields(Settings):
+        default = info.get_default(call_default_factory=True)
+        lines.append(f"  {_flag(path)}  {_env(path)}  (default: {default!r})")
+        if info.description:
+            lines.append(f"      {info.description}")
+    lines += ["", 'Lists take JSON (\'["a", "b"]\') or repeat the flag; dicts take JSON.']
+    click.echo("\n".join(lines))
+    ctx.exit(0)
+
+
+def settings_options(*shown: str, log_default: str = "info") -> Callable[[F], F]:
+    """Decorator for a click command: every setting as a flag, ``--settings-help`` and
+    ``--log-level`` (the one logging set-up, :func:`streams.logs.configure`, done as soon as the
+    flag is parsed; ``log_default`` is the command's default level).
+
+    Only the settings named in ``shown`` (dotted paths, e.g. ``"run_id"``) appear in ``--help``;
+    the others are hidden there and listed by ``--settings-help``. Read the result with
+    :func:`command_settings`.
+    """
+
+    def decorate(command: F) -> F:
+        for path, info in reversed(list(_fields(Settings))):
+            kind = _kind(info.annotation)
+            flag = _flag(path)
+            name = "setting__" + "__".join(path)  # apart from the command's own parameters
+            common: dict[str, Any] = {
+                "default": None,
+                "hidden": ".".join(path) not in shown,
+                "expose_value": False,
+                "help": f"{info.description or ''} [{_env(path)}]".strip(),
+                "callback": _store(path, kind),
+            }
+            if kind == "bool":
+                off = _flag((*path[:-1], "no_" + path[-1]))
+                option = click.option(name, f"{flag}/{off}", **common)
+            else:
+                option = click.option(name, flag, metavar="VALUE", multiple=kind == "list", **common)
+            command = option(command)
+        command = click.option(
+            "--log-level",
+            type=click.Choice(LOG_LEVELS),
+            default=log_default,
+            show_default=True,
+            expose_value=False,
+            is_eager=True,
+            callback=_configure_logging,
+            help="log lines at this level and above, on stderr",
+        )(command)
+        return click.option(
+            "--settings-help",
+            is_flag=True,
+            expose_value=False,
+            is_eager=True,
+            callback=_settings_help,
+            help="list every setting with its flag and environment variable, then exit",
+        )(command)
+
+    return decorate
+
+
+def command_settings(ctx: click.Context | None = None) -> Settings:
+    """The :class:`Settings` of the running command: its settings flags over the environment.
+
+    Raises:
+        ConfigError: a value is malformed (the message names the setting, its flag and variable).
+    """
+    ctx = ctx or click.get_current_context()
+    given: dict[_Path, Any] = ctx.meta.get(_META, {})  # click shares meta with child contexts
+    nested: dict[str, Any] = {}
+    for path, value in given.items():
+        node = nested
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return load_settings(Settings, overrides=nested)
+
+
+def flag_given(ctx: click.Context, *path: str) -> bool:
+    """Whether the settings flag for ``path`` (e.g. ``"run_id"``) was on the command line."""
+    return tuple(path) in ctx.meta.get(_META, {})
+
+
+def port(text: str | int) -> int:
+    """A TCP port number (1-65535).
+
+    Raises:
+        ConfigError: not a number in range.
+    """
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise ConfigError(f"{text!r} is not a TCP port (1-65535)")
+    return number

@@ -1,0 +1,116 @@
+"""The shared command-line layer: settings flags, ``--settings-help``, one exit-code map."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+from streams.cli import ExitCode, command_settings, exit_code, flag_given, run_command, settings_options
+from streams.config import Settings
+from streams.errors import (
+    ConfigError,
+    ForeignRunError,
+    InputError,
+    LayoutError,
+    PermanentStorageError,
+    RecordDecodeError,
+    ServiceNotReadyError,
+    StackError,
+    StorageError,
+)
+
+seen: list[Settings] = []
+
+
+@click.command()
+@click.argument("files", nargs=-1)
+@click.option("--server", "servers", multiple=True)
+@settings_options("run_id")
+@click.pass_context
+def probe(ctx: click.Context, files: tuple[str, ...], servers: tuple[str, ...]) -> int:
+    settings = command_settings(ctx)
+    seen.append(settings)
+    print(f"files={list(files)} servers={list(servers)} run_id_flag={flag_given(ctx, 'run_id')}")
+    if files == ("fail",):
+        raise InputError("bad line", source="x.jsonl", line=3)
+    return 0
+
+
+def test_settings_flags_beat_the_environment_and_leave_positionals_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", "env:1")
+    monkeypatch.setenv("KAFKAGEN_GENERATION__MAX_TOKENS", "77")
+    seen.clear()
+    argv = [
+        "--kafka.client-id", "flagged", "a.jsonl",
+        "--generation.temperature", "0.5", "--generation.no-separate-reasoning",
+        "--generation.chat-template-kwargs", '{"enable_thinking": false}',
+        "--servers", "http://127.0.0.1:1", "--servers", '["http://127.0.0.1:2"]',
+        "--server", "http://own:3", "b.jsonl",
+    ]  # fmt: skip
+    assert run_command(probe, argv, prog="probe") == 0
+    (s,) = seen
+    assert s.kafka.bootstrap_servers == "env:1" and s.kafka.client_id == "flagged"
+    assert s.generation.max_tokens == 77 and s.generation.temperature == 0.5
+    assert s.generation.separate_reasoning is False
+    assert s.generation.chat_template_kwargs == {"enable_thinking": False}
+    assert s.servers == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    out = capsys.readouterr().out
+    assert "files=['a.jsonl', 'b.jsonl'] servers=['http://own:3'] run_id_flag=False" in out
+
+
+def test_a_bad_setting_is_a_usage_error_naming_flag_and_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(probe, ["--generation.max-tokens", "many"], prog="probe") == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "generation.max_tokens" in err and "KAFKAGEN_GENERATION__MAX_TOKENS" in err
+    assert "--generation.max-tokens" in err
+    assert run_command(probe, ["--no-such-flag"], prog="probe") == ExitCode.USAGE
+    assert "No such option: --no-such-flag" in capsys.readouterr().err
+    assert run_command(probe, ["--generation.chat-template-kwargs", "{x"], prog="probe") == ExitCode.USAGE
+
+
+def test_settings_help_lists_every_setting_and_help_only_the_shown_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_command(probe, ["--settings-help"], prog="probe") == 0
+    listed = capsys.readouterr().out
+    for flag, env in [
+        ("--kafka.bootstrap-servers", "KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS"),
+        ("--sink.retry-max-s", "KAFKAGEN_SINK__RETRY_MAX_S"),
+        ("--consumer.retry-initial-s", "KAFKAGEN_CONSUMER__RETRY_INITIAL_S"),
+    ]:
+        assert f"{flag}  {env}" in listed
+    assert run_command(probe, ["--help"], prog="probe") == 0
+    shown = capsys.readouterr().out
+    assert "--run-id" in shown and "--kafka.bootstrap-servers" not in shown and "--log-level" in shown
+
+
+def test_an_error_raised_by_a_command_is_one_line_and_its_exit_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_command(probe, ["fail"], prog="probe") == ExitCode.USAGE
+    assert "error: x.jsonl:3: bad line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (ConfigError("x"), ExitCode.USAGE),
+        (ForeignRunError("x"), ExitCode.USAGE),
+        (InputError("x"), ExitCode.USAGE),
+        (RecordDecodeError("x"), ExitCode.USAGE),
+        (LayoutError("x"), ExitCode.USAGE),
+        (FileNotFoundError("x"), ExitCode.USAGE),
+        (StackError("x"), ExitCode.UNAVAILABLE),
+        (ServiceNotReadyError("x"), ExitCode.UNAVAILABLE),
+        (StorageError("x"), ExitCode.UNAVAILABLE),
+        (KafkaConnectionError(), ExitCode.UNAVAILABLE),
+        (TimeoutError(), ExitCode.UNAVAILABLE),
+        (PermanentStorageError("x"), ExitCode.FAILED),
+        (KeyboardInterrupt(), ExitCode.INTERRUPTED),
+    ],
+)
+def test_one_exit_code_map(error: BaseException, status: ExitCode) -> None:
+    assert exit_code(error) == status
