@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from sinks.batch import Batch
 from sinks.layout import ObjectMeta, decode_line, iter_body_lines, object_key, parse_key, topic_prefix
-from sinks.s3 import PAUSE_ENV, PAUSE_MARKER, Batch, ObjectStore, group_id, record_line
+from sinks.lines import record_line
+from sinks.pause import PAUSE_ENV, PAUSE_MARKER
+from sinks.runner import group_id
+from sinks.store import ObjectStore
 from streams.config import Settings, settings_to_env
 from streams.kafka import consumer_kwargs, producer_kwargs
 from streams.records import (
