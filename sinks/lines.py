@@ -2,10 +2,11 @@
 
 A value that decodes as the topic's record type is kept verbatim (:mod:`sinks.layout`'s
 :class:`~sinks.layout.Line` under ``value``). One that does not (not JSON, wrong schema, null)
-becomes an ``undecodable`` line *in its place*: an :class:`~streams.records.ErrorRecord`
-(``stage="sink"``, ``source`` = topic/partition/offset, ``message`` = the decoder's reason,
-``raw`` = the bytes as UTF-8 with replacement characters) plus ``raw_b64``, the exact bytes. It
-is written and committed like any record: never a crash loop, never a silent skip.
+becomes an ``undecodable`` line *in its place*: an :class:`~streams.records.ErrorRecord` built
+by :func:`streams.deadletter.undecodable` (``stage="sink"``, ``source`` = topic/partition/offset,
+``message`` = the decoder's reason, ``raw`` = the bytes as UTF-8 with replacement characters)
+plus ``raw_b64``, the exact bytes. It is written and committed like any record: never a crash
+loop, never a silent skip.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import base64
 import msgspec
 
 from sinks.layout import Line, LineKind, encode_line, single_line_json
-from streams.records import CompletionRecord, ErrorRecord, RecordDecodeError, SourceOffset, decode, encode
+from streams.deadletter import undecodable
+from streams.records import CompletionRecord, ErrorRecord, RecordDecodeError, decode, encode
 
 __all__ = ["SinkRecordType", "record_line"]
 
@@ -43,9 +45,10 @@ def record_line(
 
     Returns:
         the line (UTF-8 JSON ending in one ``\\n``) and ``True`` for a valid value, ``False`` for
-        an ``undecodable`` line. The error's id is the record key when there is one, else
-        ``<topic>+<partition>+<offset>``; its ``at`` is the record's timestamp (seconds), so the
-        line is the same whenever it is rebuilt. Never raises for bad input.
+        an ``undecodable`` line, whose error record is :func:`streams.deadletter.undecodable`'s (id:
+        the record key when there is one, else :func:`streams.deadletter.source_id`), with the
+        record's timestamp (seconds) as ``at``, so the line is the same whenever it is rebuilt.
+        Never raises for bad input.
     """
     key_text = key.decode("utf-8", "replace") if key is not None else None
     kind: LineKind = "completion" if record_type is CompletionRecord else "error"
@@ -68,14 +71,15 @@ def record_line(
         return encode_line(line), True
     except RecordDecodeError as exc:
         raw = value or b""
-        error = ErrorRecord(
-            id=key_text or f"{topic}+{partition}+{offset}",
-            run_id=run_id,
-            raw=raw.decode("utf-8", "replace"),
+        error = undecodable(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=key,
+            value=value,
+            reason=str(exc),
             stage="sink",
-            error_type="RecordDecodeError",
-            message=str(exc),
-            source=SourceOffset(topic=topic, partition=partition, offset=offset),
+            run_id=run_id,
             at=timestamp_ms / 1000.0,
         )
         line = Line(

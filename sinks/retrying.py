@@ -2,19 +2,19 @@
 failures retried forever, S3's health kept in the sink's stats.
 
 A transient failure (:class:`~streams.errors.StorageError`: S3 down, 5xx, timeouts, throttling)
-is retried with capped exponential backoff (``sink.retry_initial_s`` .. ``sink.retry_max_s``
-seconds) on top of botocore's own attempts; a permanent one
-(:class:`~streams.errors.PermanentStorageError`, or any other non-retriable error) is raised at
-once. Each failure counts in :attr:`sinks.metrics.SinkStats.s3_failures` and marks S3 down until a
-call succeeds again (one ``S3 answers again`` line). Once a stop was requested, a failure ends the
-operation (``asyncio.CancelledError``): its records are re-read at the next start.
+is retried by :func:`streams.retry.retry` with capped exponential backoff
+(``sink.retry_initial_s`` .. ``sink.retry_max_s`` seconds) on top of botocore's own attempts; a
+permanent one (:class:`~streams.errors.PermanentStorageError`, or any other error whose
+``retriable`` is false) is raised at once. Each failure counts in
+:attr:`sinks.metrics.SinkStats.s3_failures` and marks S3 down until a call succeeds again (one
+``S3 answers again`` line). Once a stop was requested, a failure ends the operation
+(``asyncio.CancelledError``): its records are re-read at the next start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,7 +22,7 @@ from typing import TypeVar
 from sinks.layout import ObjectMeta
 from sinks.metrics import SinkStats
 from sinks.store import ObjectStore, PutOutcome
-from streams.errors import StorageError
+from streams.retry import Backoff, retry
 
 __all__ = ["RetryingStore"]
 
@@ -52,8 +52,7 @@ class RetryingStore:
     ) -> None:
         self.store = store
         self.stats = stats
-        self.initial_s = initial_s
-        self.max_s = max_s
+        self.backoff = Backoff(initial_s, max_s)
         self.stopping = stopping
         self._log_every_s = 10.0
         self._failure_logged = 0.0
@@ -64,49 +63,47 @@ class RetryingStore:
         return self.store.bucket
 
     async def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run blocking ``fn`` in a thread until it succeeds; transient S3 failures are retried
-        forever with capped exponential backoff and "equal jitter" (AWS Architecture Blog,
-        "Exponential Backoff and Jitter"). Cancellation stops the waiting, not a request already in
-        flight.
+        """Run blocking ``fn`` in a thread until it succeeds, through :func:`streams.retry.retry`:
+        failures :func:`streams.retry.retriable` accepts (a :class:`~streams.errors.StorageError`) are retried
+        forever with capped exponential backoff and jitter (:class:`streams.retry.Backoff`).
+        Cancellation stops the waiting, not a request already in flight. Failure lines are
+        rate-limited: the first three of a call, then at most one every 10 s.
 
         Raises:
-            PermanentStorageError, ConfigError: a failure retrying cannot fix.
+            PermanentStorageError, ConfigError: a failure retrying cannot fix, at once.
             asyncio.CancelledError: a failure once a stop was requested.
         """
-        delay = self.initial_s
-        attempt = 1
-        while True:
-            try:
-                result = await asyncio.to_thread(fn)
-            except StorageError as exc:
-                if not exc.retriable:
-                    raise
-                if self.stopping.is_set():
-                    log.warning("S3 %s failed while stopping: %s; left for the next start", what, exc)
-                    raise asyncio.CancelledError from exc
-                wait = delay / 2 + random.uniform(0, delay / 2)
-                now = time.monotonic()
-                self.stats.s3_failures += 1
-                if self.stats.s3_down_since is None:
-                    self.stats.s3_down_since = now
-                if attempt <= 3 or self._failure_logged + self._log_every_s <= now:
-                    self._failure_logged = now
-                    log.warning(
-                        "S3 %s failed (attempt %d): %s; retrying in %.1f s (%d S3 failures so far)",
-                        what,
-                        attempt,
-                        exc,
-                        wait,
-                        self.stats.s3_failures,
-                    )
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, self.max_s)
-                attempt += 1
-                continue
-            if self.stats.s3_down_since is not None:
-                log.info("S3 answers again after %.0f s", time.monotonic() - self.stats.s3_down_since)
-                self.stats.s3_down_since = None
-            return result
+        result = await retry(
+            what,
+            lambda: asyncio.to_thread(fn),
+            backoff=self.backoff,
+            log=None,
+            on_failure=lambda exc, attempt, wait_s: self._failed(what, exc, attempt, wait_s),
+        )
+        if self.stats.s3_down_since is not None:
+            log.info("S3 answers again after %.0f s", time.monotonic() - self.stats.s3_down_since)
+            self.stats.s3_down_since = None
+        return result
+
+    def _failed(self, what: str, exc: BaseException, attempt: int, wait_s: float) -> None:
+        """Count and log one retried failure; end the call instead once a stop was requested."""
+        if self.stopping.is_set():
+            log.warning("S3 %s failed while stopping: %s; left for the next start", what, exc)
+            raise asyncio.CancelledError from exc
+        now = time.monotonic()
+        self.stats.s3_failures += 1
+        if self.stats.s3_down_since is None:
+            self.stats.s3_down_since = now
+        if attempt <= 3 or self._failure_logged + self._log_every_s <= now:
+            self._failure_logged = now
+            log.warning(
+                "S3 %s failed (attempt %d): %s; retrying in %.1f s (%d S3 failures so far)",
+                what,
+                attempt,
+                exc,
+                wait_s,
+                self.stats.s3_failures,
+            )
 
     async def check_bucket(self, endpoint_url: str | None) -> None:
         """:meth:`sinks.store.ObjectStore.check_bucket`, retried."""

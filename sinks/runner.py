@@ -58,6 +58,7 @@ from streams import naming
 from streams.config import Settings
 from streams.kafka import KafkaOutage, consumer_kwargs
 from streams.records import CompletionRecord, ErrorRecord
+from streams.retry import Backoff, retry
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 
@@ -127,6 +128,7 @@ class SinkRunner:
         self._fatal: BaseException | None = None
         self.metrics = SinkMetrics(self.stats)
         self.status_interval_s = 10.0
+        self._kafka_backoff = Backoff(settings.sink.retry_initial_s, settings.sink.retry_max_s)
         self.s3 = RetryingStore(
             self.store,
             self.stats,
@@ -340,16 +342,18 @@ class SinkRunner:
         part.epoch += 1
 
     async def _committed(self, tp: TopicPartition) -> int | None:
-        assert self._consumer is not None
-        delay = self.settings.sink.retry_initial_s
-        while True:
-            try:
-                committed: int | None = await self._consumer.committed(tp)
-                return committed
-            except KafkaError as exc:
-                log.warning("reading the committed offset of %s failed: %r; retrying", tp, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.sink.retry_max_s)
+        """The group's committed offset of ``tp`` (``None``: none), retried while Kafka fails
+        retriably (:func:`streams.retry.retry`)."""
+        consumer = self._consumer
+        assert consumer is not None
+
+        async def read() -> int | None:
+            committed: int | None = await consumer.committed(tp)
+            return committed
+
+        return await retry(
+            f"reading the committed offset of {tp}", read, backoff=self._kafka_backoff, log=log
+        )
 
     async def _commit(self, part: PartitionState, offset: int) -> None:
         if part.closed or self._consumer is None:
@@ -372,17 +376,17 @@ class SinkRunner:
             )
 
     async def _log_start(self, tp: TopicPartition) -> int:
-        """The partition's first offset still in Kafka (retried while Kafka is unreachable)."""
-        assert self._consumer is not None
-        delay = self.settings.sink.retry_initial_s
-        while True:
-            try:
-                starts = await self._consumer.beginning_offsets([tp])
-                return int(starts[tp])
-            except KafkaError as exc:
-                log.warning("reading the first offset of %s failed: %r; retrying", tp, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.sink.retry_max_s)
+        """The partition's first offset still in Kafka, retried while Kafka fails retriably
+        (:func:`streams.retry.retry`)."""
+        consumer = self._consumer
+        assert consumer is not None
+
+        async def read() -> int:
+            starts = await consumer.beginning_offsets([tp])
+            return int(starts[tp])
+
+        what = f"reading the first offset of {tp}"
+        return await retry(what, read, backoff=self._kafka_backoff, log=log)
 
     async def _recover(self, part: PartitionState) -> None:
         """Find where the partition's objects end in S3 and seek there: S3 wins over the group's

@@ -138,19 +138,6 @@ async def produce_run(settings: Settings, ids: range, *, prompts: bool = True) -
     )
 
 
-async def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
-    """End offset (next offset to be written) per partition of ``topic``."""
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(settings.topics.partitions)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition: off for tp, off in ends.items()}
-    finally:
-        await consumer.stop()
-
-
 async def committed(settings: Settings, topic: str) -> dict[int, int | None]:
     """The sink group's committed offset per partition of ``topic``."""
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group_id(settings)))

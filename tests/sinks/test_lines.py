@@ -8,6 +8,7 @@ import pytest
 
 from sinks.layout import Line, decode_line
 from sinks.lines import record_line
+from streams.deadletter import source_id
 from streams.records import CompletionRecord, ErrorRecord, decode, encode
 from tests.sinks.support import completion
 
@@ -72,3 +73,18 @@ def test_an_error_record_on_the_dead_letter_topic_is_a_valid_error_line() -> Non
     line, ok = _line(value, ErrorRecord)
     assert ok and line.kind == "error" and bytes(line.value) == value
     assert _line(encode(completion(1, "r")), ErrorRecord)[0].kind == "undecodable"  # wrong type for the topic
+
+
+def test_an_undecodable_record_without_a_key_is_named_by_its_source() -> None:
+    raw, ok = record_line(
+        topic="completions",
+        partition=2,
+        offset=41,
+        timestamp_ms=5,
+        key=None,
+        value=b"{",
+        record_type=CompletionRecord,
+        run_id="run-1",
+    )
+    error = decode(bytes(decode_line(raw).value), ErrorRecord)
+    assert not ok and error.id == source_id("completions", 2, 41)
