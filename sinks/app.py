@@ -21,7 +21,7 @@ handling and crash exit codes come from ``faust.Worker``; its own Kafka consumer
 server and tables are switched off (``BootStrategy``), and :class:`sinks.runner.SinkRunner` owns
 one ``AIOKafkaConsumer``. Values arrive as raw bytes and are decoded by :mod:`sinks.lines`; no
 faust ack or commit exists. The faust app id and the consumer group are both
-:func:`sinks.runner.group_id`: ``<sink.group>.<run_id>``.
+:func:`sinks.topics.group_id`: ``<sink.group>.<run_id>``.
 
 aiokafka logs every failed connection (about 100 lines a second while Kafka is down): the worker's
 log handlers get :mod:`streams.logs`' filters, which pass one line per message kind every 10 s with
@@ -41,7 +41,8 @@ import faust
 import mode
 from faust.app.base import BootStrategy
 
-from sinks.runner import SinkRunner, group_id
+from sinks.runner import SinkRunner
+from sinks.topics import group_id
 from streams.config import Settings
 from streams.errors import KafkagenError
 from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo

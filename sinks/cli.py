@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import start_http_server
 
 from sinks.app import SinkWorker, create_app
-from sinks.runner import ensure_sink_topics
+from sinks.topics import ensure_sink_topics
 from streams.config import Settings, load_settings
 from streams.errors import KafkagenError
 from streams.kafka import unreachable_message

@@ -14,16 +14,14 @@ lines of an object are in strictly increasing offset order; and only when it com
 issued after the partition's latest seek: records fetched before it (which may lie beyond the new
 position) are dropped and the partition sought again, so no seek can open a gap.
 
-Backpressure and memory: S3 calls run in worker threads, one operation per partition at a time,
-while the next batch of that partition fills. A transient failure (S3 down, 5xx, timeouts,
-throttling) is retried forever with capped exponential backoff (``retry_initial_s`` ..
-``retry_max_s`` seconds) on top of botocore's own (3 attempts). A permanent one
-(:class:`~streams.errors.PermanentStorageError`) stops the runner with it. Once the filling batch
-is full too, that partition is paused in the consumer (other partitions go on), and the consumer
-keeps polling so the group never expires it. Per assigned partition the runner holds at most two
-batches, one uploading and one filling, and at most ``2 * poll_records`` fetched records waiting
-for them. If the upload finds the key taken by an object with another end offset, the filling
-batch (which started after *our* end) is dropped and the partition re-read from the existing end.
+Backpressure and memory: S3 calls run in worker threads (:mod:`sinks.retrying`: transient
+failures retried forever, a permanent one stops the runner), one operation per partition at a
+time, while the next batch of that partition fills. Once the filling batch is full too, that
+partition is paused in the consumer (other partitions go on), and the consumer keeps polling so
+the group never expires it. Per assigned partition the runner holds at most two batches and at
+most ``2 * poll_records`` fetched records waiting for them. If the upload finds the key taken by
+an object with another end offset, the filling batch (which started after *our* end) is dropped
+and the partition re-read from the existing end.
 
 Rebalances and shutdown: on revocation, uploads in flight get up to ``rebalance_timeout_ms / 2``
 (capped at 10 s) to finish and commit; then they are cancelled and unsent batches discarded: the
@@ -47,38 +45,22 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from sinks.batch import Batch
 from sinks.layout import ObjectMeta, object_key, partition_prefix
-from sinks.lines import SinkRecordType, record_line
+from sinks.lines import record_line
 from sinks.metrics import SinkMetrics, SinkStats
 from sinks.partition import PartitionState
 from sinks.pause import PAUSE_ENV, TestPause
 from sinks.recovery import plan_recovery
 from sinks.retrying import RetryingStore
 from sinks.store import ObjectStore
-from streams import naming
+from sinks.topics import ensure_sink_topics, group_id, record_types
 from streams.config import Settings
 from streams.kafka import KafkaOutage, consumer_kwargs
-from streams.records import CompletionRecord, ErrorRecord
 from streams.retry import Backoff, retry
 from streams.storage import s3_client
-from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["SinkRunner", "ensure_sink_topics", "group_id"]
+__all__ = ["SinkRunner"]
 
 log = logging.getLogger("kafkagen.sink")
-
-group_id = naming.sink_group
-"""The sink's consumer group and faust app id: ``<sink.group>.<run_id>``
-(:func:`streams.naming.sink_group`)."""
-
-
-async def ensure_sink_topics(settings: Settings) -> None:
-    """Create the completions and dead-letter topics when missing.
-
-    Raises:
-        aiokafka.errors.KafkaError, TimeoutError: Kafka could not be reached.
-    """
-    specs = topic_specs(settings)
-    await ensure_topics(settings, [specs["completions"], specs["errors"]])
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -115,10 +97,7 @@ class SinkRunner:
             settings.sink.multipart_threshold_bytes,
             self.pause,
         )
-        self.types: dict[str, SinkRecordType] = {
-            settings.topics.completions: CompletionRecord,
-            settings.topics.errors: ErrorRecord,
-        }
+        self.types = record_types(settings)
         self.stats = SinkStats(kafka=KafkaOutage(settings.kafka.bootstrap_servers, log))
         self.done = asyncio.Event()
         self._parts: dict[TopicPartition, PartitionState] = {}

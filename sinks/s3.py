@@ -49,8 +49,7 @@ kills the sink mid-batch, mid-upload and between upload and commit). Determinist
 shrink batches under memory pressure, so size ``flush_bytes`` for the number of partitions one
 sink owns.
 
-The topics it reads are the run's (``<run id>.completions`` and ``.errors`` unless set,
-:mod:`streams.naming`, ``docs/runs.md``). Rule 4 makes S3, not the group, the position, so the
+The topics it reads are the run's (:mod:`sinks.topics`). Rule 4 makes S3, not the group, the position, so the
 committed offsets serve progress and lag reports.
 
 Modules
@@ -62,6 +61,7 @@ Modules
   botocore errors become :class:`~streams.errors.StorageError`;
 * :mod:`sinks.retrying`: those operations from the event loop, retried, S3's health;
 * :mod:`sinks.recovery`: where a partition resumes (rule 4, pure);
+* :mod:`sinks.topics`: the topics read, their record types, the consumer group;
 * :mod:`sinks.partition` and :mod:`sinks.runner`: consume, batch, upload, then commit;
 * :mod:`sinks.metrics`: counters, the status line, Prometheus metrics;
 * :mod:`sinks.app`: the faust host (and why faust's agent does not consume);
@@ -74,7 +74,7 @@ from __future__ import annotations
 import sys
 
 from sinks.cli import main
-from sinks.runner import group_id
+from sinks.topics import group_id
 
 __all__ = ["group_id", "main"]
 

@@ -20,8 +20,8 @@ from sinks.batch import Batch
 from sinks.layout import ObjectMeta, decode_line, iter_body_lines, object_key, parse_key, topic_prefix
 from sinks.lines import record_line
 from sinks.pause import PAUSE_ENV, PAUSE_MARKER
-from sinks.runner import group_id
 from sinks.store import ObjectStore
+from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import consumer_kwargs, producer_kwargs
 from streams.records import (

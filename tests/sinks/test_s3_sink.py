@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 from launch.stack import LocalStack
 from sinks.layout import decode_line, object_key, run_prefix
-from sinks.runner import group_id
+from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
