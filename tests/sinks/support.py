@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from sinks.batch import Batch
 from sinks.layout import ObjectMeta, decode_line, iter_body_lines, object_key, parse_key, topic_prefix
-from sinks.s3 import PAUSE_ENV, PAUSE_MARKER, Batch, ObjectStore, group_id, record_line
+from sinks.lines import record_line
+from sinks.pause import PAUSE_ENV, PAUSE_MARKER
+from sinks.store import ObjectStore
+from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import consumer_kwargs, producer_kwargs
 from streams.records import (
@@ -132,19 +136,6 @@ async def produce_run(settings: Settings, ids: range, *, prompts: bool = True) -
         settings.topics.completions,
         [(key_of(f"id-{i:06d}"), encode(completion(i, settings.run_id))) for i in ids],
     )
-
-
-async def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
-    """End offset (next offset to be written) per partition of ``topic``."""
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(settings.topics.partitions)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition: off for tp, off in ends.items()}
-    finally:
-        await consumer.stop()
 
 
 async def committed(settings: Settings, topic: str) -> dict[int, int | None]:

@@ -29,8 +29,9 @@ from pydantic import SecretStr
 
 from launch.stack import LocalStack
 from sinks.layout import decode_line, object_key, run_prefix
-from sinks.s3 import group_id
+from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
+from streams.kafka import end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
 from tests.helpers import broker_shapes, partition_leader, with_kafka_at
 from tests.sinks.support import (
@@ -41,7 +42,6 @@ from tests.sinks.support import (
     committed,
     completion,
     create_topics,
-    end_offsets,
     produce,
     produce_run,
     sink_settings,
@@ -108,7 +108,7 @@ async def test_sigkill_then_restart_covers_every_offset_exactly_once(
     cfg = sink_settings(settings, **sink)
     await create_topics(cfg)
     await produce_run(cfg, range(N))
-    ends = await end_offsets(cfg, cfg.topics.completions)
+    ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     log = tmp_path / "sink.log"
 
     first = SinkProcess(cfg, log, pause=pause)
@@ -159,7 +159,7 @@ async def test_a_broker_and_the_sink_killed_together_lose_and_repeat_nothing(
     cfg = sink_settings(settings)
     await create_topics(cfg)
     await produce_run(cfg, range(N))
-    ends = await end_offsets(cfg, cfg.topics.completions)
+    ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     log = tmp_path / "sink.log"
     first = SinkProcess(cfg, log, pause="after_upload:2")
     try:
@@ -185,7 +185,7 @@ async def test_a_broker_and_the_sink_killed_together_lose_and_repeat_nothing(
         await asyncio.to_thread(kafka_cluster_stack.up, [victim])
     try:
         await produce_run(cfg, range(N, N + 300), prompts=False)
-        ends = await end_offsets(cfg, cfg.topics.completions)
+        ends = await end_offsets(cfg.kafka, cfg.topics.completions)
         await wait_all_written(cfg, second, cfg.topics.completions, ends, timeout_s=120)
         assert second.stop() == 0
     finally:
@@ -216,7 +216,7 @@ async def test_two_writers_racing_on_one_folder_never_overlap(
         for proc in (a, b):
             await proc.wait_for_log("recovered", count=6, timeout_s=60)
         await produce_run(cfg_a, range(600))
-        ends = await end_offsets(cfg_a, cfg_a.topics.completions)
+        ends = await end_offsets(cfg_a.kafka, cfg_a.topics.completions)
         await wait_all_written(cfg_a, a, cfg_a.topics.completions, ends, timeout_s=90)
         await wait_all_written(cfg_b, b, cfg_b.topics.completions, ends, timeout_s=90)
         assert a.stop() == 0 and b.stop() == 0
@@ -267,14 +267,14 @@ async def test_s3_down_for_30_s_loses_nothing(
     cfg = sink_settings(own_s3.settings, retry_max_s=2.0)
     await create_topics(cfg)
     await produce_run(cfg, range(300))
-    first_ends = await end_offsets(cfg, cfg.topics.completions)
+    first_ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     sink = SinkProcess(cfg, tmp_path / "sink.log")
     try:
         await wait_all_written(cfg, sink, cfg.topics.completions, first_ends, timeout_s=60)
         down_at = time.monotonic()
         own_s3.processes.stop("s3")
         await produce_run(cfg, range(300, 600))
-        ends = await end_offsets(cfg, cfg.topics.completions)
+        ends = await end_offsets(cfg.kafka, cfg.topics.completions)
         await sink.wait_for_log("failed (attempt 2)", timeout_s=30)
         while time.monotonic() - down_at < 30:
             assert sink.proc.poll() is None, "the sink must wait for S3, not exit"
@@ -301,7 +301,7 @@ async def test_the_tail_is_flushed_after_the_idle_timeout_and_a_restart_writes_n
         await sink.wait_for_log("recovered", count=6, timeout_s=60)
         await produce_run(cfg, range(7))
         produced_at = time.monotonic()
-        ends = await end_offsets(cfg, cfg.topics.completions)
+        ends = await end_offsets(cfg.kafka, cfg.topics.completions)
         # Only the idle timer writes a tail of 7 < flush_records: no upper bound on a busy machine is
         # needed to tell it worked, only that it did not fire before the silence lasted `idle`.
         await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=idle + 30)
@@ -338,7 +338,7 @@ async def test_a_corrupt_record_is_reported_with_its_offset_and_the_rest_is_writ
         b'{"id": "x"}': await produce(cfg, cfg.topics.completions, [(b"bad-2", b'{"id": "x"}')], partition=1),
     }
     await produce_run(cfg, range(40, 80))
-    ends = await end_offsets(cfg, cfg.topics.completions)
+    ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     sink = SinkProcess(cfg, tmp_path / "sink.log")
     try:
         await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=60)
@@ -402,7 +402,7 @@ async def test_an_emptied_or_changed_destination_is_written_again(
     cfg = sink_settings(settings)
     await create_topics(cfg)
     await produce_run(cfg, range(300))
-    ends = await end_offsets(cfg, cfg.topics.completions)
+    ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     log = tmp_path / "sink.log"
     first = SinkProcess(cfg, log)
     try:
@@ -531,7 +531,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_its_log_lines_are_
         await _wait_metric(sink, port, "kafkagen_sink_kafka_up", 1.0, timeout_s=90)
         await sink.wait_for_log("answers again after", timeout_s=30)
         await produce_run(cfg, range(50))
-        ends = await end_offsets(cfg, cfg.topics.completions)
+        ends = await end_offsets(cfg.kafka, cfg.topics.completions)
         await wait_all_written(cfg, sink, cfg.topics.completions, ends, timeout_s=120)
         assert sink.stop() == 0
     finally:

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaProducer
 
 from sinks.export import main
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
-from sinks.s3 import ObjectStore
+from sinks.store import ObjectStore
 from streams.config import Settings, settings_to_env
 from streams.kafka import producer_kwargs
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of

@@ -1,0 +1,12 @@
+"""``python -m sinks.export``: runs :func:`sinks.export.cli.main` (flags, exits: :mod:`sinks.export`)."""
+
+from __future__ import annotations
+
+import sys
+
+from sinks.export.cli import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

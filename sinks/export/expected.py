@@ -1,0 +1,127 @@
+"""The ids a run should have produced: from its prompts topic or from the prompt input files.
+
+Input files are resolved and opened with :mod:`streams.inputs` and parsed with
+:mod:`streams.inputs.formats` as the producer does, so the export expects exactly the ids the producer
+would publish.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import zstandard
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from botocore.exceptions import BotoCoreError, ClientError
+
+from streams.config import Settings
+from streams.errors import ConfigError, InputError, StorageError
+from streams.inputs import MappingOptions, open_input, parse_line, resolve_inputs
+from streams.kafka import consumer_kwargs, end_offsets, topic_partitions
+from streams.records import PromptRecord, RecordDecodeError, decode
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = ["Expected", "prompt_ids_from_inputs", "prompt_ids_from_topic"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The ids the run should have produced and where they came from (``topic:<name>`` or ``file:<path>``)."""
+
+    source: str
+    ids: set[str]
+    unreadable: int = 0
+    """input records whose id could not be read (bad rows, undecodable prompts without a key)."""
+
+
+async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout_s: float = 30.0) -> Expected:
+    """Every prompt id on ``topic``: ``read_committed``, from the beginning to the end offsets
+    taken at start (:func:`streams.kafka.end_offsets`; later records are ignored). Undecodable
+    prompts count by their key.
+
+    Raises:
+        ConfigError: the topic does not exist.
+        TimeoutError: no progress for ``stall_timeout_s`` seconds.
+        aiokafka.errors.KafkaError: Kafka could not be read.
+    """
+    partitions = await topic_partitions(settings.kafka, topic)
+    if not partitions:
+        raise ConfigError(
+            f"prompts topic {topic!r} does not exist: set --prompts-topic or --input, or --replay-of RUN "
+            "when this run replays run RUN's prompts (docs/runs.md)"
+        )
+    tps = [TopicPartition(topic, p) for p in partitions]
+    ends = {TopicPartition(topic, p): end for p, end in (await end_offsets(settings.kafka, topic)).items()}
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ids: set[str] = set()
+        unreadable = 0
+        last_progress = time.monotonic()
+        while True:
+            behind = [tp for tp in tps if await consumer.position(tp) < ends.get(tp, 0)]
+            if not behind:
+                break
+            batch = await consumer.getmany(*behind, timeout_ms=500)
+            if batch:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise TimeoutError(f"reading {topic}: no progress for {stall_timeout_s:.0f} s")
+            for tp, records in batch.items():
+                for rec in records:
+                    if rec.offset >= ends[tp]:
+                        continue
+                    try:
+                        ids.add(decode(rec.value or b"", PromptRecord).id)
+                    except RecordDecodeError:
+                        if rec.key:
+                            ids.add(rec.key.decode("utf-8", "replace"))
+                        else:
+                            unreadable += 1
+        return Expected(f"topic:{topic}", ids, unreadable)
+    finally:
+        await consumer.stop()
+
+
+def prompt_ids_from_inputs(
+    items: Sequence[str], options: MappingOptions, s3: Callable[[], S3Client]
+) -> Expected:
+    """Every record id of the prompt inputs ``items`` (files, globs, ``-``, ``s3://`` URIs or
+    globs; plain, gzip or zstandard), resolved, opened and parsed as the producer does (blank lines
+    skipped; rows the producer would reject are counted as ``unreadable``).
+
+    Raises:
+        InputError: an input is missing, matches nothing, or cannot be read to its end (I/O error,
+            corrupt or truncated compressed data).
+        StorageError: S3 failed.
+    """
+    ids: set[str] = set()
+    unreadable = 0
+    specs = resolve_inputs(items, s3)
+    for spec in specs:
+        number = 0
+        try:
+            with open_input(spec, s3) as opened:
+                while raw := opened.lines.readline():
+                    number += 1
+                    if not raw.strip():
+                        continue
+                    try:
+                        ids.add(parse_line(raw, source=spec.name, line=number, options=options).id)
+                    except InputError:
+                        unreadable += 1
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"{spec.name}: reading from S3 failed: {exc}") from None
+        except (OSError, EOFError, zstandard.ZstdError) as exc:
+            where = f"after line {number}" if number else "at its start"
+            raise InputError(
+                f"cannot be read {where}: {type(exc).__name__}: {exc} (a corrupt or truncated file?)",
+                source=spec.name,
+            ) from None
+    return Expected("file:" + ", ".join(s.name for s in specs), ids, unreadable)

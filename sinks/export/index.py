@@ -1,0 +1,127 @@
+"""The export's first pass: per record id, the winning line, duplicates, prompt conflicts and
+records of other runs. Pure (fed the lines of :func:`sinks.export.sources.read_object`).
+
+Records of other runs are left out first (*foreign*: a ``run_id`` set and not the run's). Per
+id, the record of the latest ``attempt`` wins (a re-published prompt's new generation replaces
+the old one); within an attempt a completion beats an error; then the earliest Kafka offset wins
+(then topic, partition, for a deterministic order; :func:`sinks.export.sources.rank`). Records of
+one id whose prompts differ (:func:`streams.records.prompt_identity`: messages, tools and params)
+are a *conflict*: two different prompts share the id. Memory: about 300 bytes per id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sinks.export.sources import Rank, RecordHead, is_foreign, rank, where
+from sinks.layout import Line
+from streams.records import prompt_identity
+
+__all__ = ["IdIndex"]
+
+_Origin = tuple[bytes, str, int, int, int]
+"""(prompt identity digest, topic, partition, offset, attempt) of an id's first record with a prompt."""
+
+
+@dataclass
+class IdIndex:
+    """What the first pass learns about the run's records (module docstring).
+
+    Args:
+        run_id: the exported run; records of other runs are foreign.
+        list_cap: how many foreign records are listed with their sources.
+    """
+
+    run_id: str
+    list_cap: int
+    winners: dict[str, Rank] = field(default_factory=dict)
+    """id → the rank of its winning line (:meth:`take_winner` removes it in the second pass)."""
+    kinds_seen: dict[str, int] = field(default_factory=dict)
+    """id → (lines << 2) | 1 if a completion | 2 if an error."""
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    superseded: set[str] = field(default_factory=set)
+    """ids with records of more than one attempt."""
+    lines_total: int = 0
+    lines_by_kind: Counter[str] = field(default_factory=Counter)
+    foreign: list[dict[str, Any]] = field(default_factory=list)
+    """the first ``list_cap`` foreign records with their sources."""
+    foreign_runs: Counter[str] = field(default_factory=Counter)
+    """run id → foreign records of it."""
+    _origins: dict[str, _Origin] = field(default_factory=dict)
+    _conflicting: set[str] = field(default_factory=set)
+
+    def add(self, line: Line, head: RecordHead) -> None:
+        """Count one line of a source object."""
+        record_id = head.id
+        self.lines_total += 1
+        self.lines_by_kind[line.kind] += 1
+        if is_foreign(head, self.run_id):  # counted and reported, never part of the dataset
+            assert head.run_id is not None
+            self.foreign_runs[head.run_id] += 1
+            if len(self.foreign) < self.list_cap:
+                self.foreign.append(
+                    {"id": record_id, "run_id": head.run_id, "kind": line.kind}
+                    | where(line.topic, line.partition, line.offset, head.attempt)
+                )
+            return
+        this = rank(line.kind, head.attempt, line.offset, line.topic, line.partition)
+        best = self.winners.get(record_id)
+        if best is None or this < best:
+            self.winners[record_id] = this
+        if best is not None and best[0] != this[0]:
+            self.superseded.add(record_id)
+        bits = self.kinds_seen.get(record_id, 0) | (1 if line.kind == "completion" else 2)
+        self.kinds_seen[record_id] = bits + 4
+        if head.prompt is None:
+            return
+        identity = bytes.fromhex(prompt_identity(head.prompt))
+        origin = self._origins.get(record_id)
+        if origin is None:
+            self._origins[record_id] = (identity, line.topic, line.partition, line.offset, head.attempt)
+        elif origin[0] != identity and record_id not in self._conflicting:
+            self._conflicting.add(record_id)
+            self.conflicts.append(
+                {
+                    "id": record_id,
+                    "first": where(*origin[1:]),
+                    "second": where(line.topic, line.partition, line.offset, head.attempt),
+                }
+            )
+
+    def end_of_pass(self) -> None:
+        """Drop what only the first pass needs (the prompt identities)."""
+        self._origins.clear()
+
+    def take_winner(self, line: Line, head: RecordHead) -> bool:
+        """Whether ``line`` is its id's winner, not yet taken (second pass). A foreign record never
+        wins; an exact duplicate line (same offset) wins once."""
+        if is_foreign(head, self.run_id):
+            return False
+        if self.winners.get(head.id) != rank(
+            line.kind, head.attempt, line.offset, line.topic, line.partition
+        ):
+            return False
+        self.winners.pop(head.id)
+        return True
+
+    @property
+    def present(self) -> set[str]:
+        """The ids of the run that have a record."""
+        return set(self.kinds_seen)
+
+    @property
+    def foreign_count(self) -> int:
+        """Foreign records, all runs together."""
+        return sum(self.foreign_runs.values())
+
+    def duplicates(self) -> dict[str, int]:
+        """The manifest's ``duplicates``: records dropped, ids with more than one record, ids
+        whose completion beat an error, ids re-generated (older attempts dropped)."""
+        return {
+            "records_dropped": self.lines_total - self.foreign_count - len(self.kinds_seen),
+            "ids": sum(1 for info in self.kinds_seen.values() if info >> 2 > 1),
+            "completion_beat_error": sum(1 for info in self.kinds_seen.values() if info & 3 == 3),
+            "older_attempts_dropped": len(self.superseded),
+        }

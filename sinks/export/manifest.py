@@ -1,0 +1,221 @@
+"""The export's manifest: the statistics of the written records, the manifest itself, and what
+is printed on the terminal (a summary, then one line per problem).
+
+``manifest.json`` holds the run id, creation time, counts by ``finish_reason``, by quality flag
+and by ``attempt``, token totals, duplicate counts, conflicts, foreign records, expected/missing/
+unexpected ids (lists capped by ``--list-cap``), per-shard record counts and SHA-256 (of the shard
+file as stored), and what was checked in the source objects. A failed export lists each problem
+(unreadable or corrupt objects, gaps, coverage problems, conflicts, foreign records): the first
+:data:`SHOWN` of each kind are printed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sinks.export.expected import Expected
+from sinks.export.index import IdIndex
+from sinks.export.sources import Source
+from streams.records import CompletionRecord, ErrorRecord
+
+__all__ = ["SHOWN", "Tally", "build_manifest", "problem_lines", "summary"]
+
+SHOWN: Final = 20
+"""Problems of each kind printed on the terminal (all are in the manifest, up to ``--list-cap``)."""
+
+
+@dataclass
+class Tally:
+    """Statistics over the records written (the second pass)."""
+
+    by_finish: Counter[str] = field(default_factory=Counter)
+    by_flag: Counter[str] = field(default_factory=Counter)
+    by_error: Counter[str] = field(default_factory=Counter)
+    """``<stage>:<error_type>`` → errors."""
+    by_attempt: Counter[int] = field(default_factory=Counter)
+    tokens: Counter[str] = field(default_factory=Counter)
+    """``prompt``, ``completion``, ``reasoning`` → tokens."""
+    flagged: int = 0
+    """completions with at least one quality flag."""
+
+    def completion(self, record: CompletionRecord, attempt: int) -> None:
+        """Count one written completion."""
+        self.by_attempt[attempt] += 1
+        self.by_finish[record.finish_reason] += 1
+        self.by_flag.update(record.quality)
+        self.flagged += bool(record.quality)
+        self.tokens["prompt"] += record.usage.prompt_tokens
+        self.tokens["completion"] += record.usage.completion_tokens
+        self.tokens["reasoning"] += record.usage.reasoning_tokens
+
+    def error(self, record: ErrorRecord, attempt: int) -> None:
+        """Count one written error."""
+        self.by_attempt[attempt] += 1
+        self.by_error[f"{record.stage}:{record.error_type}"] += 1
+
+
+def _capped(items: list[Any], cap: int, key: str = "ids") -> dict[str, Any]:
+    return {"count": len(items), key: items[:cap], "truncated": len(items) > cap}
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    source_uri: str,
+    sources: list[Source],
+    index: IdIndex,
+    tally: Tally,
+    expected: Expected | None,
+    allow_missing: bool,
+    checked_against_kafka: bool,
+    gaps: list[dict[str, Any]],
+    coverage_problems: list[str],
+    overlaps: list[dict[str, Any]],
+    shards: list[dict[str, Any]],
+    list_cap: int,
+) -> dict[str, Any]:
+    """The manifest (module docstring); ``ok`` is false when the export fails.
+
+    Args:
+        source_uri: ``s3://bucket/<run folder>``.
+        shards: the entries of the written shards (:attr:`sinks.export.destination.Shards.written`).
+    """
+    present = index.present
+    corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
+    missing = sorted(expected.ids - present) if expected is not None else []
+    unexpected = sorted(present - expected.ids) if expected is not None else []
+    foreign_count = index.foreign_count
+    failed = bool(
+        corrupt
+        or gaps
+        or coverage_problems
+        or index.conflicts
+        or foreign_count
+        or (missing and not allow_missing)
+    )
+    written = Counter[str]()
+    for entry in shards:
+        written[entry["kind"]] += entry["records"]
+    return {
+        "run_id": run_id,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ok": not failed,
+        "source": {
+            "s3": source_uri,
+            "objects": len(sources),
+            "lines": index.lines_total,
+            "lines_by_kind": dict(sorted(index.lines_by_kind.items())),
+            "corrupt_objects": corrupt,
+            "offsets_checked_against_kafka": checked_against_kafka,
+            "offset_gaps": gaps[:list_cap],
+            "offset_gaps_count": len(gaps),
+            "coverage_problems": coverage_problems,
+            "offset_overlaps": overlaps[:list_cap],
+        },
+        "foreign": {
+            "count": foreign_count,
+            "by_run": dict(sorted(index.foreign_runs.items())),
+            "items": index.foreign,
+            "truncated": foreign_count > len(index.foreign),
+        },
+        "records": {
+            "ids": len(present),
+            "completions": written["completions"],
+            "errors": written["errors"],
+        },
+        "by_attempt": {str(a): n for a, n in sorted(tally.by_attempt.items())},
+        "by_finish_reason": dict(sorted(tally.by_finish.items())),
+        "by_quality_flag": dict(sorted(tally.by_flag.items())),
+        "flagged_completions": tally.flagged,
+        "errors_by_type": dict(sorted(tally.by_error.items())),
+        "tokens": {k: tally.tokens[k] for k in ("prompt", "completion", "reasoning")},
+        "duplicates": index.duplicates(),
+        "conflicts": _capped(index.conflicts, list_cap, "items"),
+        "expected": None
+        if expected is None
+        else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
+        "missing": _capped(missing, list_cap),
+        "unexpected": _capped(unexpected, list_cap),
+        "shards": shards,
+    }
+
+
+def _gap_text(gap: dict[str, Any]) -> str:
+    where = f"{gap['topic']}-{gap['partition']} offsets {gap['from']}..{gap['to']} ({gap['where']})"
+    return f"{where}: {gap['reason']}"
+
+
+def problem_lines(manifest: dict[str, Any]) -> list[str]:
+    """One line per problem that failed the export (the first :data:`SHOWN` of each kind)."""
+    lines: list[str] = []
+    src = manifest["source"]
+
+    def listed(title: str, items: list[str], total: int) -> None:
+        lines.extend(f"{title}: {item}" for item in items[:SHOWN])
+        if total > SHOWN:
+            lines.append(f"... and {total - SHOWN} more {title.lower()} (see the manifest)")
+
+    bucket = src["s3"].removeprefix("s3://").split("/", 1)[0]
+    listed(
+        "CORRUPT object",
+        [f"s3://{bucket}/{c['key']}: {c['problem']}" for c in src["corrupt_objects"]],
+        len(src["corrupt_objects"]),
+    )
+    listed("OFFSET GAP", [_gap_text(g) for g in src["offset_gaps"]], src["offset_gaps_count"])
+    listed("COVERAGE", list(src["coverage_problems"]), len(src["coverage_problems"]))
+    conflicts = manifest["conflicts"]
+    listed(
+        "CONFLICT",
+        [
+            f"id {c['id']!r}: different prompts at {_at(c['first'])} and {_at(c['second'])}"
+            for c in conflicts["items"]
+        ],
+        conflicts["count"],
+    )
+    foreign = manifest["foreign"]
+    listed(
+        "FOREIGN record",
+        [
+            f"id {f['id']!r} at {_at(f)}: a {f['kind']} of run {f['run_id']}, not run {manifest['run_id']} "
+            "(left out of the dataset; a prompts topic or S3 folder shared by two runs? see docs/runs.md)"
+            for f in foreign["items"]
+        ],
+        foreign["count"],
+    )
+    return lines
+
+
+def _at(where: dict[str, Any]) -> str:
+    return f"{where['topic']}-{where['partition']}@{where['offset']} (attempt {where['attempt']})"
+
+
+def summary(manifest: dict[str, Any]) -> str:
+    """A few lines for the terminal, then one line per problem."""
+    rec = manifest["records"]
+    dup = manifest["duplicates"]
+    lines = [
+        f"run {manifest['run_id']}: {rec['completions']} completions, {rec['errors']} errors "
+        f"({manifest['source']['objects']} objects, {manifest['source']['lines']} records read, "
+        f"{dup['records_dropped']} duplicates dropped, {dup['older_attempts_dropped']} ids re-generated)",
+    ]
+    if manifest["expected"] is not None:
+        exp, miss = manifest["expected"], manifest["missing"]
+        lines.append(
+            f"expected {exp['ids']} ids from {exp['source']}: {miss['count']} missing, "
+            f"{manifest['unexpected']['count']} unexpected"
+        )
+        if miss["count"]:
+            shown = ", ".join(miss["ids"][:10])
+            lines.append(f"missing: {shown}{' ...' if miss['count'] > 10 else ''}")
+    if manifest["source"]["offset_overlaps"]:
+        lines.append(f"offset overlaps between objects: {len(manifest['source']['offset_overlaps'])}")
+    lines.append(f"finish reasons: {manifest['by_finish_reason']}; tokens: {manifest['tokens']}")
+    lines += [
+        f"  {s['path']}: {s['records']} records, sha256 {s['sha256'][:16]}..." for s in manifest["shards"]
+    ]
+    lines.append(f"manifest: {manifest.get('_where', 'manifest.json')}")
+    lines += problem_lines(manifest)
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""The export's source objects: listing a run folder and reading each object, checked.
+
+An object is read whole and checked against its metadata (SHA-256 of the body, record count,
+line offsets) and its key (each line's topic and partition); a bad object is never an exception:
+it is marked with its problem and contributes no line. Each line comes with the few fields of its
+record the export needs (:class:`RecordHead`), and the order in which records of one id win
+(:func:`rank`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sinks.layout import LayoutError, Line, ObjectKey, ObjectMeta, decode_line, iter_body_lines, parse_key
+from streams.records import PromptRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = [
+    "Rank",
+    "RecordHead",
+    "Source",
+    "is_foreign",
+    "list_sources",
+    "rank",
+    "read_object",
+    "where",
+]
+
+log = logging.getLogger("kafkagen.export")
+
+
+class RecordHead(msgspec.Struct):
+    """The fields of a completion or error record the export needs."""
+
+    id: str
+    attempt: int = 0
+    prompt: PromptRecord | None = None
+    run_id: str | None = None
+
+
+_head_decoder: Final = msgspec.json.Decoder(RecordHead)
+
+
+def is_foreign(head: RecordHead, run_id: str) -> bool:
+    """Whether the record belongs to another run than ``run_id`` (its ``run_id`` is set and differs)."""
+    return head.run_id is not None and head.run_id != run_id
+
+
+Rank = tuple[int, int, int, str, int]
+"""(-attempt, 0 completion | 1 error, offset, topic, partition): the smallest wins."""
+
+
+def rank(kind: str, attempt: int, offset: int, topic: str, partition: int) -> Rank:
+    """The :data:`Rank` of a line: the latest attempt, then a completion, then the earliest offset."""
+    return (-attempt, 0 if kind == "completion" else 1, offset, topic, partition)
+
+
+def where(topic: str, partition: int, offset: int, attempt: int) -> dict[str, Any]:
+    """A record's source as the manifest lists it."""
+    return {"topic": topic, "partition": partition, "offset": offset, "attempt": attempt}
+
+
+@dataclass
+class Source:
+    """One object of the run folder: its key, parsed, its metadata once read, and its problem
+    (``None`` while it reads well)."""
+
+    key: str
+    parsed: ObjectKey
+    meta: ObjectMeta | None
+    problem: str | None = None
+
+
+def list_sources(client: S3Client, bucket: str, prefix: str) -> Iterator[Source]:
+    """Every object under ``prefix`` whose key follows :mod:`sinks.layout` (others are logged and
+    skipped).
+
+    Raises:
+        botocore.exceptions.ClientError, BotoCoreError: S3 failed (after botocore's retries).
+    """
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            try:
+                parsed = parse_key(obj["Key"])
+            except LayoutError as exc:
+                log.warning("skipping %s: %s", obj["Key"], exc)
+                continue
+            yield Source(obj["Key"], parsed, None)
+
+
+def read_object(client: S3Client, bucket: str, source: Source) -> list[tuple[Line, RecordHead]]:
+    """The object's lines with the head of each record, after checking the body against the
+    metadata (SHA-256, count), each line's topic, partition and offset against the key and the
+    metadata, and that every record has an id. Never raises for a bad object: it sets
+    ``source.problem`` and returns no lines (a corrupt object contributes nothing)."""
+    try:
+        resp = client.get_object(Bucket=bucket, Key=source.key)
+        body = resp["Body"].read()
+    except (ClientError, BotoCoreError) as exc:
+        source.problem = f"unreadable: {exc}"
+        return []
+    try:
+        meta = ObjectMeta.from_s3(resp.get("Metadata", {}))
+        source.meta = meta
+        raws = list(iter_body_lines(body))
+        digest = hashlib.sha256(b"".join(raws)).hexdigest()
+        if digest != meta.sha256:
+            raise LayoutError(f"SHA-256 of the body is {digest}, metadata says {meta.sha256}")
+        if len(raws) != meta.record_count:
+            raise LayoutError(f"{len(raws)} lines, metadata says {meta.record_count}")
+        out: list[tuple[Line, RecordHead]] = []
+        previous = -1
+        parsed = source.parsed
+        for number, raw in enumerate(raws, start=1):
+            try:
+                line = decode_line(raw)
+                head = _head_decoder.decode(line.value)
+            except (LayoutError, msgspec.DecodeError) as exc:
+                raise LayoutError(f"line {number}: {exc}") from None
+            if (line.topic, line.partition) != (parsed.topic, parsed.partition):
+                raise LayoutError(
+                    f"line {number}: a record of {line.topic}-{line.partition} in the object of "
+                    f"{parsed.topic}-{parsed.partition}"
+                )
+            if not meta.start_offset <= line.offset <= meta.end_offset or line.offset <= previous:
+                raise LayoutError(
+                    f"line {number}: offset {line.offset} is out of order or outside "
+                    f"{meta.start_offset}..{meta.end_offset}"
+                )
+            previous = line.offset
+            out.append((line, head))
+        if out and out[0][0].offset != meta.start_offset:
+            raise LayoutError(f"first line has offset {out[0][0].offset}, metadata says {meta.start_offset}")
+        return out
+    except LayoutError as exc:
+        source.problem = str(exc)
+        return []

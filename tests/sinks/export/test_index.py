@@ -1,0 +1,74 @@
+"""The export's first pass (:mod:`sinks.export.index`): winners, duplicates, conflicts and
+foreign records. Milliseconds, no services."""
+
+from __future__ import annotations
+
+import msgspec
+
+from sinks.export.index import IdIndex
+from sinks.export.sources import RecordHead
+from sinks.layout import Line, LineKind
+from streams.records import PromptMetadata, PromptRecord
+
+
+def _prompt(text: str) -> PromptRecord:
+    return PromptRecord(
+        id="a", messages=[{"role": "user", "content": text}], metadata=PromptMetadata(source="t", line=1)
+    )
+
+
+def _line(kind: LineKind, offset: int, topic: str = "c") -> Line:
+    return Line(
+        topic=topic, partition=0, offset=offset, timestamp_ms=0, key="a", kind=kind, value=msgspec.Raw(b"{}")
+    )
+
+
+def test_the_latest_attempt_then_a_completion_then_the_earliest_offset_wins() -> None:
+    index = IdIndex("r", 10)
+    lines = [
+        (_line("completion", 5), RecordHead("a", attempt=0, run_id="r")),
+        (_line("error", 3, "e"), RecordHead("a", attempt=1, run_id="r")),
+        (_line("completion", 9), RecordHead("a", attempt=1, run_id="r")),
+        (_line("completion", 7), RecordHead("a", attempt=1, run_id="r")),
+    ]
+    for line, head in lines:
+        index.add(line, head)
+    index.end_of_pass()
+    assert [index.take_winner(line, head) for line, head in lines] == [False, False, False, True]
+    assert not index.take_winner(*lines[3]), "an exact duplicate line is written once"
+    assert index.duplicates() == {
+        "records_dropped": 3,
+        "ids": 1,
+        "completion_beat_error": 1,
+        "older_attempts_dropped": 1,
+    }
+    assert index.present == {"a"} and index.conflicts == []
+
+
+def test_different_prompts_under_one_id_are_one_conflict() -> None:
+    index = IdIndex("r", 10)
+    index.add(_line("completion", 1), RecordHead("a", prompt=_prompt("x")))
+    index.add(_line("completion", 2), RecordHead("a", prompt=_prompt("x")))
+    index.add(_line("completion", 3), RecordHead("a", prompt=_prompt("y")))
+    index.add(_line("completion", 4), RecordHead("a", prompt=_prompt("z")))
+    assert index.conflicts == [
+        {
+            "id": "a",
+            "first": {"topic": "c", "partition": 0, "offset": 1, "attempt": 0},
+            "second": {"topic": "c", "partition": 0, "offset": 3, "attempt": 0},
+        }
+    ]
+
+
+def test_records_of_another_run_are_counted_listed_up_to_the_cap_and_never_win() -> None:
+    index = IdIndex("r", 1)
+    foreign = [(_line("completion", n), RecordHead("a", run_id="other")) for n in (1, 2)]
+    for line, head in foreign:
+        index.add(line, head)
+    assert index.foreign_count == 2 and index.foreign_runs == {"other": 2}
+    assert index.foreign == [
+        {"id": "a", "run_id": "other", "kind": "completion", "topic": "c", "partition": 0, "offset": 1}
+        | {"attempt": 0}
+    ]
+    assert index.present == set() and not index.take_winner(*foreign[0])
+    assert index.duplicates()["records_dropped"] == 0
