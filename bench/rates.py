@@ -188,7 +188,7 @@ def rate_by_name(names: Sequence[str]) -> list[RateProfile]:
 def main() -> int:
     """Print each row's arithmetic and the rate planned for the bundled GSM8K prompts."""
     from bench.analysis import plan_work
-    from bench.fleet import make_prompts
+    from bench.fleet.prompts import make_prompts
     from streams.config import Settings
 
     prompts = make_prompts(2000)
