@@ -1,4 +1,4 @@
-"""Rate matrix (issue 10): ours, the fixed-48 baseline and the strong baseline at each per-server
+"""Rate matrix: ours, the fixed-48 baseline and the strong baseline at each per-server
 completion rate of :mod:`bench.rates`, on ``--servers`` (2) simulated servers.
 
 Each row builds a fleet of its profile at its time scale, sends its thinking switch and

@@ -1,4 +1,4 @@
-"""Rate profiles of the rate matrix (issue 10): simulated servers that complete about 1, 10, 50
+"""Rate profiles of the rate matrix: simulated servers that complete about 1, 10, 50
 and 200 requests per wall second each, from realistic model/GPU/prompt shapes.
 
 A server with ``S`` slots kept full completes ``S / service`` requests per *simulated* second,

@@ -823,7 +823,8 @@ async def test_abort_request_needs_an_in_flight_rid_then_aborts_its_prefix(clien
 
 async def test_aborted_while_waiting_answers_abort_with_no_tokens(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(steady(max_running_requests=1), time_scale=10) as server:
-        first = asyncio.create_task(post_chat(client, server, chat(rid="run", max_tokens=30)))
+        # 300 tokens = 0.3 s wall: the slot stays taken until the abort arrives on a loaded machine
+        first = asyncio.create_task(post_chat(client, server, chat(rid="run", max_tokens=300)))
         await wait_until(lambda: server.stats().running == 1)
         waiting = asyncio.create_task(post_chat(client, server, chat(rid="wait", max_tokens=5)))
         await wait_until(lambda: server.stats().queued == 1)
