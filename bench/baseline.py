@@ -14,7 +14,7 @@ Run as a separate process by :mod:`bench.fleet`::
 
     python -m bench.baseline --input IN.json --output OUT.json
 
-**Strong mode** (issue 10, ``"mode": "strong"``): the best a plain client can do. Each server
+**Strong mode** (``"mode": "strong"``): the best a plain client can do. Each server
 gets its own limit, its running limit plus a standing queue (``"queue"``); the running limit is
 learned as a plain client would, from ``/server_info``: the DP ranks'
 ``internal_states[*].effective_max_running_requests_per_dp`` summed where the server reports

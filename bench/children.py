@@ -1,28 +1,98 @@
-"""Child processes of a benchmark: started from the repository root with a log file each, killed
-with their parent (Linux ``PR_SET_PDEATHSIG``), and ended by pid, never by name."""
+"""Child processes of a benchmark, the one place bench starts them: ``python`` (or any program)
+from the repository root, output to a log file or a pipe, optionally killed with their parent
+(Linux ``PR_SET_PDEATHSIG``), and ended by pid, never by name.
+
+:func:`start` is the single ``Popen``; :class:`Children` keeps named, long-running children and
+ends them; :func:`run_captured` runs a program to completion and returns its output;
+:func:`wait_with_usage` waits for one child and returns its own resource usage.
+
+Every child runs in the benchmark's process group (no new session), so a terminal's Ctrl-C
+reaches it too.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 import psutil
 
+__all__ = ["REPO_ROOT", "Children", "python_argv", "run_captured", "start", "wait_with_usage"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+Stream = IO[bytes] | int | None
+"""Where a child's stream goes: an open file, ``subprocess.DEVNULL``/``PIPE``/``STDOUT``, or
+None (the benchmark's own)."""
 
 
 def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL us if the benchmark dies (Linux ``PR_SET_PDEATHSIG``)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def python_argv(args: Sequence[str]) -> list[str]:
+    """``[<this interpreter>, *args]``: e.g. ``python_argv(["-m", "sinks.s3"])``."""
+    return [sys.executable, *args]
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdout: Stream = None,
+    stderr: Stream = None,
+    stdin: Stream = subprocess.DEVNULL,
+    die_with_parent: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in the repository root.
+
+    Args:
+        argv: the program and its arguments (:func:`python_argv` for a Python module).
+        env: the child's whole environment (None: the benchmark's).
+        stdout, stderr, stdin: where the child's streams go (see :data:`Stream`).
+        die_with_parent: SIGKILL the child when the benchmark dies (Linux only).
+
+    Raises:
+        OSError: the program cannot be started.
+    """
+    return subprocess.Popen(
+        list(argv),
+        cwd=REPO_ROOT,
+        env=None if env is None else dict(env),
+        stdout=stdout,
+        stderr=stderr,
+        stdin=stdin,
+        preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+    )
+
+
+def run_captured(argv: Sequence[str], *, timeout_s: float) -> str:
+    """Run ``argv`` in the current directory to completion; its standard output as text.
+
+    Raises:
+        subprocess.CalledProcessError: it exited with a non-zero status.
+        subprocess.TimeoutExpired: it ran longer than ``timeout_s`` seconds (it is killed).
+    """
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=timeout_s).stdout
+
+
+def wait_with_usage(proc: subprocess.Popen[bytes]) -> resource.struct_rusage:
+    """Wait for ``proc`` (setting its ``returncode``) and return the resources it alone used
+    (``os.wait4``: CPU seconds in ``ru_utime``/``ru_stime``, peak RSS in KiB in ``ru_maxrss``)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage
 
 
 class Children:
@@ -35,17 +105,16 @@ class Children:
     def spawn(
         self, name: str, args: Sequence[str], env: dict[str, str], log: Path
     ) -> subprocess.Popen[bytes]:
-        """Start ``python <args>`` in the repository root, output to ``log``."""
+        """Start ``python <args>`` in the repository root with the benchmark's environment plus
+        ``env``, output appended to ``log``, killed with the benchmark."""
         out = log.open("ab")
         self._logs.append(out)
-        proc = subprocess.Popen(
-            [sys.executable, *args],
-            cwd=REPO_ROOT,
+        proc = start(
+            python_argv(args),
             env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         self.procs[name] = proc
         return proc

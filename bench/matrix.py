@@ -1,10 +1,10 @@
-"""Rate matrix (issue 10): ours, the fixed-48 baseline and the strong baseline at each per-server
+"""Rate matrix: ours, the fixed-48 baseline and the strong baseline at each per-server
 completion rate of :mod:`bench.rates`, on ``--servers`` (2) simulated servers.
 
 Each row builds a fleet of its profile at its time scale, sends its thinking switch and
 ``max_tokens`` (the consumers get them through their environment, the baselines in the same
 request bodies), and sizes its prompts for ``cell_s × --cell-scale`` wall seconds of ideal work.
-The phases are :mod:`bench.fleet`'s (:func:`bench.fleet.run_phase`, :func:`bench.fleet.report`),
+The phases are :mod:`bench.fleet`'s (:func:`bench.fleet.run.run_phase`, :func:`bench.fleet.report.report`),
 with the steady state starting 2 request lifetimes after t0 (:meth:`RateProfile.warmup_s`).
 
 Per cell: steady-state occupancy (fleet), makespan / ideal, makespan / the strong baseline's,
@@ -40,23 +40,15 @@ from pathlib import Path
 import psutil
 
 from bench.analysis import ideal_makespan, plan_work
-from bench.children import Children
-from bench.fleet import (
-    PHASES,
-    REPO_ROOT,
-    BenchContext,
-    PhaseReport,
-    SimFleet,
-    _delete_topics,
-    _quantile,
-    add_phase_arguments,
-    cancel_on_signals,
-    find_broker,
-    make_prompts,
-    report,
-    run_main,
-    run_phase,
-)
+from bench.children import REPO_ROOT, Children
+from bench.fleet.cli import add_phase_arguments
+from bench.fleet.context import PHASES, BenchContext
+from bench.fleet.cpu import find_broker
+from bench.fleet.kafka_io import delete_topics
+from bench.fleet.prompts import make_prompts
+from bench.fleet.report import PhaseReport, percent, quantile, report
+from bench.fleet.run import cancel_on_signals, run_main, run_phase
+from bench.fleet.sim_fleet import SimFleet
 from bench.rates import RATES, RateProfile, rate_by_name
 from simulator import estimate_prompt_tokens
 from streams.config import Settings
@@ -107,8 +99,8 @@ def cell_of(rate: RateProfile, r: PhaseReport, ideal_s: float, planned_rate: flo
         makespan_wall_s=r.makespan_wall,
         makespan_over_ideal=r.makespan_sim / ideal_s,
         cpu_ms_per_completion=1000 * cpu.clients_s / done if done else 0.0,
-        lag_p50_ms=1000 * _quantile(r.lags, 0.5),
-        lag_p99_ms=1000 * _quantile(r.lags, 0.99),
+        lag_p50_ms=1000 * quantile(r.lags, 0.5),
+        lag_p99_ms=1000 * quantile(r.lags, 0.99),
         lag_max_ms=1000 * max(r.lags, default=0.0),
         sim_cores=cpu.bench_s / cpu.wall_s,
         client_cores=cpu.clients_s / cpu.wall_s,
@@ -139,10 +131,6 @@ def highest_driven_rate(cells: Sequence[Cell]) -> str | None:
     return best
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f} %"
-
-
 def markdown_table(cells: Sequence[Cell]) -> list[str]:
     """The matrix as markdown lines: one row per (rate, client)."""
     lines = [
@@ -157,7 +145,8 @@ def markdown_table(cells: Sequence[Cell]) -> list[str]:
         lines.append(
             f"| {c.rate} | {c.phase} | {c.completed}/{c.prompts} "
             f"| {c.planned_rate:.1f} / {c.achieved_rate:.1f} "
-            f"| {_pct(c.steady)} | {c.makespan_over_ideal:.3f} | {ratio} | {c.cpu_ms_per_completion:.2f} ms "
+            f"| {percent(c.steady)} | {c.makespan_over_ideal:.3f} | {ratio} "
+            f"| {c.cpu_ms_per_completion:.2f} ms "
             f"| {c.lag_p50_ms:.0f} / {c.lag_p99_ms:.0f} / {c.lag_max_ms:.0f} ms "
             f"| {c.sim_cores:.2f} / {c.client_cores:.2f} / {broker} | {c.machine_cores:.2f} |"
         )
@@ -217,7 +206,7 @@ async def run_row(
             cells.append(cell_of(rate, r, ideal, planned, args.servers))
             c = cells[-1]
             print(
-                f"[rate {rate.name}] {phase}: steady {_pct(c.steady)}, makespan "
+                f"[rate {rate.name}] {phase}: steady {percent(c.steady)}, makespan "
                 f"{c.makespan_over_ideal:.3f} × ideal, {c.cpu_ms_per_completion:.2f} ms CPU/completion, "
                 f"machine {c.machine_cores:.2f} cores",
                 file=sys.stderr,
@@ -249,7 +238,7 @@ async def amain(args: argparse.Namespace) -> int:
         children.terminate_all()
         if topics and not args.keep_topics:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(_delete_topics(Settings(), topics), 30)
+                await asyncio.wait_for(delete_topics(Settings(), topics), 30)
     wall = time.monotonic() - started
     best = highest_driven_rate(cells)
     command = "python -m bench.matrix " + shlex.join(sys.argv[1:] if args.argv is None else args.argv)

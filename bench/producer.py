@@ -43,13 +43,13 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.children import REPO_ROOT, python_argv, run_captured, start, wait_with_usage
 from launch.stack import LocalStack
 from launch.stack.kafka import ensure_jars, java_executable
 from streams.config import Settings
 from streams.kafka import client_kwargs
 from streams.topics import TopicSpec, ensure_topics
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORD_SIZE = 1700
 SECTION = "## Prompt producer"
 COMMAND = "python -m bench.producer --write BENCHMARKS.md"
@@ -139,7 +139,7 @@ def producer_performance(
         f"max.request.size={settings.kafka.max_message_bytes}",
         *props,
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
+    out = run_captured(cmd, timeout_s=600)
     last = [line for line in out.splitlines() if "records sent" in line][-1]
     match = re.search(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)", last)
     assert match, last
@@ -151,25 +151,25 @@ def producer_performance(
 def run_producer(settings: Settings, path: Path, label: str) -> tuple[Row, str]:
     """The prompt producer on ``path`` in a subprocess, on fresh topics; its row and the command."""
     token = uuid.uuid4().hex[:8]
-    cmd = [
-        sys.executable,
-        "-m",
-        "producers.prompts",
-        str(path),
-        "--no-progress",
-        "--kafka.bootstrap-servers",
-        settings.kafka.bootstrap_servers,
-        "--topics.prompts",
-        f"bench-prompts-{token}",
-        "--topics.producer-progress",
-        f"bench-progress-{token}",
-        "--run-id",
-        f"bench-{token}",
-    ]
+    cmd = python_argv(
+        [
+            "-m",
+            "producers.prompts",
+            str(path),
+            "--no-progress",
+            "--kafka.bootstrap-servers",
+            settings.kafka.bootstrap_servers,
+            "--topics.prompts",
+            f"bench-prompts-{token}",
+            "--topics.producer-progress",
+            f"bench-progress-{token}",
+            "--run-id",
+            f"bench-{token}",
+        ]
+    )
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = start(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=None, die_with_parent=False)
+        usage = wait_with_usage(proc)
         err.seek(0)
         text = err.read().decode()
     if proc.returncode != 0:

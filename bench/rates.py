@@ -1,4 +1,4 @@
-"""Rate profiles of the rate matrix (issue 10): simulated servers that complete about 1, 10, 50
+"""Rate profiles of the rate matrix: simulated servers that complete about 1, 10, 50
 and 200 requests per wall second each, from realistic model/GPU/prompt shapes.
 
 A server with ``S`` slots kept full completes ``S / service`` requests per *simulated* second,
@@ -188,7 +188,7 @@ def rate_by_name(names: Sequence[str]) -> list[RateProfile]:
 def main() -> int:
     """Print each row's arithmetic and the rate planned for the bundled GSM8K prompts."""
     from bench.analysis import plan_work
-    from bench.fleet import make_prompts
+    from bench.fleet.prompts import make_prompts
     from streams.config import Settings
 
     prompts = make_prompts(2000)

@@ -39,9 +39,10 @@ sys.path.insert(0, str(REPO))
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
+from bench.children import python_argv, start  # noqa: E402
 from sinks.s3 import group_id  # noqa: E402
 from streams.config import Settings, settings_to_env  # noqa: E402
-from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs  # noqa: E402
+from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs  # noqa: E402
 from streams.records import (  # noqa: E402
     CompletionRecord,
     PromptMetadata,
@@ -112,28 +113,21 @@ async def produce(settings: Settings, values: list[tuple[bytes, bytes]]) -> None
         await producer.stop()
 
 
-async def committed_offsets(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
-    """Whether the group of ``consumer`` has committed every partition's end offset."""
-    return all([await consumer.committed(tp) == end for tp, end in ends.items()])
-
-
-async def end_offsets(settings: Settings) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    await consumer.start()
-    try:
-        tps = [TopicPartition(settings.topics.completions, p) for p in range(settings.topics.partitions)]
-        consumer.assign(tps)
-        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
-        return ends
-    finally:
-        await consumer.stop()
+async def committed_offsets(consumer: AIOKafkaConsumer, topic: str, ends: dict[int, int]) -> bool:
+    """Whether the group of ``consumer`` has committed every partition's end offset of ``topic``."""
+    return all([await consumer.committed(TopicPartition(topic, p)) == end for p, end in ends.items()])
 
 
 def spawn_sink(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """``python -m sinks.s3`` with ``env``, its output in ``log``."""
+    """``python -m sinks.s3`` with ``env`` (its whole environment), its output in ``log`` (truncated)."""
     with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "sinks.s3"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        return start(
+            python_argv(["-m", "sinks.s3"]),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=None,
+            die_with_parent=False,
         )
 
 
@@ -194,7 +188,7 @@ async def run_one(base: Settings, flush_records: int, values: list[tuple[bytes, 
     t = settings.topics
     await ensure_topics(settings, [TopicSpec(n, t.partitions, 1) for n in (t.completions, t.errors)])
     await produce(settings, values)
-    ends = await end_offsets(settings)
+    ends = await end_offsets(settings.kafka, t.completions, partitions=list(range(t.partitions)))
     env = {**os.environ, **settings_to_env(settings)}
     proc = spawn_sink(env, log)
     try:
@@ -210,7 +204,7 @@ async def run_one(base: Settings, flush_records: int, values: list[tuple[bytes, 
         watcher = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group_id(settings)))
         await watcher.start()
         try:
-            while not await committed_offsets(watcher, ends):
+            while not await committed_offsets(watcher, t.completions, ends):
                 if proc.poll() is not None:
                     raise RuntimeError(f"sink exited {proc.returncode}: {read_log(log)[-2000:]}")
                 await asyncio.sleep(0.2)

@@ -38,6 +38,8 @@ from typing import Literal
 
 from simulator.profile import SimulatorProfile
 
+__all__ = ["Engine", "Job", "JobState", "SimulatorStats"]
+
 _EPSILON_TOKENS = 1e-6
 _EPSILON_S = 1e-9
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from simulator.profile import FaultConfig, SimulatorProfile
 
+__all__ = ["OutputPlan", "ToolCallPlan", "estimate_prompt_tokens", "plan_output", "request_seed"]
+
 _VOCABULARY_TEXT = (
     "the of and to in is that it for as with was on be by this are from or an at which "
     "not have we can one all their has more time when there been so if about other into "

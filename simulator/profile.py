@@ -14,6 +14,8 @@ from typing import Any
 
 from streams.errors import ConfigError
 
+__all__ = ["DEFAULT_PROFILE", "SGLANG_VERSIONS", "FaultConfig", "SimulatorProfile"]
+
 SGLANG_VERSIONS = ("0.5.20", "0.5.23")
 """SGLang releases the simulator can mirror (``SimulatorProfile.sglang_version``)."""
 

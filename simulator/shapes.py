@@ -51,6 +51,19 @@ from typing import Any
 
 from simulator.profile import SimulatorProfile
 
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "EOS_TOKEN_ID",
+    "Counters",
+    "GaugeSnapshot",
+    "chat_response",
+    "metrics_text",
+    "model_info",
+    "server_info",
+    "usage",
+    "v1_models",
+]
+
 EOS_TOKEN_ID = 151645
 """``<|im_end|>`` in the Qwen3 tokenizer: ``matched_stop`` of an answer that ended on EOS."""
 

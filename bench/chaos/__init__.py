@@ -1,4 +1,4 @@
-"""The randomized fault audit (issue 9): ``python -m bench.chaos --seed S --faults N``.
+"""The randomized fault audit: ``python -m bench.chaos --seed S --faults N``.
 
 Modules: :mod:`.schedule` (the seeded fault schedule, pure), :mod:`.inputs` (the input file with
 poison lines), :mod:`.pipeline` (the processes and the audit's settings), :mod:`.faults`

@@ -21,10 +21,11 @@ from typing import Final
 from aiokafka.errors import KafkaError
 
 from bench.chaos.audit import Sample
-from bench.chaos.readback import GroupReader, end_offsets
+from bench.chaos.readback import GroupReader
 from consumers.generate import group_id as generate_group
 from sinks.s3 import group_id as sink_group
 from streams.config import Settings
+from streams.kafka import end_offsets
 
 _UUID_TAIL: Final = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -118,11 +119,11 @@ class Monitor:
         try:
             ends = {
                 (self.prompts_topic, p): o
-                for p, o in (await end_offsets(self.settings, self.prompts_topic)).items()
+                for p, o in (await end_offsets(self.settings.kafka, self.prompts_topic)).items()
             }
             results: dict[tuple[str, int], int] = {}
             for topic in self.results_topics:
-                results |= {(topic, p): o for p, o in (await end_offsets(self.settings, topic)).items()}
+                results |= {(topic, p): o for p, o in (await end_offsets(self.settings.kafka, topic)).items()}
         except (KafkaError, TimeoutError, OSError):
             return False
         gen, sink = self.generate[-1].offsets, self.sink[-1].offsets

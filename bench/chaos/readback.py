@@ -22,7 +22,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocol
 
 from sinks.layout import LayoutError, ObjectMeta, decode_line, iter_body_lines, parse_key, run_prefix
 from streams.config import Settings
-from streams.kafka import client_kwargs, consumer_kwargs, topic_partitions
+from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, topic_partitions
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -77,11 +77,14 @@ async def read_records(settings: Settings, topic: str, *, timeout_s: float = 120
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
     out: list[TopicRecord] = []
     async with asyncio.timeout(timeout_s):
+        ends = {
+            TopicPartition(topic, p): end
+            for p, end in (await end_offsets(settings.kafka, topic, partitions=parts)).items()
+        }
         await consumer.start()
         try:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
             while behind := [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
                 batch = await consumer.getmany(*behind, timeout_ms=500)
                 for tp, records in batch.items():
@@ -94,23 +97,6 @@ async def read_records(settings: Settings, topic: str, *, timeout_s: float = 120
             await consumer.stop()
     out.sort(key=lambda r: (r.partition, r.offset))
     return out
-
-
-async def end_offsets(settings: Settings, topic: str, *, timeout_s: float = 30.0) -> dict[int, int]:
-    """Partition -> end offset (the last stable offset, ``read_committed``) of ``topic``.
-
-    Raises:
-        KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
-    """
-    parts = await topic_partitions(settings.kafka, topic)
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    async with asyncio.timeout(timeout_s):
-        await consumer.start()
-        try:
-            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
-        finally:
-            await consumer.stop()
-    return {tp.partition: offset for tp, offset in ends.items()}
 
 
 class GroupReader:

@@ -12,7 +12,7 @@ import pytest
 
 from bench.analysis import plan_work
 from bench.baseline import LeastOutstanding, learn_running_limit
-from bench.fleet import make_prompts
+from bench.fleet.prompts import make_prompts
 from bench.matrix import Cell, highest_driven_rate, with_strong_ratio
 from bench.rates import RATES, capped_lognormal_mean, full_batch_service_s, rate_by_name
 from simulator import DEFAULT_PROFILE

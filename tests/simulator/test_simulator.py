@@ -11,8 +11,6 @@ import asyncio
 import itertools
 import json
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -32,7 +30,6 @@ from simulator import (
     plan_output,
     request_seed,
 )
-from simulator.__main__ import main as cli_main
 from streams.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(10)
@@ -628,35 +625,6 @@ def test_output_lengths_follow_the_profile() -> None:
     assert 220 < statistics.median(off) < 400
 
 
-def test_cli_rejects_bad_fault_json() -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        cli_main(["--faults", "{not json"])
-    assert exit_info.value.code == 2
-    assert cli_main(["--host", "0.0.0.0", "--port", "0"]) == 2
-
-
-def test_cli_prints_url_and_exits_1_on_crash() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "simulator",
-            "--port=0",
-            "--time-scale=100",
-            '--faults={"crash_after_s": 10}',  # 0.1 s wall
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=8,
-        check=False,
-    )
-    assert result.returncode == 1, result.stderr
-    assert "simulator" in result.stdout
-    assert "http://127.0.0.1:" in result.stdout
-    assert "crashed" in result.stderr
-
-
 # -- SGLang fidelity (tests/fixtures/sglang: hand-built from SGLang's source) -----------------
 
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"
@@ -855,7 +823,8 @@ async def test_abort_request_needs_an_in_flight_rid_then_aborts_its_prefix(clien
 
 async def test_aborted_while_waiting_answers_abort_with_no_tokens(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(steady(max_running_requests=1), time_scale=10) as server:
-        first = asyncio.create_task(post_chat(client, server, chat(rid="run", max_tokens=30)))
+        # 300 tokens = 0.3 s wall: the slot stays taken until the abort arrives on a loaded machine
+        first = asyncio.create_task(post_chat(client, server, chat(rid="run", max_tokens=300)))
         await wait_until(lambda: server.stats().running == 1)
         waiting = asyncio.create_task(post_chat(client, server, chat(rid="wait", max_tokens=5)))
         await wait_until(lambda: server.stats().queued == 1)
@@ -900,13 +869,6 @@ async def test_priority_scheduling_adds_per_priority_series(client: httpx.AsyncC
         )
 
 
-def test_cli_sglang_version_and_cli_only_fields() -> None:
-    from simulator.__main__ import build_parser, profile_from_args
-
-    profile = profile_from_args(
-        build_parser().parse_args(["--sglang-version", "0.5.23", "--max-running-requests", "8"])
-    )
-    assert profile.sglang_version == "0.5.23" and profile.max_running_requests == 8
-    assert profile.max_running_requests_set and not profile.context_length_set
+def test_profile_rejects_an_unknown_sglang_version() -> None:
     with pytest.raises(ConfigError):
         replace(FAST, sglang_version="0.4.0")

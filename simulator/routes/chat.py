@@ -1,0 +1,189 @@
+"""The generation endpoints: ``POST /v1/chat/completions`` (non-streaming) and
+``POST /abort_request``.
+
+Mirrored from SGLang 0.5.20 / 0.5.23 (paths under ``python/sglang/srt/``), never kinder:
+
+* No 503 for load unless ``profile.max_queued_requests`` is set (``managers/scheduler.py``
+  ``_abort_on_queued_limit``: 503 "The request queue is full.", error ``type`` "503").
+* 400 for a prompt that does not fit the context (:func:`simulator.chat_request.context_error`)
+  or a duplicate in-flight ``rid``.
+* ``/abort_request`` and client disconnects abort as :mod:`simulator.inflight` says. An aborted
+  request answers 200 with ``finish_reason: "abort"``; one aborted while waiting has no tokens.
+* A waiting handler checks for a disconnect every ``profile.disconnect_poll_s``.
+
+Every chat response carries two headers SGLang does not send: ``X-Simulator-Queue-Seconds`` and
+``X-Simulator-E2E-Seconds`` (simulated seconds spent waiting for a slot and in total).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from simulator.answers import chat_body, error_response
+from simulator.chat_request import BadRequest, context_error, parse_chat
+from simulator.engine import Job
+from simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
+
+if TYPE_CHECKING:
+    from simulator.server import SimulatedServer
+
+__all__ = ["ChatRoutes"]
+
+
+class ChatRoutes:
+    """The handlers of the generation endpoints for ``server``."""
+
+    def __init__(self, server: SimulatedServer) -> None:
+        self.server = server
+
+    def register(self, router: web.UrlDispatcher) -> None:
+        """Add this family's routes to ``router``."""
+        router.add_post("/v1/chat/completions", self.chat)
+        router.add_post("/abort_request", self.abort_request)
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        """``{"rid": ...}`` or ``{"abort_all": true}``; 200 whatever matched, 400 for a non-JSON body."""
+        server = self.server
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "The request body must be JSON.")
+        if not isinstance(body, dict):
+            return web.Response(status=200)
+        rid = body.get("rid")
+        if body.get("abort_all") is True:
+            server.telemetry.aborts_sent += 1
+            server.inflight.abort_all(server.engine)
+        elif isinstance(rid, str) and rid and server.inflight.abort_matching(rid, server.engine):
+            server.telemetry.aborts_sent += 1
+        return web.Response(status=200)
+
+    def _reject(self, status: int, message: str) -> web.Response:
+        self.server.telemetry.rejected += 1
+        return error_response(status, message)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        """A non-streaming chat completion: faults first, then validation, then the engine."""
+        server = self.server
+        engine = server.engine
+        profile = server.profile
+        control = server.fault_control
+        if control.config.draining:
+            return self._reject(503, "The server is shutting down.")
+        if control.count_request():
+            server.spawn_crash()
+            await asyncio.Event().wait()  # never answered: the crash cancels this handler
+        if control.take_503(engine.now()):
+            return self._reject(503, "The server is overloaded (simulated 503 fault). Retry later.")
+        try:
+            chat = parse_chat(await request.json(), profile)
+        except ValueError:
+            return self._reject(400, "The request body must be valid JSON.")
+        except BadRequest as exc:
+            return self._reject(400, str(exc))
+
+        prompt_tokens = estimate_prompt_tokens(chat.messages, chat.tools)
+        context = profile.context_length
+        too_long = context_error(prompt_tokens, chat.max_tokens, context)
+        if too_long is not None:
+            return self._reject(400, too_long)
+        if chat.rid is not None and chat.rid in server.inflight:
+            return self._reject(400, f"Duplicate request ID detected: {chat.rid}")
+        limit = profile.max_queued_requests
+        if limit is not None:
+            engine.sync()
+            if engine.queued + 1 > limit:
+                return self._reject(503, "The request queue is full.")
+        cached_tokens = server.prefix_cache.cached_tokens(chat.messages, prompt_tokens)
+
+        faults = control.config
+        abort_fraction = None
+        if faults.abort_rate > 0 and server.rng.random() < faults.abort_rate:
+            abort_fraction = server.rng.random()
+        plan = plan_output(
+            profile,
+            seed=request_seed(chat.rid, chat.messages, profile.seed),
+            enable_thinking=chat.enable_thinking,
+            min_tokens=chat.min_tokens,
+            budget=chat.max_tokens if chat.max_tokens is not None else context - prompt_tokens - 1,
+            tools=chat.tools if profile.tool_call_parser is not None else (),
+            tool_choice=chat.tool_choice,
+            faults=faults,
+            abort_fraction=abort_fraction,
+        )
+        rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
+        job = engine.submit(
+            prompt_tokens=prompt_tokens,
+            target_tokens=plan.completion_tokens,
+            base_rate=plan.base_rate,
+            ends_in_abort=plan.finish_reason == "abort",
+            priority=chat.priority,
+        )
+        server.inflight.add(rid, job)
+        server.telemetry.admitted(prompt_tokens, cached_tokens)
+        try:
+            disconnected = await self._wait(job, request, rid)
+        finally:
+            server.inflight.remove(rid, job)
+            engine.cancel(job, "disconnect")  # no-op unless this handler was cancelled
+        if disconnected:
+            return web.Response(status=499)
+        if job.cancel_reason == "shutdown":
+            return error_response(503, "The server is shutting down.")
+        queued_abort = False
+        if job.cancel_reason == "abort_request":
+            # Aborted while waiting: the tokenizer answers with no tokens at all (SGLang 0.5.20
+            # managers/tokenizer_manager.py _handle_abort_req: meta_info has no token counts).
+            queued_abort = job.admitted_at is None
+            plan = plan.truncated(job.tokens, "abort")
+        headers = {
+            "X-Simulator-Queue-Seconds": f"{job.queue_s:.6f}",
+            "X-Simulator-E2E-Seconds": f"{(job.finished_at or job.submitted_at) - job.submitted_at:.6f}",
+        }
+        if queued_abort:
+            prompt_tokens = cached_tokens = 0
+        failed = self._injected_failure(plan)
+        if failed is not None:
+            return failed
+        body = chat_body(profile, rid, chat, plan, prompt_tokens, cached_tokens)
+        if faults.omit_usage:
+            body.pop("usage", None)
+        return web.json_response(body, headers=headers)
+
+    def _injected_failure(self, plan: OutputPlan) -> web.Response | None:
+        """The error answer a fault puts in place of a finished request's answer, if any
+        (:class:`FaultConfig` ``abort_status``, ``reasoning_parse_error_rate``)."""
+        server = self.server
+        faults = server.fault_control.config
+        status = faults.abort_status
+        if plan.finish_reason == "abort" and status is not None:
+            kind = "BadRequest" if status == 400 else str(status)  # ValueError / HTTPException
+            return error_response(status, "Request aborted (simulated).", kind)
+        rate = faults.reasoning_parse_error_rate
+        if rate > 0 and server.profile.reasoning_parser is not None and server.rng.random() < rate:
+            return error_response(500, "Failed to parse reasoning content")
+        return None
+
+    async def _wait(self, job: Job, request: web.Request, rid: str) -> bool:
+        """Wait for ``job``; ``True`` if the client disconnected first (the job is then aborted).
+
+        Like SGLang, a waiting handler checks for a disconnect every ``disconnect_poll_s``.
+        """
+        server = self.server
+        engine = server.engine
+        poll = engine.wall_seconds(server.profile.disconnect_poll_s)
+        while not job.done.done():
+            done, _ = await asyncio.wait({job.done}, timeout=poll)
+            transport = request.transport
+            if not done and (transport is None or transport.is_closing()):
+                # SGLang aborts a disconnected request through abort_request(rid): every
+                # in-flight request whose rid starts with this one goes too.
+                server.telemetry.aborts_sent += 1
+                server.inflight.abort_matching(rid, engine, sparing=job)
+                engine.cancel(job, "disconnect")
+                return True
+        return False
