@@ -2,9 +2,10 @@
 from the repository root, output to a log file or a pipe, optionally killed with their parent
 (Linux ``PR_SET_PDEATHSIG``), and ended by pid, never by name.
 
-:func:`start` is the single ``Popen``; :class:`Children` keeps named, long-running children and
-ends them; :func:`run_captured` runs a program to completion and returns its output;
-:func:`wait_with_usage` waits for one child and returns its own resource usage.
+:func:`start` starts one, through :func:`launch.spawn.spawn` (the project's one ``Popen``);
+:class:`Children` keeps named, long-running children and ends them; :func:`run_captured` runs a
+program to completion and returns its output; :func:`wait_with_usage` waits for one child and
+returns its own resource usage.
 
 Every child runs in the benchmark's process group (no new session), so a terminal's Ctrl-C
 reaches it too.
@@ -13,10 +14,8 @@ reaches it too.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
@@ -26,19 +25,11 @@ from typing import IO
 
 import psutil
 
+from launch.spawn import Stream, spawn
+
 __all__ = ["REPO_ROOT", "Children", "python_argv", "run_captured", "start", "wait_with_usage"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-Stream = IO[bytes] | int | None
-"""Where a child's stream goes: an open file, ``subprocess.DEVNULL``/``PIPE``/``STDOUT``, or
-None (the benchmark's own)."""
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL us if the benchmark dies (Linux ``PR_SET_PDEATHSIG``)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def python_argv(args: Sequence[str]) -> list[str]:
@@ -66,14 +57,15 @@ def start(
     Raises:
         OSError: the program cannot be started.
     """
-    return subprocess.Popen(
-        list(argv),
+    return spawn(
+        argv,
+        env=env,
+        replace_env=env is not None,
         cwd=REPO_ROOT,
-        env=None if env is None else dict(env),
+        die_with_parent=die_with_parent,
+        stdin=stdin,
         stdout=stdout,
         stderr=stderr,
-        stdin=stdin,
-        preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
     )
 
 
