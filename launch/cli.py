@@ -35,7 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("producers.cli", "produce"),
     "generate": ("consumers.cli", "generate"),
     "sink": ("sinks.cli", "sink"),
-    "export": ("sinks.export.cli", "export"),
+    "export": ("sinks.export.cli", "export_command"),
     "stack": ("launch.stack.cli", "stack"),
 }
 _SUMMARIES = {

@@ -1,67 +1,54 @@
-"""The sink's command line: ``python -m sinks.s3 [--loglevel L] [--metrics-port P] [settings flags]``.
+"""The sink's command line: ``kafkagen sink`` (``python -m sinks.s3``) ``[--metrics-port P]``
+plus any settings flag.
 
-Parses the flags, loads the settings, creates the sink topics when missing, serves the metrics
-and runs the faust worker (:mod:`sinks.app`) until SIGTERM/SIGINT. :mod:`sinks.s3` is the
-``python -m`` entry that calls :func:`main`.
+Loads the settings, creates the sink topics when missing, serves the metrics and runs the faust
+worker (:mod:`sinks.app`) until SIGTERM/SIGINT. Exit status (:mod:`streams.cli`): 0 after a
+graceful stop, 1 on a fatal error (a permanent S3 error: one ``sink stopped: ...`` line says what
+to do), 2 on bad settings or ``--metrics-port``, 3 when Kafka is unreachable at start (later
+outages are waited out).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import sys
 from collections.abc import Sequence
 
+import click
 from aiokafka.errors import KafkaError
-from prometheus_client import start_http_server
 
 from sinks.app import SinkWorker, create_app
 from sinks.topics import ensure_sink_topics
-from streams.config import Settings, load_settings
-from streams.errors import KafkagenError
-from streams.kafka import unreachable_message
+from streams.cli import command_settings, log_level, port, run_command, settings_options
+from streams.kafka import kafka_unavailable
+from streams.metrics import serve_metrics
 
-__all__ = ["main"]
+__all__ = ["main", "sink"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sinks.s3 [settings flags]``: run the sink until SIGTERM/SIGINT.
-
-    Any setting is a flag or ``KAFKAGEN_*`` variable (``--run-id``, ``--topics.completions``,
-    ``--s3.prefix``, ``--sink.flush-records``...). Exit status: 0 after a graceful stop, 1 on a
-    fatal error (a permanent S3 error: one ``sink stopped: ...`` line says what to do), 2 on bad
-    settings or ``--metrics-port``, 3 when Kafka is unreachable at start (later outages are
-    waited out).
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m sinks.s3",
-        description="S3 sink: the completions and dead-letter topics to S3 as zstd JSON Lines, exactly once.",
-        epilog="Any setting can also be given as a flag, e.g. --sink.flush-records 5000 "
-        "(see `python -m sinks.s3 --settings-help`).",
-    )
-    parser.add_argument("--loglevel", default="info", help="faust worker log level (default info)")
-    parser.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (see SinkMetrics)"
-    )
-    parser.add_argument("--settings-help", action="store_true", help="list every settings flag")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        settings = load_settings(Settings, ["--help"] if args.settings_help else rest, prog=parser.prog)
-        app, service = create_app(settings)
-    except KafkagenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+@click.command(
+    "sink",
+    help="S3 sink: the completions and dead-letter topics to S3 as zstd JSON Lines, exactly once "
+    "(upload, then commit). Every setting is a flag too, e.g. --sink.flush-records 5000 (--settings-help).",
+)
+@click.option(
+    "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (see sinks/metrics.py)"
+)
+@settings_options("run_id", "replay_of")
+@click.pass_context
+def sink(ctx: click.Context, metrics_port: int | None) -> int:
+    settings = command_settings(ctx)
+    app, service = create_app(settings)
     try:  # Kafka unreachable (or silent) at start: one clear line, not a faust crash report
         asyncio.run(ensure_sink_topics(settings))
     except (KafkaError, TimeoutError) as exc:
-        print(unreachable_message(settings.kafka, exc), file=sys.stderr)
-        return 3
-    if args.metrics_port is not None:
-        try:
-            start_http_server(args.metrics_port, addr="127.0.0.1", registry=service.runner.metrics.registry)
-        except (OSError, OverflowError) as exc:
-            print(f"error: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
-            return 2
-    worker = SinkWorker(app, service, loglevel=args.loglevel, quiet=True)
+        raise kafka_unavailable(settings.kafka, exc) from None
+    if metrics_port is not None:
+        serve_metrics(port(metrics_port), service.runner.metrics.registry)
+    worker = SinkWorker(app, service, loglevel=log_level(ctx), quiet=True)
     worker.execute_from_commandline()  # exits the process: 0 graceful, 1 crash
     return 0  # pragma: no cover
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m sinks.s3") -> int:
+    """Run the sink until SIGTERM/SIGINT; returns the exit status (the module docstring)."""
+    return run_command(sink, argv, prog=prog)

@@ -43,7 +43,7 @@ from pydantic.fields import FieldInfo
 
 from streams import logs
 from streams.config import ENV_PREFIX, Settings, load_settings
-from streams.errors import ConfigError, InputError, KafkagenError, StackError, StorageError
+from streams.errors import ConfigError, InputError, KafkagenError, StackError, StorageError, UnavailableError
 
 __all__ = [
     "ExitCode",
@@ -77,7 +77,7 @@ def exit_code(exc: BaseException) -> ExitCode:
         return ExitCode.INTERRUPTED
     if isinstance(exc, ConfigError | InputError | click.UsageError):
         return ExitCode.USAGE
-    if isinstance(exc, StackError) or (isinstance(exc, StorageError) and exc.retriable):
+    if isinstance(exc, StackError | UnavailableError) or (isinstance(exc, StorageError) and exc.retriable):
         return ExitCode.UNAVAILABLE
     if isinstance(exc, KafkaError | TimeoutError | ConnectionError):
         return ExitCode.UNAVAILABLE

@@ -8,6 +8,7 @@ Every error the project raises on purpose derives from :class:`KafkagenError`::
     ├── InputError                     no         2  a bad input file, line or record
     │   ├── RecordDecodeError          no         2  bytes that are not a valid record
     │   └── LayoutError                no         2  an S3 key or line not in kafkagen's layout
+    ├── UnavailableError               yes        3  Kafka (or another service) cannot be reached
     ├── StackError                     no         3  the local stack cannot start or stop
     │   └── ServiceNotReadyError       yes        3  a service did not become ready in time
     ├── ServerError                    no         1  an inference server answered with an error
@@ -46,6 +47,7 @@ __all__ = [
     "ServiceNotReadyError",
     "StackError",
     "StorageError",
+    "UnavailableError",
 ]
 
 
@@ -68,6 +70,13 @@ class ForeignRunError(ConfigError):
     """A topic or record belongs to another run than the one this process works for
     (``docs/runs.md``). Never retriable: the message names the topic, its owner and the flag that
     fixes it."""
+
+
+class UnavailableError(KafkagenError):
+    """A service kafkagen needs (Kafka, S3, an inference server at start) cannot be reached; the
+    message names its address. Retriable: it may be back later."""
+
+    retriable = True
 
 
 class StackError(KafkagenError):

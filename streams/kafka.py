@@ -19,16 +19,17 @@ from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
 
 from streams.config import KafkaSettings
+from streams.errors import UnavailableError
 
 __all__ = [
     "KafkaOutage",
     "client_kwargs",
     "consumer_kwargs",
     "end_offsets",
+    "kafka_unavailable",
     "producer_kwargs",
     "remove_group_member",
     "topic_partitions",
-    "unreachable_message",
 ]
 
 log = logging.getLogger("kafkagen.kafka")
@@ -131,11 +132,13 @@ async def end_offsets(
     return {tp.partition: offset for tp, offset in ends.items()}
 
 
-def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:
-    """The one-line error entry points print when Kafka cannot be reached (exit status 3)."""
+def kafka_unavailable(settings: KafkaSettings, exc: BaseException) -> UnavailableError:
+    """The error a command ends with when Kafka cannot be reached (or stays silent) at start:
+    one line naming the bootstrap servers and aiokafka's reason (exit status 3, :mod:`streams.cli`).
+    Later outages are waited out by each component, not reported here."""
     name, text = type(exc).__name__, str(exc)
     detail = text if text.startswith(name) else f"{name}: {text}" if text else name
-    return f"error: Kafka at {settings.bootstrap_servers}: {detail}"
+    return UnavailableError(f"Kafka at {settings.bootstrap_servers}: {detail}")
 
 
 async def remove_group_member(settings: KafkaSettings, group: str, member_id: str) -> bool:
