@@ -40,9 +40,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
 from bench.children import python_argv, start  # noqa: E402
-from sinks.s3 import group_id  # noqa: E402
 from streams.config import Settings, settings_to_env  # noqa: E402
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs  # noqa: E402
+from streams.naming import sink_group as group_id  # noqa: E402
 from streams.records import (  # noqa: E402
     CompletionRecord,
     PromptMetadata,

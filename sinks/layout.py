@@ -34,6 +34,33 @@ import zstandard
 from streams import naming
 from streams.errors import LayoutError as LayoutError  # raised here; callers may import it from here
 
+__all__ = [
+    "FORMAT",
+    "KEY_SUFFIX",
+    "META_END_OFFSET",
+    "META_FORMAT",
+    "META_RECORD_COUNT",
+    "META_SHA256",
+    "META_START_OFFSET",
+    "META_UNCOMPRESSED_BYTES",
+    "OFFSET_WIDTH",
+    "WIDE_OFFSET_WIDTH",
+    "Line",
+    "LineKind",
+    "ObjectKey",
+    "ObjectMeta",
+    "decode_line",
+    "encode_line",
+    "format_offset",
+    "iter_body_lines",
+    "object_key",
+    "parse_key",
+    "partition_prefix",
+    "run_prefix",
+    "single_line_json",
+    "topic_prefix",
+]
+
 KEY_SUFFIX: Final = ".jsonl.zst"
 OFFSET_WIDTH: Final = 10
 """Zero-padding of start offsets below 10^10 (Kafka Connect's default width)."""

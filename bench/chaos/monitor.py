@@ -22,10 +22,9 @@ from aiokafka.errors import KafkaError
 
 from bench.chaos.audit import Sample
 from bench.chaos.readback import GroupReader
-from consumers.generate import group_id as generate_group
-from sinks.s3 import group_id as sink_group
 from streams.config import Settings
 from streams.kafka import end_offsets
+from streams.naming import generate_group, sink_group
 
 _UUID_TAIL: Final = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
