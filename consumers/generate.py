@@ -214,7 +214,7 @@ class GenerationConsumer:
             HealthConfig(self.cfg.down_after_failures, self.cfg.down_grace_s, self.cfg.hang_timeout_s),
             time.monotonic(),
         )
-        self.backoff = Backoff(self.cfg.backoff_initial_s, self.cfg.backoff_max_s)
+        self.backoff = Backoff(self.cfg.retry_initial_s, self.cfg.retry_max_s)
         self.watchdog = ThroughputWatchdog(
             WatchdogConfig(
                 window_s=self.cfg.watchdog_window_s,

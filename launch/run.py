@@ -49,7 +49,7 @@ from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, load_settings, settings_to_env
 from streams.errors import ConfigError, KafkagenError
-from streams.kafka import consumer_kwargs
+from streams.kafka import consumer_kwargs, end_offsets
 from streams.topics import ensure_topics, topic_specs
 
 LOCAL_MAX_TOKENS = 128
@@ -115,18 +115,18 @@ def run_settings(settings: Settings, args: argparse.Namespace) -> Settings:
 
 async def _offsets(settings: Settings, group: str | None, topics: Sequence[str]) -> tuple[int, int]:
     """(sum of the group's committed offsets, sum of end offsets) over every partition of ``topics``."""
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
-    await consumer.start()
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in range(settings.topics.partitions)]
-        ends = await consumer.end_offsets(tps)
-        committed = 0
-        if group is not None:
-            for tp in tps:
-                committed += await consumer.committed(tp) or 0
-        return committed, sum(ends.values())
-    finally:
-        await consumer.stop()
+    ends = {t: await end_offsets(settings.kafka, t) for t in topics}
+    committed = 0
+    if group is not None:
+        consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
+        await consumer.start()
+        try:
+            for topic, by_partition in ends.items():
+                for partition in by_partition:
+                    committed += await consumer.committed(TopicPartition(topic, partition)) or 0
+        finally:
+            await consumer.stop()
+    return committed, sum(sum(e.values()) for e in ends.values())
 
 
 async def _progress(settings: Settings) -> Progress:

@@ -32,6 +32,7 @@ import msgspec
 import zstandard
 
 from streams import naming
+from streams.errors import LayoutError as LayoutError  # raised here; callers may import it from here
 
 KEY_SUFFIX: Final = ".jsonl.zst"
 OFFSET_WIDTH: Final = 10
@@ -54,10 +55,6 @@ LineKind = Literal["completion", "error", "undecodable"]
 """``completion``: a CompletionRecord from the completions topic; ``error``: an ErrorRecord from
 the dead-letter topic; ``undecodable``: bytes that were not a valid record of the topic's type,
 ``value`` is then an ErrorRecord written by the sink (``stage="sink"``) and ``raw_b64`` the bytes."""
-
-
-class LayoutError(ValueError):
-    """A key, metadata set or object body that does not follow this layout; the message says why."""
 
 
 def format_offset(offset: int) -> str:

@@ -195,8 +195,8 @@ class ConsumerSettings(BaseModel):
         "past running + standing_queue",
     )
     max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
-    backoff_initial_s: float = Field(1.0, gt=0, description="seconds before the first retry")
-    backoff_max_s: float = Field(60.0, gt=0, description="cap on one backoff wait, seconds")
+    retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
+    retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")
     request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")
     startup_timeout_s: float = Field(
         900.0, gt=0, description="seconds to wait at start for the server to become ready"

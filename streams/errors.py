@@ -1,6 +1,26 @@
 """The one error hierarchy of kafkagen.
 
-Every error the project raises on purpose derives from :class:`KafkagenError`.
+Every error the project raises on purpose derives from :class:`KafkagenError`::
+
+    KafkagenError                      retriable  exit status (streams.cli)
+    ├── ConfigError                    no         2  a setting is missing, malformed, inconsistent
+    │   └── ForeignRunError            no         2  a topic or record of another run
+    ├── InputError                     no         2  a bad input file, line or record
+    │   ├── RecordDecodeError          no         2  bytes that are not a valid record
+    │   └── LayoutError                no         2  an S3 key or line not in kafkagen's layout
+    ├── StackError                     no         3  the local stack cannot start or stop
+    │   └── ServiceNotReadyError       yes        3  a service did not become ready in time
+    ├── ServerError                    no         1  an inference server answered with an error
+    │   ├── RetriableServerError       yes           503/429/5xx, timeouts, aborts
+    │   └── FatalRequestError          no            400/404/422: the request itself is wrong
+    └── StorageError                   yes        3  an S3 call failed (botocore errors wrapped)
+        └── PermanentStorageError      no         1  access denied, no bucket, a foreign object
+
+Errors of the libraries below are wrapped where they enter: botocore's at the object store
+(``sinks/store.py``), aiokafka's keep their own class, whose ``retriable`` attribute has the same
+meaning (``aiokafka/errors.py``, aiokafka 0.14). Validators inside pydantic models raise
+``ValueError``, as pydantic requires; :func:`streams.config.load_settings` turns them into one
+:class:`ConfigError`.
 Like aiokafka's ``KafkaError.retriable``, each class says on the class itself
 whether doing the same thing again may succeed (``retriable = True``) or is
 pointless until something changes (``retriable = False``). Retry policies
@@ -11,6 +31,22 @@ Messages are written for the person at the terminal: what went wrong, where
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "FatalRequestError",
+    "ForeignRunError",
+    "InputError",
+    "KafkagenError",
+    "LayoutError",
+    "PermanentStorageError",
+    "RecordDecodeError",
+    "RetriableServerError",
+    "ServerError",
+    "ServiceNotReadyError",
+    "StackError",
+    "StorageError",
+]
 
 
 class KafkagenError(Exception):
@@ -61,6 +97,11 @@ class InputError(KafkagenError):
         self.reason = message
 
 
+class RecordDecodeError(InputError):
+    """Bytes that are not a valid record of the expected type. The message says which field is
+    wrong (msgspec's field path, e.g. ``$.messages[0]``)."""
+
+
 class ServerError(KafkagenError):
     """An inference server answered with an error or not at all.
 
@@ -101,3 +142,9 @@ class PermanentStorageError(StorageError):
     Never retriable: the message names the bucket or key and what to do."""
 
     retriable = False
+
+
+class LayoutError(InputError):
+    """An S3 key or body line that is not in kafkagen's layout (``sinks/layout.py``): another
+    tool's object under the sink's prefix, or a damaged one. Never retriable: the message names
+    the key or line."""

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -93,6 +93,31 @@ async def topic_partitions(settings: KafkaSettings, topic: str, *, timeout_s: fl
         finally:
             await admin.close()
     return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
+
+
+async def end_offsets(
+    settings: KafkaSettings, topic: str, *, partitions: list[int] | None = None, timeout_s: float = 30.0
+) -> dict[int, int]:
+    """Partition → end offset of ``topic`` for a read_committed reader: the last stable offset,
+    so records of open or aborted transactions past it are not counted (``KafkaConsumer``
+    ``isolation_level``, aiokafka 0.14). ``partitions`` defaults to all of the topic's
+    (:func:`topic_partitions`); a missing topic gives ``{}``.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    if partitions is None:
+        partitions = await topic_partitions(settings, topic, timeout_s=timeout_s)
+    if not partitions:
+        return {}
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings, group_id=None))
+    async with asyncio.timeout(timeout_s):
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        finally:
+            await consumer.stop()
+    return {tp.partition: offset for tp, offset in ends.items()}
 
 
 def unreachable_message(settings: KafkaSettings, exc: BaseException) -> str:

@@ -28,6 +28,32 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
+from streams.errors import RecordDecodeError
+
+__all__ = [
+    "MAX_ERROR_ID_CHARS",
+    "SCHEMA_VERSION",
+    "AnyRecord",
+    "CompletionRecord",
+    "ErrorRecord",
+    "ErrorStage",
+    "FinishReason",
+    "GenerationParams",
+    "ProgressRecord",
+    "PromptMetadata",
+    "PromptRecord",
+    "RecordDecodeError",
+    "RecordT",
+    "SourceOffset",
+    "Timings",
+    "Usage",
+    "decode",
+    "encode",
+    "fit_error",
+    "key_of",
+    "prompt_identity",
+]
+
 SCHEMA_VERSION: Final = 1
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort", "content_filter", "function_call"]
@@ -231,10 +257,6 @@ _encoder = msgspec.json.Encoder()
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
     cls: msgspec.json.Decoder(cls) for cls in (PromptRecord, CompletionRecord, ErrorRecord, ProgressRecord)
 }
-
-
-class RecordDecodeError(ValueError):
-    """Bytes that are not a valid record of the expected type. The message says which field is wrong."""
 
 
 def encode(record: AnyRecord) -> bytes:

@@ -24,8 +24,8 @@ def cs(settings: Settings) -> Settings:
             "down_after_failures": 3,
             "down_grace_s": 3.0,
             "hang_timeout_s": 4.0,
-            "backoff_initial_s": 0.1,
-            "backoff_max_s": 0.5,
+            "retry_initial_s": 0.1,
+            "retry_max_s": 0.5,
             "shutdown_deadline_s": 10.0,
         }
     )

@@ -1,0 +1,93 @@
+"""The one retry policy of kafkagen: capped exponential backoff, keyed on ``.retriable``.
+
+Whether an error is worth retrying is said by the error itself: every kafkagen error carries
+``retriable`` on its class (:mod:`streams.errors`), as aiokafka's ``KafkaError`` does
+(``aiokafka/errors.py``, aiokafka 0.14). :func:`retriable` reads that attribute; timeouts and
+dropped connections count as retriable too. :func:`retry` repeats a call until it succeeds or
+fails in a way retrying cannot fix; :class:`Backoff` gives the waits, for loops that retry on
+their own schedule (the consumer's per-prompt retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = ["Backoff", "retriable", "retry"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter ("full jitter" halved: uniform in [d/2, d]), in seconds.
+
+    ``delay(1)`` is the wait after the first failure: ``initial_s``; each further attempt doubles
+    it up to ``max_s``. Jitter spreads the retries of many callers so a recovering server is not
+    hit by all of them at once (AWS Architecture Blog, "Exponential Backoff and Jitter").
+    """
+
+    initial_s: float = 1.0
+    max_s: float = 60.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the ``attempt``-th failure (1-based).
+
+        Raises:
+            ValueError: ``attempt`` < 1.
+        """
+        if attempt < 1:
+            raise ValueError(f"attempt is 1-based, got {attempt}")
+        ceiling = min(self.max_s, self.initial_s * 2.0 ** min(attempt - 1, 64))
+        return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether doing the same thing again may succeed: ``exc.retriable`` when the error says
+    (kafkagen and aiokafka errors), else ``True`` only for timeouts and dropped connections."""
+    flag = getattr(exc, "retriable", None)
+    if isinstance(flag, bool):
+        return flag
+    return isinstance(exc, TimeoutError | ConnectionError)
+
+
+async def retry(
+    what: str,
+    call: Callable[[], Awaitable[T]],
+    *,
+    backoff: Backoff,
+    log: logging.Logger | None,
+    is_retriable: Callable[[BaseException], bool] = retriable,
+    on_failure: Callable[[BaseException, int, float], None] | None = None,
+    rng: random.Random | None = None,
+) -> T:
+    """Await ``call()`` until it returns, waiting ``backoff`` between failures; retries forever.
+
+    Each retried failure is logged at WARNING with ``what``, the attempt number and the wait (unless
+    ``log`` is ``None``: the caller logs in ``on_failure``), and passed to
+    ``on_failure(exc, attempt, wait_s)`` before the wait (a failure counter, a throttled log; raising
+    there stops the retries with that error). Cancellation stops the waiting at once.
+
+    Raises:
+        Exception: the first error ``is_retriable`` rejects, unchanged, or what ``on_failure`` raises.
+    """
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            attempt += 1
+            wait = backoff.delay(attempt, rng)
+            if on_failure is not None:
+                on_failure(exc, attempt, wait)
+            if log is not None:
+                log.warning("%s failed (attempt %d): %r; retrying in %.1f s", what, attempt, exc, wait)
+            await asyncio.sleep(wait)
