@@ -48,7 +48,9 @@ class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        """aiokafka: ``revoked`` are taken away (every partition: aiokafka is eager)."""
         await self.owner.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        """aiokafka: ``assigned`` is the new assignment."""
         await self.owner.on_assigned(assigned)
