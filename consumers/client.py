@@ -6,38 +6,51 @@ consumer's in-flight window. aiohttp, not httpx: httpcore 1.0's pool scans every
 each request event (``AsyncConnectionPool._assign_requests_to_connections``), which took 71% of
 a consumer's CPU at 200 completions/s with 68 connections (py-spy; BENCHMARKS.md, "Rate matrix").
 
-Facts used here come from docs/sglang.md (SGLang 0.5.x source): endpoints, the
-``reasoning_content`` split, ``usage.reasoning_tokens``, ``rid``, ``chat_template_kwargs``, and
-the error classes:
-
-==========================================  ============================================
-server answer                               class
-==========================================  ============================================
-400, 404, 413, 422                          :class:`FatalRequestError` (dead-letter at once)
-408, 429, 5xx (503 queue full, 500), abort  :class:`RetriableServerError` (backoff, retry)
-connect/read errors, timeouts               :class:`RetriableServerError`, ``status=None``
-==========================================  ============================================
+Facts used here come from docs/sglang.md (SGLang 0.5.x source): endpoints, ``rid``, the
+discovery fields. What the answers mean (the chat completion and its error classes, ``/metrics``,
+``/server_info``) is parsed in :mod:`consumers.sglang`; the request body is built in
+:mod:`consumers.requests`. Transport failures (connect/read errors, timeouts) are
+:class:`RetriableServerError` with ``status=None``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
 import msgspec
-from prometheus_client.parser import text_string_to_metric_families
 
+from consumers.requests import chat_request_body, request_id
+from consumers.sglang import (
+    ChatResult,
+    ServerLoad,
+    int_or_none,
+    parse_chat_answer,
+    parse_load,
+    sglang_running_limit,
+)
 from streams.config import GenerationSettings
-from streams.errors import FatalRequestError, RetriableServerError, ServerError
-from streams.records import PromptRecord, Usage
+from streams.errors import RetriableServerError
+from streams.records import PromptRecord
+
+__all__ = [
+    "ChatResult",
+    "ServerClient",
+    "ServerInfo",
+    "ServerKind",
+    "ServerLoad",
+    "parse_load",
+    "request_id",
+    "sglang_running_limit",
+]
+"""``ChatResult``, ``ServerLoad``, ``parse_load``, ``sglang_running_limit`` (:mod:`consumers.sglang`)
+and ``request_id`` (:mod:`consumers.requests`) are re-exported for existing callers."""
 
 ServerKind = Literal["sglang", "llama.cpp", "openai"]
 
-_FATAL_STATUSES = frozenset({400, 404, 413, 422})
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 """what a request raises when the server cannot be reached or does not answer in time."""
 
@@ -72,46 +85,6 @@ class ServerInfo:
     version: str | None = None
     max_total_num_tokens: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class ServerLoad:
-    """Running and waiting requests as the server's ``/metrics`` reports them, summed over its
-    data-parallel ranks, and the KV-cache usage (fraction 0..1 of the fullest rank's pool; None
-    when the server does not report it)."""
-
-    running: int
-    queued: int
-    token_usage: float | None = None
-
-
-@dataclass(frozen=True)
-class ChatResult:
-    """One chat completion as the server returned it. Lengths in tokens, latency in seconds."""
-
-    content: str
-    reasoning_content: str | None
-    tool_calls: list[dict[str, Any]] | None
-    finish_reason: str
-    usage: Usage
-    model: str
-    latency_s: float
-
-
-def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:
-    """SGLang's request id (``rid``) for the ``send``-th send (1-based) of attempt ``attempt`` of
-    prompt ``prompt_id`` in run ``run_id`` (``send`` < 2**32): ``kg-<40 hex digits>-<send as 8 hex
-    digits>``.
-
-    Deterministic, so a consumer restarted after a crash sends the same rid as its predecessor
-    and SGLang refuses a duplicate still in flight. Fixed length, so no rid is a prefix of
-    another: SGLang aborts every request whose rid *starts with* the rid it aborts, on
-    ``/abort_request`` and on a client disconnect (docs/sglang.md, "Errors and overload"); with
-    the raw id in the rid, aborting ``run-p1-0-1`` would also abort ``run-p1-0-10`` and
-    ``run-p1-0-1-0-1``.
-    """
-    digest = hashlib.blake2b(msgspec.json.encode([run_id, prompt_id, attempt]), digest_size=20)
-    return f"kg-{digest.hexdigest()}-{send:08x}"
 
 
 class ServerClient:
@@ -255,7 +228,7 @@ class ServerClient:
     async def _read_info(self, kind: ServerKind) -> ServerInfo:
         models = await self._get_json("/v1/models")
         cards = [m for m in models.get("data", []) if isinstance(m, dict)]
-        max_model_len = _int_or_none(cards[0].get("max_model_len")) if cards else None
+        max_model_len = int_or_none(cards[0].get("max_model_len")) if cards else None
         if kind == "sglang":
             server = await self._get_json("/server_info", "/get_server_info")
             model = await self._get_json("/model_info", "/get_model_info")
@@ -267,9 +240,9 @@ class ServerClient:
                 kind=kind,
                 model=str(name or self.generation.model),
                 max_running_requests=sglang_running_limit(server),
-                context_length=max_model_len or _int_or_none(server.get("context_length")),
+                context_length=max_model_len or int_or_none(server.get("context_length")),
                 version=server.get("version"),
-                max_total_num_tokens=_int_or_none(server.get("max_total_num_tokens")),
+                max_total_num_tokens=int_or_none(server.get("max_total_num_tokens")),
                 raw={"server_info": server, "model_info": model, "models": models},
             )
         props = await self._get_json("/props") if kind == "llama.cpp" else {}
@@ -279,8 +252,8 @@ class ServerClient:
             url=self.base_url,
             kind=kind,
             model=str(names[0] if names and names[0] else props.get("model_alias") or self.generation.model),
-            max_running_requests=_int_or_none(props.get("total_slots")),
-            context_length=_int_or_none(n_ctx) or max_model_len,
+            max_running_requests=int_or_none(props.get("total_slots")),
+            context_length=int_or_none(n_ctx) or max_model_len,
             version=props.get("build_info"),
             raw={"props": props, "models": models},
         )
@@ -324,33 +297,16 @@ class ServerClient:
 
     # -- generation ---------------------------------------------------------------------------
     def request_body(self, prompt: PromptRecord, rid: str) -> dict[str, Any]:
-        """The ``/v1/chat/completions`` body: configured defaults, then the record's overrides.
+        """The ``/v1/chat/completions`` body (:func:`consumers.requests.chat_request_body`):
+        configured defaults, then the record's overrides, for the model discovery found.
 
         ``rid`` is SGLang's request id (deterministic per prompt and attempt, so a retry after a
         crash never collides with a request still running elsewhere); other servers ignore it.
         """
-        g = self.generation
-        body: dict[str, Any] = {
-            "model": self.info.model if self.info else g.model,
-            "messages": prompt.messages,
-            "max_tokens": g.max_tokens,
-            "temperature": g.temperature,
-            "top_p": g.top_p,
-            "chat_template_kwargs": dict(g.chat_template_kwargs),
-            "separate_reasoning": g.separate_reasoning,
-            "rid": rid,
-            "stream": False,
-        }
-        if prompt.tools:
-            body["tools"] = prompt.tools
-        overrides = prompt.params.as_request_fields()
-        if "chat_template_kwargs" in overrides:
-            body["chat_template_kwargs"].update(overrides.pop("chat_template_kwargs"))
-        body.update(overrides)
-        return body
+        return chat_request_body(prompt, rid, self.generation, model=self.info.model if self.info else None)
 
     async def chat(self, body: dict[str, Any]) -> ChatResult:
-        """Send one chat completion and parse the answer.
+        """Send one chat completion and parse the answer (:func:`consumers.sglang.parse_chat_answer`).
 
         Raises:
             FatalRequestError: 400/404/413/422 (invalid request, prompt longer than the context,
@@ -365,130 +321,10 @@ class ServerClient:
             raise RetriableServerError(f"{self.base_url}: timeout ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:
             raise RetriableServerError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
-        latency = time.monotonic() - started
-        if status != 200:
-            detail = content[:500].decode("utf-8", "replace")
-            cls: type[ServerError] = FatalRequestError if status in _FATAL_STATUSES else RetriableServerError
-            raise cls(f"{self.base_url}: HTTP {status}: {detail}", status=status)
-        try:
-            data = msgspec.json.decode(content, type=_ChatResponse)
-            choice = data.choices[0]
-        except (msgspec.DecodeError, IndexError) as exc:
-            raise RetriableServerError(
-                f"{self.base_url}: malformed chat completion: {exc}", status=200
-            ) from None
-        if choice.finish_reason == "abort":
-            raise RetriableServerError(f"{self.base_url}: request aborted by the server", status=200)
-        usage = data.usage or _UsageWire()
-        details = usage.completion_tokens_details or {}
-        prompt_details = usage.prompt_tokens_details or {}
-        reasoning = choice.message.reasoning_content
-        return ChatResult(
-            content=choice.message.content or "",
-            reasoning_content=reasoning or None,
-            tool_calls=choice.message.tool_calls or None,
-            finish_reason=choice.finish_reason or "stop",
-            usage=Usage(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                reasoning_tokens=usage.reasoning_tokens or int(details.get("reasoning_tokens") or 0),
-                cached_tokens=_int_or_none(prompt_details.get("cached_tokens")),
-            ),
-            model=data.model or body.get("model", ""),
-            latency_s=latency,
+        return parse_chat_answer(
+            status,
+            content,
+            base_url=self.base_url,
+            latency_s=time.monotonic() - started,
+            requested_model=body.get("model", ""),
         )
-
-
-def sglang_running_limit(server_info: dict[str, Any]) -> int | None:
-    """The number of requests an SGLang server runs at once, from its ``/server_info``.
-
-    The sum over data-parallel ranks of ``internal_states[i].effective_max_running_requests_per_dp``
-    (what each rank's scheduler really uses, automatic defaults included); the top-level
-    ``max_running_requests`` only when no rank reports it (it is the command-line value, null by
-    default). SGLang 0.5.20/0.5.23 ``entrypoints/http_server.py`` ``server_info``,
-    ``managers/scheduler.py`` ``get_internal_state``; docs/sglang.md, "Discovery".
-    """
-    states = server_info.get("internal_states")
-    per_rank = [
-        _int_or_none(state.get("effective_max_running_requests_per_dp"))
-        for state in (states if isinstance(states, list) else [])
-        if isinstance(state, dict)
-    ]
-    if per_rank and all(n is not None and n > 0 for n in per_rank):
-        return sum(n for n in per_rank if n is not None)
-    return _int_or_none(server_info.get("max_running_requests"))
-
-
-_LOAD_SERIES = (
-    ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
-    ("llamacpp:requests_processing", "llamacpp:requests_deferred", None),
-)
-
-
-def parse_load(text: str) -> ServerLoad | None:
-    """Running/queued requests and KV-cache usage from a ``/metrics`` body (Prometheus text).
-
-    SGLang exports one series per scheduler: labels ``dp_rank`` (data parallel; different
-    requests), ``tp_rank``/``pp_rank``/``moe_ep_rank`` (the same requests, reported by several
-    ranks only with ``--enable-metrics-for-all-schedulers``) and, with
-    ``--enable-priority-scheduling``, ``priority``: the total under ``priority=""`` beside one
-    series per priority value. So: per-priority series are skipped, the ranks of one DP rank
-    count once (their largest value), DP ranks are summed; token usage is the largest over ranks
-    (the bottleneck pool). SGLang 0.5.20 ``observability/metrics_collector.py``
-    (``_log_gauge_queue_count``, the scheduler collector's labels). llama.cpp:
-    ``llamacpp:requests_processing`` / ``requests_deferred``.
-
-    Returns None when the text is not Prometheus text or has none of these series.
-    """
-    values: dict[str, dict[str, float]] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.labels.get("priority", "") != "":
-                    continue  # a per-priority breakdown of the total beside it
-                dp = sample.labels.get("dp_rank", "")
-                ranks = values.setdefault(sample.name, {})
-                ranks[dp] = max(ranks.get(dp, sample.value), sample.value)
-    except ValueError:  # not Prometheus text (a proxy's error page, a truncated body)
-        return None
-    for running_name, queued_name, usage_name in _LOAD_SERIES:
-        if running_name in values:
-            usage = values.get(usage_name or "", {})
-            return ServerLoad(
-                running=int(sum(values[running_name].values())),
-                queued=int(sum(values.get(queued_name, {}).values())),
-                token_usage=max(usage.values()) if usage else None,
-            )
-    return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-class _MessageWire(msgspec.Struct):
-    content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-
-
-class _ChoiceWire(msgspec.Struct):
-    message: _MessageWire
-    finish_reason: str | None = None
-
-
-class _UsageWire(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int | None = None
-    completion_tokens_details: dict[str, Any] | None = None
-    prompt_tokens_details: dict[str, Any] | None = None
-
-
-class _ChatResponse(msgspec.Struct):
-    choices: list[_ChoiceWire]
-    model: str | None = None
-    usage: _UsageWire | None = None

@@ -1,4 +1,4 @@
-"""Server health verdicts and the retry backoff: pure policy, no I/O.
+"""Server health verdicts: pure policy, no I/O. (The retry backoff is :class:`streams.retry.Backoff`.)
 
 A consumer owns one server. It must stop sending when that server is down or hung (so
 prompts do not burn their bounded retries on a dead server), keep watching it, resume when
@@ -23,8 +23,9 @@ Times are seconds from any monotonic clock, passed in by the caller.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
+
+__all__ = ["HealthConfig", "ServerHealth"]
 
 
 @dataclass(frozen=True)
@@ -94,23 +95,3 @@ class ServerHealth:
     def should_leave(self, now: float) -> bool:
         """True when the server has been down for longer than ``down_grace_s`` seconds."""
         return self.down_since is not None and now - self.down_since >= self.config.down_grace_s
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter ("full jitter" halved: uniform in [d/2, d]), in seconds.
-
-    ``delay(1)`` is the wait after the first failure: ``initial_s``; each further attempt doubles
-    it up to ``max_s``. Jitter spreads retries of many prompts so a recovering server is not hit
-    by all of them at once.
-    """
-
-    initial_s: float = 1.0
-    max_s: float = 60.0
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after the ``attempt``-th failed send (1-based)."""
-        if attempt < 1:
-            raise ValueError(f"attempt is 1-based, got {attempt}")
-        ceiling = min(self.max_s, self.initial_s * 2.0 ** (attempt - 1))
-        return (rng or random).uniform(ceiling / 2, ceiling)

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from consumers.client import ChatResult, ServerClient, parse_load, sglang_running_limit
+from consumers.client import ChatResult, ServerClient
+from consumers.sglang import parse_load, sglang_running_limit
 from consumers.window import WindowConfig, WindowPolicy
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from consumers.health import Backoff, HealthConfig, ServerHealth
+from consumers.health import HealthConfig, ServerHealth
+from streams.retry import Backoff
 
 
 def test_down_after_consecutive_failures_and_up_again() -> None:
@@ -41,6 +42,8 @@ def test_mark_down_keeps_the_first_time() -> None:
 
 
 def test_backoff_doubles_with_jitter_and_caps() -> None:
+    """The consumer's retry waits (:class:`streams.retry.Backoff`, which it uses since it left
+    consumers.health)."""
     b = Backoff(initial_s=1, max_s=8)
     rng = random.Random(7)
     for attempt, ceiling in [(1, 1), (2, 2), (3, 4), (4, 8), (5, 8), (10, 8)]:

@@ -1,0 +1,240 @@
+"""Writing a prompt's result: its :class:`CompletionRecord` on the completions topic or its
+:class:`ErrorRecord` on the dead-letter topic, through the consumer's idempotent producer.
+
+Each write waits for the broker's acknowledgement (acks=all) and is retried through Kafka
+outages for as long as they last: the record is never dropped, and its prompt's offset is not
+committed meanwhile (the caller's ``finish`` runs only after the acknowledgement). A result too
+large for a Kafka record (``kafka.max_message_bytes``) becomes a dead letter instead; a dead
+letter is trimmed to fit (:func:`streams.records.fit_error`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+
+from consumers.dead_letters import DeadLetters, source_of
+from consumers.jobs import Job
+from consumers.metrics import ConsumerMetrics, ConsumerStats
+from consumers.quality import quality_flags
+from consumers.requests import last_user_text, record_params, thinking_requested
+from consumers.sglang import ChatResult
+from streams.config import Settings
+from streams.kafka import KafkaOutage
+from streams.records import (
+    MAX_ERROR_ID_CHARS,
+    CompletionRecord,
+    ErrorRecord,
+    PromptRecord,
+    Timings,
+    encode,
+    fit_error,
+    key_of,
+)
+from streams.retry import Backoff, retry
+
+__all__ = ["Emitter", "completion_record", "kafka_outage"]
+
+log = logging.getLogger("kafkagen.generate")
+
+
+def kafka_outage(exc: BaseException) -> bool:
+    """Whether a failed produce is to be waited out: any aiokafka error but a record too large.
+
+    Not ``exc.retriable`` (:func:`streams.retry.retriable`): aiokafka 0.14 marks
+    ``KafkaTimeoutError``, what a produce raises while no broker answers, as not retriable
+    (``aiokafka/errors.py``), yet the outage passes and the record must not be dropped.
+    """
+    return isinstance(exc, KafkaError) and not isinstance(exc, MessageSizeTooLargeError)
+
+
+def completion_record(
+    job: Job,
+    prompt: PromptRecord,
+    body: dict[str, Any],
+    result: ChatResult,
+    sent_at: float,
+    *,
+    run_id: str,
+    server: str,
+    consumer: str,
+) -> CompletionRecord:
+    """The completion of ``prompt`` (``job``'s record): the server's ``result`` for the request
+    ``body`` sent at ``sent_at`` (Unix seconds), with its quality flags (:mod:`consumers.quality`)
+    and timings in seconds; ``consumer`` is the writer's instance id."""
+    flags = quality_flags(
+        content=result.content,
+        reasoning_content=result.reasoning_content,
+        finish_reason=result.finish_reason,
+        tool_calls=result.tool_calls,
+        tools_offered=bool(prompt.tools),
+        thinking_requested=thinking_requested(body),
+        prompt_text=last_user_text(prompt),
+    )
+    return CompletionRecord(
+        id=prompt.id,
+        run_id=run_id,
+        attempt=prompt.attempt,
+        prompt=prompt,
+        content=result.content,
+        reasoning_content=result.reasoning_content,
+        tool_calls=result.tool_calls,
+        finish_reason=result.finish_reason,
+        usage=result.usage,
+        timings=Timings(
+            queued_s=max(0.0, sent_at - job.fetched_at),
+            latency_s=result.latency_s,
+            started_at=sent_at,
+            finished_at=sent_at + result.latency_s,
+        ),
+        server=server,
+        model=result.model,
+        params=record_params(body),
+        quality=flags,
+        source=source_of(job.record),
+        consumer=consumer,
+    )
+
+
+class Emitter:
+    """Writes one consumer's completions and dead letters, then calls ``finish(job)``.
+
+    Args:
+        settings: ``run_id``, ``kafka.max_message_bytes`` (bytes).
+        completions_topic, errors_topic: where results go.
+        server_url, instance_id: recorded in each completion (``server``, ``consumer``).
+        dead_letters: builds the dead letters.
+        kafka: the outage tracker (one warning and a reminder every 30 s, not a line per record).
+        backoff, rng: the waits between produce attempts (seconds).
+        metrics, stats: counted after each write.
+        finish: called once a job's result is acknowledged (its offset may be committed).
+
+    ``producer`` is set by the consumer once started.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        completions_topic: str,
+        errors_topic: str,
+        server_url: str,
+        instance_id: str,
+        dead_letters: DeadLetters,
+        kafka: KafkaOutage,
+        backoff: Backoff,
+        rng: random.Random,
+        metrics: ConsumerMetrics,
+        stats: ConsumerStats,
+        finish: Callable[[Job], None],
+    ) -> None:
+        self.settings = settings
+        self.completions_topic = completions_topic
+        self.errors_topic = errors_topic
+        self.server_url = server_url
+        self.instance_id = instance_id
+        self.dead_letters = dead_letters
+        self.kafka = kafka
+        self.backoff = backoff
+        self.rng = rng
+        self.metrics = metrics
+        self.stats = stats
+        self.finish = finish
+        self.producer: AIOKafkaProducer | None = None
+
+    async def completion(
+        self, job: Job, prompt: PromptRecord, body: dict[str, Any], result: ChatResult, sent_at: float
+    ) -> None:
+        """Write ``prompt``'s completion (:func:`completion_record`), or its dead letter when the
+        completion does not fit a Kafka record."""
+        completion = completion_record(
+            job,
+            prompt,
+            body,
+            result,
+            sent_at,
+            run_id=self.settings.run_id,
+            server=self.server_url,
+            consumer=self.instance_id,
+        )
+        value = encode(completion)
+        if len(value) > self.value_budget(prompt.id):
+            too_large = MessageSizeTooLargeError(
+                f"the completion is {len(value)} bytes, over kafka.max_message_bytes "
+                f"({self.settings.kafka.max_message_bytes}); raise it (KAFKAGEN_KAFKA__MAX_MESSAGE_BYTES) "
+                "and re-generate this prompt"
+            )
+            await self.failure(job, prompt, too_large, 1)
+            return
+        try:
+            await self.produce(self.completions_topic, prompt.id, value)
+        except MessageSizeTooLargeError as exc:
+            await self.failure(job, prompt, exc, 1)
+            return
+        self.stats.completions += 1
+        self.metrics.completions.labels(result.finish_reason).inc()
+        self.metrics.tokens.inc(result.usage.completion_tokens)
+        for flag in completion.quality:
+            self.metrics.quality.labels(flag).inc()
+        self.finish(job)
+
+    async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:
+        """Dead-letter ``prompt``, failed for good with ``exc`` after ``attempts`` sends."""
+        await self.error(job, self.dead_letters.failed(job.record, prompt, exc, attempts))
+
+    async def error(self, job: Job, error: ErrorRecord) -> None:
+        """Write ``error`` (trimmed to fit a Kafka record, :func:`streams.records.fit_error`) to the
+        dead-letter topic, then let the offset be committed."""
+        error = fit_error(error, self.value_budget(error.id))
+        await self.produce(self.errors_topic, error.id, encode(error))
+        self.stats.errors += 1
+        self.metrics.errors.labels(error.error_type).inc()
+        log.warning(
+            "dead-lettered %s (partition %s offset %s): %s",
+            error.id[:200],
+            job.record.partition,
+            job.record.offset,
+            error.message[:200],
+        )
+        self.finish(job)
+
+    def value_budget(self, record_id: str) -> int:
+        """Bytes a record value may have: the record limit less its key and framing (an error
+        record's id, its key, is cut to :data:`streams.records.MAX_ERROR_ID_CHARS` first)."""
+        key = key_of(record_id[:MAX_ERROR_ID_CHARS])
+        return self.settings.kafka.max_message_bytes - 4 * len(key) - 1024
+
+    async def produce(self, topic: str, record_id: str, value: bytes) -> None:
+        """Send and wait for the broker's acknowledgement (acks=all); wait out Kafka outages
+        (:func:`kafka_outage`) forever with backoff: the record is never dropped and its offset
+        is not committed meanwhile. The outage is one warning, a reminder every 30 s, the
+        ``kafkagen_kafka_up`` gauge and the status line (:class:`streams.kafka.KafkaOutage`), not
+        a line per record.
+
+        Raises:
+            MessageSizeTooLargeError: the record is over the producer's or the broker's limit.
+        """
+        producer = self.producer
+        assert producer is not None
+
+        async def send() -> None:
+            await producer.send_and_wait(topic, value=value, key=key_of(record_id))
+
+        def failed(exc: BaseException, attempt: int, wait_s: float) -> None:
+            self.kafka.failed(f"producing to {topic} failed: {exc}")
+
+        await retry(
+            f"producing to {topic}",
+            send,
+            backoff=self.backoff,
+            log=None,
+            is_retriable=kafka_outage,
+            on_failure=failed,
+            rng=self.rng,
+        )
+        self.kafka.ok()

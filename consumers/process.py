@@ -1,0 +1,170 @@
+"""One prompt's processing, from its started record to its completion or dead letter.
+
+The record is decoded (an undecodable one is dead-lettered), checked to belong to this run
+(:mod:`consumers.ownership`), then sent to the server until it answers, at most
+``max_attempts`` times by this consumer (outages included; a prompt fetched again after a
+rebalance, a leave or a crash counts anew). Retry decisions read the error's ``retriable``
+(:func:`streams.retry.retriable`): a retriable failure (:class:`RetriableServerError`: 408, 429,
+5xx, abort, transport) is sent again after a backoff; a fatal one (:class:`FatalRequestError`)
+is dead-lettered at once, except SGLang's "Duplicate request ID" (our earlier send of the same
+rid still runs there: docs/sglang.md), which is retried. Requests wait while the server is down,
+and are abandoned, as retriable failures, when it is declared hung (:mod:`consumers.server_watch`).
+Every prompt ends in a completion or a dead letter: whatever escapes the processing becomes one
+too, or its partition's commits would stop at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from consumers.client import ServerClient
+from consumers.dead_letters import DeadLetters
+from consumers.emit import Emitter
+from consumers.jobs import Job
+from consumers.metrics import ConsumerMetrics, ConsumerStats
+from consumers.ownership import foreign_prompt_reason
+from consumers.requests import request_id
+from consumers.server_watch import ServerWatch
+from consumers.sglang import ChatResult
+from consumers.window import WindowPolicy
+from streams.config import Settings
+from streams.errors import RecordDecodeError, RetriableServerError, ServerError
+from streams.records import PromptRecord, decode
+from streams.retry import Backoff, retriable
+
+__all__ = ["DUPLICATE_RID", "PromptRunner"]
+
+log = logging.getLogger("kafkagen.generate")
+
+DUPLICATE_RID = "Duplicate request ID"
+"""SGLang's 400 message for a ``rid`` already in flight (docs/sglang.md, "Errors and overload")."""
+
+
+class PromptRunner:
+    """Processes the prompts one consumer starts (:meth:`run`: one task per prompt).
+
+    Args:
+        settings: ``run_id``, ``replay_of`` and ``consumer.max_attempts``.
+        prompts_topic: the topic the prompts come from (for a foreign prompt's message).
+        client, server: the server's client and the consumer's view of its state.
+        window: the consumer's current in-flight window (fed with latencies and overloads).
+        emitter, dead_letters: write and build the results.
+        backoff, rng: the waits between sends (seconds).
+        metrics, stats: retries are counted here.
+        answered: called when the server's answer is in (the job holds no server slot).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        prompts_topic: str,
+        client: ServerClient,
+        server: ServerWatch,
+        window: Callable[[], WindowPolicy],
+        emitter: Emitter,
+        dead_letters: DeadLetters,
+        backoff: Backoff,
+        rng: random.Random,
+        metrics: ConsumerMetrics,
+        stats: ConsumerStats,
+        answered: Callable[[Job], None],
+    ) -> None:
+        self.settings = settings
+        self.prompts_topic = prompts_topic
+        self.client = client
+        self.server = server
+        self.window = window
+        self.emitter = emitter
+        self.dead_letters = dead_letters
+        self.backoff = backoff
+        self.rng = rng
+        self.metrics = metrics
+        self.stats = stats
+        self.answered = answered
+
+    async def run(self, job: Job) -> None:
+        """Process ``job``, and if anything escapes the processing, a dead letter saying what: a
+        prompt's task never ends without a completion or error record, or its partition would
+        be pinned. Cancellation (a revoke, a leave, the shutdown) is let through."""
+        try:
+            await self._process(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("prompt at partition %s offset %s failed unexpectedly", *job.key)
+            await self.emitter.error(job, self.dead_letters.unexpected(job.record, exc))
+
+    async def _process(self, job: Job) -> None:
+        record = job.record
+        try:
+            prompt = decode(record.value or b"", PromptRecord)
+        except RecordDecodeError as exc:
+            await self.emitter.error(job, self.dead_letters.undecodable(record, exc))
+            return
+        foreign = foreign_prompt_reason(self.settings, prompt, self.prompts_topic)
+        if foreign is not None:
+            await self.emitter.error(job, self.dead_letters.foreign(record, prompt, foreign))
+            return
+        attempts = 0
+        while True:
+            await self.server.ok.wait()
+            attempts += 1
+            rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, attempts)
+            body = self.client.request_body(prompt, rid)
+            sent_at = time.time()
+            sent_mono = time.monotonic()
+            try:
+                result = await self._send(body)
+            except ServerError as exc:
+                if retriable(exc):
+                    last = exc
+                elif DUPLICATE_RID in str(exc):  # our earlier send of this rid still runs there
+                    last = RetriableServerError(str(exc), status=exc.status)
+                else:
+                    self.server.record_success(time.monotonic())
+                    self.answered(job)
+                    await self.emitter.failure(job, prompt, exc, attempts)
+                    return
+            else:
+                self.server.record_success(time.monotonic())
+                self.window().observe_completion(result.latency_s, time.monotonic())
+                # the server's output rate counts at the answer: a Kafka stall is not a collapse
+                self.server.observe_output(time.monotonic(), result.usage.completion_tokens)
+                self.answered(job)
+                await self.emitter.completion(job, prompt, body, result, sent_at)
+                return
+            # a retriable failure
+            now = time.monotonic()
+            if last.status in (429, 503):
+                self.window().observe_overload(now)
+            self.server.record_failure(now, str(last), sent_at=sent_mono)
+            if attempts >= self.settings.consumer.max_attempts:
+                await self.emitter.failure(job, prompt, last, attempts)
+                return
+            self.stats.retries += 1
+            self.metrics.retries.inc()
+            await asyncio.sleep(self.backoff.delay(min(attempts, 30), self.rng))
+
+    async def _send(self, body: dict[str, Any]) -> ChatResult:
+        """One request, abandoned (as a retriable failure) if the server is declared hung."""
+        abandon = self.server.abandon
+        request = asyncio.ensure_future(self.client.chat(body))
+        waiter = asyncio.ensure_future(abandon.wait())
+        try:
+            done, _ = await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not request.done():
+                request.cancel()
+        if request in done:
+            return request.result()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        raise RetriableServerError(f"{self.server.server_url}: request abandoned: server hung")

@@ -1,0 +1,95 @@
+"""What the consumer sends for a prompt: SGLang's request id and the chat-completion request body
+(``POST /v1/chat/completions``), and what a completion record says about that request. Pure:
+no I/O.
+
+Request fields (``rid``, ``chat_template_kwargs``, ``separate_reasoning``) are SGLang's:
+docs/sglang.md; other OpenAI-compatible servers ignore the ones they do not know.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from streams.config import GenerationSettings
+from streams.records import PromptRecord
+
+__all__ = ["chat_request_body", "last_user_text", "record_params", "request_id", "thinking_requested"]
+
+_NOT_PARAMS = ("messages", "tools", "rid", "stream")
+"""request fields a completion record does not repeat in ``params``."""
+
+
+def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:
+    """SGLang's request id (``rid``) for the ``send``-th send (1-based) of attempt ``attempt`` of
+    prompt ``prompt_id`` in run ``run_id`` (``send`` < 2**32): ``kg-<40 hex digits>-<send as 8 hex
+    digits>``.
+
+    Deterministic, so a consumer restarted after a crash sends the same rid as its predecessor
+    and SGLang refuses a duplicate still in flight. Fixed length, so no rid is a prefix of
+    another: SGLang aborts every request whose rid *starts with* the rid it aborts, on
+    ``/abort_request`` and on a client disconnect (docs/sglang.md, "Errors and overload"); with
+    the raw id in the rid, aborting ``run-p1-0-1`` would also abort ``run-p1-0-10`` and
+    ``run-p1-0-1-0-1``.
+    """
+    digest = hashlib.blake2b(msgspec.json.encode([run_id, prompt_id, attempt]), digest_size=20)
+    return f"kg-{digest.hexdigest()}-{send:08x}"
+
+
+def chat_request_body(
+    prompt: PromptRecord, rid: str, generation: GenerationSettings, *, model: str | None = None
+) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body: the configured ``generation`` defaults, then the
+    record's overrides (``prompt.params``; its ``chat_template_kwargs`` are merged into the
+    defaults', not replacing them).
+
+    ``model`` is the served model name discovery found (default: ``generation.model``); ``rid``
+    is SGLang's request id (:func:`request_id`: deterministic per prompt and attempt, so a retry
+    after a crash never collides with a request still running elsewhere); other servers ignore
+    it. ``max_tokens`` is in tokens.
+    """
+    g = generation
+    body: dict[str, Any] = {
+        "model": g.model if model is None else model,
+        "messages": prompt.messages,
+        "max_tokens": g.max_tokens,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "chat_template_kwargs": dict(g.chat_template_kwargs),
+        "separate_reasoning": g.separate_reasoning,
+        "rid": rid,
+        "stream": False,
+    }
+    if prompt.tools:
+        body["tools"] = prompt.tools
+    overrides = prompt.params.as_request_fields()
+    if "chat_template_kwargs" in overrides:
+        body["chat_template_kwargs"].update(overrides.pop("chat_template_kwargs"))
+    body.update(overrides)
+    return body
+
+
+def record_params(body: dict[str, Any]) -> dict[str, Any]:
+    """The generation parameters a completion record keeps (``params``): the request ``body``
+    without its messages, tools, ``rid`` and ``stream``."""
+    return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
+
+
+def thinking_requested(body: dict[str, Any]) -> bool:
+    """Whether the request ``body`` asked for thinking (``chat_template_kwargs.enable_thinking``)."""
+    return bool((body.get("chat_template_kwargs") or {}).get("enable_thinking"))
+
+
+def last_user_text(prompt: PromptRecord) -> str | None:
+    """The text of the prompt's last user message (text parts joined by a space), or None."""
+    for message in reversed(prompt.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return None
+    return None

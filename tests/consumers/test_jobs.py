@@ -1,0 +1,110 @@
+"""The consumer's book of work (consumers.jobs): pure bookkeeping, no Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import ConsumerRecord
+
+from consumers.jobs import Job, JobBook
+
+
+def record(partition: int, offset: int) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(
+        topic="t.prompts",
+        partition=partition,
+        offset=offset,
+        timestamp=0,
+        timestamp_type=0,
+        key=b"k",
+        value=b"{}",
+        checksum=None,
+        serialized_key_size=1,
+        serialized_value_size=2,
+        headers=(),
+    )
+
+
+def no_task(job: Job) -> asyncio.Task[None]:
+    return None  # type: ignore[return-value]  # the book only stores it
+
+
+def test_accepted_records_are_buffered_once_and_started_round_robin() -> None:
+    book = JobBook(max_uncommitted=100)
+    for p, o in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]:
+        book.accept(record(p, o))
+    book.accept(record(0, 1))  # fetched again after a seek: already queued
+    assert book.waiting == 5 and book.tracker.assigned == {0, 1}
+    book.start_buffered(3, no_task)
+    assert sorted(book.jobs) == [(0, 0), (0, 1), (1, 0)]
+    assert book.in_flight == 3 and book.waiting == 2
+    book.start_buffered(5, no_task)
+    assert book.waiting == 0 and not book.buffered
+
+
+def test_a_record_past_its_span_waits_and_does_not_count_as_startable() -> None:
+    book = JobBook(max_uncommitted=2)
+    for o in range(3):
+        book.accept(record(0, o))
+    assert book.span_full(0)
+    book.start_buffered(10, no_task)
+    assert sorted(book.jobs) == [(0, 0), (0, 1)]
+    assert book.head_blocked(0) and book.startable() == 0 and book.waiting == 1
+
+
+def test_finished_jobs_move_the_commit_position_in_order() -> None:
+    book = JobBook(max_uncommitted=100)
+    for o in range(3):
+        book.accept(record(0, o))
+    book.start_buffered(3, no_task)
+    book.finish(book.jobs[(0, 1)])
+    assert book.committable() == {0: 0}
+    assert book.done_uncommitted == {0: {1}}
+    book.finish(book.jobs[(0, 0)])
+    assert book.committable() == {0: 2}
+    book.committed({0: 2})
+    assert book.done_uncommitted == {0: set()}
+    assert not book.commit_urgent()
+
+
+def test_a_revoked_job_becomes_an_orphan_that_the_refetched_record_adopts() -> None:
+    book = JobBook(max_uncommitted=100)
+    for o in range(3):
+        book.accept(record(0, o))
+    book.start_buffered(2, no_task)
+    book.finish(book.jobs[(0, 1)])  # done, not committable (offset 0 pending)
+    orphan = book.jobs[(0, 0)]
+    book.revoke({0})
+    assert not book.jobs and not book.buffered and book.tracker.assigned == frozenset()
+    assert book.orphans == {(0, 0): orphan} and book.finished_orphans == {(0, 1)}
+    assert book.assign({0}) == []
+    for o in range(3):
+        book.accept(record(0, o))
+    assert book.jobs == {(0, 0): orphan}  # adopted, not started again
+    assert book.finished_orphans == set()  # finished meanwhile: skipped, done
+    assert book.committable() == {0: 0} and book.waiting == 1
+
+
+def test_orphans_of_partitions_that_moved_away_are_handed_back_to_be_cancelled() -> None:
+    book = JobBook(max_uncommitted=100)
+    book.accept(record(0, 0))
+    book.accept(record(1, 0))
+    book.start_buffered(2, no_task)
+    book.revoke({0, 1})
+    gone = book.assign({1})
+    assert [job.key for job in gone] == [(0, 0)]
+    assert list(book.orphans) == [(1, 0)]
+    assert book.tracker.assigned == {1}
+
+
+def test_clear_forgets_all_work_and_reset_the_offsets() -> None:
+    book = JobBook(max_uncommitted=100)
+    book.accept(record(0, 0))
+    book.accept(record(0, 1))
+    book.start_buffered(1, no_task)
+    assert len(book.all_jobs()) == 1
+    book.clear()
+    assert not book.all_jobs() and book.waiting == 0
+    assert book.tracker.assigned == {0}
+    book.reset_offsets()
+    assert book.tracker.assigned == frozenset()

@@ -1,0 +1,65 @@
+"""The chat request of a prompt (consumers.requests): pure, no server."""
+
+from __future__ import annotations
+
+import re
+
+from consumers.requests import (
+    chat_request_body,
+    last_user_text,
+    record_params,
+    request_id,
+    thinking_requested,
+)
+from streams.config import GenerationSettings
+from streams.records import GenerationParams, PromptMetadata, PromptRecord
+from tests.helpers import make_prompt
+
+
+def test_the_body_has_the_defaults_then_the_records_overrides() -> None:
+    g = GenerationSettings(model="m", max_tokens=100, chat_template_kwargs={"enable_thinking": True, "x": 1})
+    prompt = PromptRecord(
+        id="p",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[{"type": "function", "function": {"name": "f"}}],
+        params=GenerationParams(max_tokens=7, chat_template_kwargs={"enable_thinking": False}),
+        metadata=PromptMetadata(source="t", line=1),
+    )
+    body = chat_request_body(prompt, "kg-1", g)
+    assert body["model"] == "m"
+    assert body["max_tokens"] == 7
+    assert body["chat_template_kwargs"] == {"enable_thinking": False, "x": 1}
+    assert g.chat_template_kwargs == {"enable_thinking": True, "x": 1}  # the defaults are not touched
+    assert body["tools"] == prompt.tools
+    assert body["rid"] == "kg-1" and body["stream"] is False
+    assert chat_request_body(prompt, "kg-1", g, model="served")["model"] == "served"
+    assert "tools" not in chat_request_body(make_prompt(1), "kg-1", g)
+
+
+def test_record_params_leave_out_the_conversation_and_transport_fields() -> None:
+    body = chat_request_body(make_prompt(1, max_tokens=5), "kg-1", GenerationSettings())
+    params = record_params(body)
+    assert not {"messages", "tools", "rid", "stream"} & params.keys()
+    assert params["max_tokens"] == 5
+    assert thinking_requested(body)
+    assert not thinking_requested({"chat_template_kwargs": None})
+    assert not thinking_requested({})
+
+
+def test_request_ids_are_deterministic_fixed_length_and_never_prefixes() -> None:
+    one = request_id("run", "p1", 0, 1)
+    assert one == request_id("run", "p1", 0, 1)
+    assert re.fullmatch(r"kg-[0-9a-f]{40}-[0-9a-f]{8}", one)
+    others = [request_id("run", "p1", 0, 10), request_id("run", "p1", 1, 1), request_id("run", "p10", 0, 1)]
+    assert all(len(o) == len(one) and o != one and not o.startswith(one) for o in others)
+
+
+def test_last_user_text() -> None:
+    def prompt(messages: list[dict[str, object]]) -> PromptRecord:
+        return PromptRecord(id="p", messages=messages, metadata=PromptMetadata(source="t", line=1))
+
+    assert last_user_text(prompt([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])) == "b"
+    parts = [{"type": "text", "text": "x"}, {"type": "image_url"}, {"type": "text", "text": "y"}]
+    assert last_user_text(prompt([{"role": "user", "content": parts}])) == "x  y"
+    assert last_user_text(prompt([{"role": "system", "content": "s"}])) is None
+    assert last_user_text(prompt([{"role": "user", "content": None}])) is None
