@@ -1,67 +1,54 @@
-"""The generation consumer's command line: ``python -m consumers.generate --server URL [--group G]
-[--instance-id ID] [--metrics-port P]`` plus any settings flag (:func:`main`)."""
+"""The generation consumer's command line: ``kafkagen generate`` (``python -m consumers.generate``)
+``--server URL [--group G] [--instance-id ID] [--metrics-port P]`` plus any settings flag.
+
+Exit status (:mod:`streams.cli`): 0 after a graceful stop (SIGTERM, SIGINT), 1 on a fatal error,
+2 on bad settings or a prompts topic of another run (``docs/runs.md``), 3 when Kafka cannot be
+reached at start (later outages are waited out).
+"""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
-import sys
 from collections.abc import Sequence
 
+import click
 from aiokafka.errors import KafkaError
-from prometheus_client import start_http_server
 
 from consumers.generate import GenerationConsumer
-from streams import logs
-from streams.config import Settings, check_server_url, load_settings
-from streams.errors import ForeignRunError, KafkagenError
-from streams.kafka import unreachable_message
+from streams.cli import command_settings, run_command, settings_options
+from streams.config import check_server_url
+from streams.errors import ConfigError
+from streams.kafka import kafka_unavailable
+from streams.metrics import serve_metrics
 
-__all__ = ["main", "tcp_port"]
+__all__ = ["generate", "main"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m consumers.generate --server URL [--group G] [--instance-id ID] [--metrics-port P]``
-    plus any settings flag (``--generation.max-tokens 8192``, ``--kafka.bootstrap-servers ...``).
-    Returns the exit status: 0 after a graceful stop, 1 on a fatal error, 2 on bad settings or a
-    prompts topic of another run (``docs/runs.md``), 3 when Kafka cannot be reached at start."""
-    parser = argparse.ArgumentParser(
-        prog="python -m consumers.generate",
-        description="Generation consumer: one per inference server (SGLang or OpenAI-compatible).",
-        epilog="Any setting can also be given as a flag, e.g. --generation.max-tokens 8192 "
-        "(see `python -m consumers.generate --settings-help`).",
-    )
-    parser.add_argument(
-        "--server", required=True, help="the inference server's base URL, e.g. http://127.0.0.1:30000"
-    )
-    parser.add_argument("--group", help="consumer group id (default: <consumer.group>.<run id>)")
-    parser.add_argument(
-        "--instance-id", help="static membership id (default: <hostname>-<server host>-<port>)"
-    )
-    parser.add_argument(
-        "--metrics-port", type=tcp_port, help="serve Prometheus metrics on 127.0.0.1:PORT (1-65535)"
-    )
-    parser.add_argument("--settings-help", action="store_true", help="list every settings flag")
-    args, rest = parser.parse_known_args(argv)
-    logs.configure()
+@click.command(
+    "generate",
+    help="Generation consumer: one per inference server (SGLang or OpenAI-compatible). Every setting is "
+    "a flag too, e.g. --generation.max-tokens 8192 (--settings-help).",
+)
+@click.option("--server", required=True, help="the inference server's base URL, e.g. http://127.0.0.1:30000")
+@click.option("--group", help="consumer group id (default: <consumer.group>.<run id>)")
+@click.option("--instance-id", help="static membership id (default: <hostname>-<server host>-<port>)")
+@click.option(
+    "--metrics-port", type=click.IntRange(1, 65535), help="serve Prometheus metrics on 127.0.0.1:PORT"
+)
+@settings_options("run_id", "replay_of")
+@click.pass_context
+def generate(
+    ctx: click.Context, server: str, group: str | None, instance_id: str | None, metrics_port: int | None
+) -> None:
+    settings = command_settings(ctx)
     try:
-        settings = load_settings(Settings, ["--help"] if args.settings_help else rest, prog=parser.prog)
-    except KafkagenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        check_server_url(args.server)
+        check_server_url(server)
     except ValueError as exc:
-        print(f"error: --server {exc}", file=sys.stderr)
-        return 2
-    worker = GenerationConsumer(settings, args.server, group=args.group, instance_id=args.instance_id)
-    if args.metrics_port:
-        try:
-            start_http_server(args.metrics_port, addr="127.0.0.1", registry=worker.metrics.registry)
-        except OSError as exc:
-            print(f"error: --metrics-port {args.metrics_port}: {exc}", file=sys.stderr)
-            return 2
+        raise ConfigError(f"--server {exc}") from None
+    worker = GenerationConsumer(settings, server, group=group, instance_id=instance_id)
+    if metrics_port:
+        serve_metrics(metrics_port, worker.metrics.registry)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -71,28 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         asyncio.run(run())
-    except ForeignRunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KafkagenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     except (KafkaError, TimeoutError) as exc:  # unreachable or silent at start; later outages are retried
-        print(unreachable_message(settings.kafka, exc), file=sys.stderr)
-        return 3
-    return 0
+        raise kafka_unavailable(settings.kafka, exc) from None
 
 
-def tcp_port(text: str) -> int:
-    """argparse type: a TCP port number (1-65535).
-
-    Raises:
-        argparse.ArgumentTypeError: ``text`` is not an integer in 1..65535.
-    """
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
-    return port
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m consumers.generate") -> int:
+    """Run one generation consumer until SIGTERM/SIGINT; returns the exit status (module docstring)."""
+    return run_command(generate, argv, prog=prog)
