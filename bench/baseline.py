@@ -52,7 +52,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from consumers.client import sglang_running_limit
+from consumers.sglang import sglang_running_limit
 
 __all__ = [
     "BaselineResult",

@@ -202,9 +202,9 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
     """CPU µs per record of each step of the producer's hot path, measured on ``path``'s first lines."""
     from aiokafka.codec import zstd_encode
 
-    from producers.formats import MappingOptions, parse_line
-    from producers.prompts import input_salt, partition_for
+    from producers.partitioning import input_salt, partition_for
     from streams.config import KeyBy, Settings
+    from streams.inputs import MappingOptions, parse_line
     from streams.records import encode, key_of
 
     with path.open("rb") as f:
@@ -240,7 +240,7 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
 
     return [
         (
-            "parse_line (JSON decode + normalise, producers/formats.py)",
+            "parse_line (JSON decode + normalise, streams/inputs/formats.py)",
             timed(
                 lambda: [
                     parse_line(raw, source="bench", line=n, options=options) for n, raw in enumerate(raws, 1)
@@ -351,7 +351,7 @@ def render(
             _wrap(
                 f"- What limits it is CPU: {cpu_us:.0f} µs per record in the producer, on two cores that "
                 "the broker and other jobs share. The table below splits a record's cost (measured in one "
-                "thread): parsing and normalising the row (producers/formats.py) is the largest part, then "
+                "thread): parsing and normalising the row (streams.inputs.formats) is the largest part, then "
                 "zstd, which aiokafka runs on the event loop thread. The producer parses in its reader "
                 "thread while the event loop compresses (the zstd binding releases the GIL), which only "
                 "pays when a core is free. Transactions are not the limit: transactional, "

@@ -28,7 +28,7 @@ module                         owns
 :mod:`streams.naming`          the progress key and the transactional id of an input
 =============================  ===============================================================
 
-``main`` is importable from here; ``input_salt`` and ``partition_for`` too, for ``bench/``.
+``main`` is importable from here.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from __future__ import annotations
 import sys
 
 from producers.cli import main
-from producers.partitioning import input_salt, partition_for
 
-__all__ = ["input_salt", "main", "partition_for"]
+__all__ = ["main"]
 
 if __name__ == "__main__":
     # The reader thread parses without ever blocking; a short GIL switch interval (default 5 ms)

@@ -32,7 +32,7 @@ import msgspec
 import zstandard
 
 from streams import naming
-from streams.errors import LayoutError as LayoutError  # raised here; callers may import it from here
+from streams.errors import LayoutError
 
 __all__ = [
     "FORMAT",

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sinks.layout import LayoutError, ObjectMeta, decode_line, iter_body_lines, parse_key
+from sinks.layout import ObjectMeta, decode_line, iter_body_lines, parse_key
 from sinks.pause import TestPause
-from streams.errors import ConfigError, KafkagenError, PermanentStorageError, StorageError
+from streams.errors import ConfigError, KafkagenError, LayoutError, PermanentStorageError, StorageError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

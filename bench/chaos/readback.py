@@ -20,8 +20,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocol
 
-from sinks.layout import LayoutError, ObjectMeta, decode_line, iter_body_lines, parse_key, run_prefix
+from sinks.layout import ObjectMeta, decode_line, iter_body_lines, parse_key, run_prefix
 from streams.config import Settings
+from streams.errors import LayoutError
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, topic_partitions
 
 if TYPE_CHECKING:

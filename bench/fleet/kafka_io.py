@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocol
 
-from producers.prompts import input_salt, partition_for
+from producers.partitioning import input_salt, partition_for
 from streams.config import KeyBy, Settings
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs, topic_partitions
 from streams.records import PromptRecord, encode, key_of

@@ -21,9 +21,9 @@ from sinks.export.expected import Expected
 from sinks.export.index import IdIndex
 from sinks.export.manifest import Tally, build_manifest
 from sinks.export.sources import list_sources, read_object
-from sinks.layout import LayoutError, run_prefix
+from sinks.layout import run_prefix
 from streams.config import Settings
-from streams.errors import ConfigError
+from streams.errors import ConfigError, LayoutError
 from streams.records import CompletionRecord, ErrorRecord, decode
 from streams.storage import s3_client
 

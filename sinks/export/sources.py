@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sinks.layout import LayoutError, Line, ObjectKey, ObjectMeta, decode_line, iter_body_lines, parse_key
+from sinks.layout import Line, ObjectKey, ObjectMeta, decode_line, iter_body_lines, parse_key
+from streams.errors import LayoutError
 from streams.records import PromptRecord
 
 if TYPE_CHECKING:

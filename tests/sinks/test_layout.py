@@ -7,7 +7,6 @@ import pytest
 import zstandard
 
 from sinks.layout import (
-    LayoutError,
     Line,
     ObjectKey,
     ObjectMeta,
@@ -21,6 +20,7 @@ from sinks.layout import (
     run_prefix,
     single_line_json,
 )
+from streams.errors import LayoutError
 
 
 def test_key_has_the_connect_layout_under_the_run_folder() -> None:

@@ -10,10 +10,10 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from sinks.batch import Batch
-from sinks.layout import LayoutError, ObjectMeta
+from sinks.layout import ObjectMeta
 from sinks.lines import record_line
 from sinks.store import ObjectStore, meta_from_body, permanent_error
-from streams.errors import ConfigError, PermanentStorageError, StorageError
+from streams.errors import ConfigError, LayoutError, PermanentStorageError, StorageError
 from streams.records import CompletionRecord
 
 
