@@ -249,7 +249,7 @@ def cost_breakdown(path: Path, lines: int = 20000) -> list[tuple[str, float]]:
         ),
         ("encode (msgspec)", timed(lambda: [encode(r) for r in records])),
         (
-            f"partition (default --key-by {default_key_by}, producers/prompts.py)",
+            f"partition (default --key-by {default_key_by}, producers/partitioning.py)",
             timed(partition_all(default_key_by)),
         ),
         ("partition --key-by id (murmur2, aiokafka, pure Python)", timed(partition_all("id"))),

@@ -142,7 +142,7 @@ class GenerationSettings(BaseModel):
 
 
 KeyBy = Literal["balanced", "id", "prefix"]
-"""How the prompt producer picks a record's partition (see :mod:`producers.prompts`)."""
+"""How the prompt producer picks a record's partition (see :mod:`producers.partitioning`)."""
 
 
 class ProducerSettings(BaseModel):

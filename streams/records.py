@@ -222,7 +222,7 @@ class ProgressRecord(_Record, frozen=True, kw_only=True):
     """The resume point of one input, the value on the compacted progress topic.
 
     Written in the same Kafka transaction as the records it accounts for; its key is the progress
-    key ``["<prompts topic>", "<run id>", "<input identity>"]`` (see :mod:`producers.prompts`).
+    key ``["<prompts topic>", "<run id>", "<input identity>"]`` (see :mod:`producers.progress`).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -243,7 +243,7 @@ class ProgressRecord(_Record, frozen=True, kw_only=True):
     done: bool = False
     """``line`` is the input's last line."""
     options: dict[str, Any] = {}
-    """the mapping options the records were made with (``producers.prompts.options_fingerprint``)."""
+    """the mapping options the records were made with (``producers.progress.options_fingerprint``)."""
     at: float = 0.0
     """Unix epoch seconds of the commit."""
 
