@@ -19,6 +19,7 @@ the same for every command (:mod:`streams.cli`).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -152,3 +153,7 @@ def run_main(argv: Sequence[str] | None = None, *, prog: str = "python -m launch
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``kafkagen`` console script; returns the exit status (:mod:`streams.cli`)."""
     return run_command(kafkagen, argv, prog="kafkagen")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

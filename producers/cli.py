@@ -27,7 +27,7 @@ from producers.badlines import BadLineReport
 from producers.publisher import publish
 from producers.results import RunResult
 from producers.transactions import quiet_abandoned_kafka_futures
-from streams.cli import ExitCode, command_settings, run_command, settings_options
+from streams.cli import ExitCode, command_settings, input_format_option, run_command, settings_options
 from streams.config import KeyBy
 from streams.errors import ConfigError, UnavailableError
 from streams.inputs import FormatName, MappingOptions, resolve_inputs
@@ -56,14 +56,7 @@ def _echo(message: str) -> None:
     "(unless --allow-bad), 2 usage or input error, 3 Kafka/S3 failure, 130 interrupted.",
 )
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE...")
-@click.option(
-    "--format",
-    "format_",
-    type=click.Choice([f.value for f in FormatName]),
-    default="auto",
-    show_default=True,
-    help="row format (streams/inputs/formats.py)",
-)
+@input_format_option("row format (streams/inputs/formats.py)")
 @click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt")
 @click.option("--id-field", metavar="NAME", help="the field holding the record id")
 @click.option("--system", metavar="TEXT", help="system prompt for rows that have none")

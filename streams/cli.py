@@ -44,12 +44,14 @@ from pydantic.fields import FieldInfo
 from streams import logs
 from streams.config import ENV_PREFIX, Settings, load_settings
 from streams.errors import ConfigError, InputError, KafkagenError, StackError, StorageError, UnavailableError
+from streams.inputs import FormatName
 
 __all__ = [
     "ExitCode",
     "command_settings",
     "exit_code",
     "flag_given",
+    "input_format_option",
     "log_level",
     "port",
     "run_command",
@@ -286,6 +288,19 @@ def command_settings(ctx: click.Context | None = None) -> Settings:
 def flag_given(ctx: click.Context, *path: str) -> bool:
     """Whether the settings flag for ``path`` (e.g. ``"run_id"``) was on the command line."""
     return tuple(path) in ctx.meta.get(_META, {})
+
+
+def input_format_option(help_text: str) -> Callable[[F], F]:
+    """The ``--format`` option of the commands that read prompt inputs (the value: a
+    :class:`streams.inputs.FormatName`, ``auto`` by default), passed as ``format_``."""
+    return click.option(
+        "--format",
+        "format_",
+        type=click.Choice([f.value for f in FormatName]),
+        default=FormatName.AUTO.value,
+        show_default=True,
+        help=help_text,
+    )
 
 
 def port(text: str | int) -> int:

@@ -21,7 +21,7 @@ from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
 from sinks.export.manifest import summary
 from sinks.store import storage_error
 from streams import naming
-from streams.cli import command_settings, run_command, settings_options
+from streams.cli import command_settings, input_format_option, run_command, settings_options
 from streams.errors import ConfigError
 from streams.inputs import FormatName, MappingOptions
 from streams.kafka import kafka_unavailable
@@ -60,14 +60,7 @@ __all__ = ["export_command", "main"]
     help="compare with the ids of these prompt inputs, read as the producer reads them (files, globs, "
     "'-', s3://bucket/key or glob; plain, .gz or .zst); repeatable",
 )
-@click.option(
-    "--format",
-    "format_",
-    type=click.Choice([f.value for f in FormatName]),
-    default="auto",
-    show_default=True,
-    help="--input format (streams/inputs/formats.py)",
-)
+@input_format_option("--input format (streams/inputs/formats.py)")
 @click.option("--prompt-field", help="--input dataset rows: the prompt field")
 @click.option("--id-field", help="--input: the field holding record ids")
 @click.option("--allow-missing", is_flag=True, help="exit 0 even when ids are missing")
