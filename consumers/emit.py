@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import MessageSizeTooLargeError
 
 from consumers.dead_letters import DeadLetters, source_of
 from consumers.jobs import Job
@@ -36,21 +36,11 @@ from streams.records import (
     fit_error,
     key_of,
 )
-from streams.retry import Backoff, retry
+from streams.retry import Backoff, kafka_outage, retry
 
-__all__ = ["Emitter", "completion_record", "kafka_outage"]
+__all__ = ["Emitter", "completion_record"]
 
 log = logging.getLogger("kafkagen.generate")
-
-
-def kafka_outage(exc: BaseException) -> bool:
-    """Whether a failed produce is to be waited out: any aiokafka error but a record too large.
-
-    Not ``exc.retriable`` (:func:`streams.retry.retriable`): aiokafka 0.14 marks
-    ``KafkaTimeoutError``, what a produce raises while no broker answers, as not retriable
-    (``aiokafka/errors.py``), yet the outage passes and the record must not be dropped.
-    """
-    return isinstance(exc, KafkaError) and not isinstance(exc, MessageSizeTooLargeError)
 
 
 def completion_record(
@@ -211,7 +201,7 @@ class Emitter:
 
     async def produce(self, topic: str, record_id: str, value: bytes) -> None:
         """Send and wait for the broker's acknowledgement (acks=all); wait out Kafka outages
-        (:func:`kafka_outage`) forever with backoff: the record is never dropped and its offset
+        (:func:`streams.retry.kafka_outage`) forever with backoff: the record is never dropped and its offset
         is not committed meanwhile. The outage is one warning, a reminder every 30 s, the
         ``kafkagen_kafka_up`` gauge and the status line (:class:`streams.kafka.KafkaOutage`), not
         a line per record.

@@ -55,7 +55,7 @@ from sinks.store import ObjectStore
 from sinks.topics import ensure_sink_topics, group_id, record_types
 from streams.config import Settings
 from streams.kafka import KafkaOutage, consumer_kwargs
-from streams.retry import Backoff, retry
+from streams.retry import Backoff, kafka_outage, retry
 from streams.storage import s3_client
 
 __all__ = ["SinkRunner"]
@@ -331,7 +331,11 @@ class SinkRunner:
             return committed
 
         return await retry(
-            f"reading the committed offset of {tp}", read, backoff=self._kafka_backoff, log=log
+            f"reading the committed offset of {tp}",
+            read,
+            backoff=self._kafka_backoff,
+            log=log,
+            is_retriable=kafka_outage,
         )
 
     async def _commit(self, part: PartitionState, offset: int) -> None:
@@ -365,7 +369,7 @@ class SinkRunner:
             return int(starts[tp])
 
         what = f"reading the first offset of {tp}"
-        return await retry(what, read, backoff=self._kafka_backoff, log=log)
+        return await retry(what, read, backoff=self._kafka_backoff, log=log, is_retriable=kafka_outage)
 
     async def _recover(self, part: PartitionState) -> None:
         """Find where the partition's objects end in S3 and seek there: S3 wins over the group's

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["Backoff", "retriable", "retry"]
+from aiokafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
+
+__all__ = ["Backoff", "kafka_outage", "retriable", "retry"]
 
 T = TypeVar("T")
 
@@ -48,11 +50,26 @@ class Backoff:
 
 def retriable(exc: BaseException) -> bool:
     """Whether doing the same thing again may succeed: ``exc.retriable`` when the error says
-    (kafkagen and aiokafka errors), else ``True`` only for timeouts and dropped connections."""
+    (kafkagen and aiokafka errors), else ``True`` only for timeouts and dropped connections.
+
+    A timeout is always retriable, aiokafka's ``KafkaTimeoutError`` included, although aiokafka
+    0.14 marks it ``retriable = False`` (``aiokafka/errors.py``): it is what a request raises while
+    no broker answers, and the broker comes back."""
+    if isinstance(exc, TimeoutError | ConnectionError | KafkaTimeoutError):
+        return True
     flag = getattr(exc, "retriable", None)
-    if isinstance(flag, bool):
-        return flag
-    return isinstance(exc, TimeoutError | ConnectionError)
+    return flag if isinstance(flag, bool) else False
+
+
+def kafka_outage(exc: BaseException) -> bool:
+    """Whether a failed Kafka call is waited out rather than given up: any aiokafka error but a
+    record too large (``MessageSizeTooLargeError`` never succeeds as it is).
+
+    Wider than :func:`retriable` on purpose: a process that must not drop a record (the
+    consumer's produce and commit, the sink's offset reads) waits out whatever Kafka answers,
+    a misconfiguration included, and says so in its log and status line, rather than exit.
+    """
+    return isinstance(exc, KafkaError) and not isinstance(exc, MessageSizeTooLargeError)
 
 
 async def retry(

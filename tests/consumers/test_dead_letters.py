@@ -7,13 +7,14 @@ from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 
 from consumers.dead_letters import FOREIGN_RUN_PROMPT, DeadLetters
-from consumers.emit import completion_record, kafka_outage
+from consumers.emit import completion_record
 from consumers.jobs import Job
 from consumers.requests import chat_request_body
 from consumers.sglang import ChatResult
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError, RetriableServerError
 from streams.records import PromptRecord, SourceOffset, Usage
+from streams.retry import kafka_outage
 from tests.helpers import make_prompt
 
 LETTERS = DeadLetters("run", "http://s")

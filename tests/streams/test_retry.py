@@ -74,3 +74,13 @@ async def test_retry_raises_the_first_error_that_retrying_cannot_fix() -> None:
     with pytest.raises(PermanentStorageError, match="no such bucket"):
         await retry("upload", call, backoff=Backoff(0.001, 0.002), log=None)
     assert calls == 2
+
+
+def test_a_kafka_timeout_is_retriable_and_any_kafka_error_but_a_too_large_record_is_waited_out() -> None:
+    from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, TopicAuthorizationFailedError
+
+    from streams.retry import kafka_outage
+
+    assert retriable(KafkaTimeoutError())  # aiokafka 0.14 says retriable = False
+    assert kafka_outage(KafkaTimeoutError()) and kafka_outage(TopicAuthorizationFailedError())
+    assert not kafka_outage(MessageSizeTooLargeError()) and not kafka_outage(TimeoutError())
