@@ -9,15 +9,17 @@ reference when there is one. The licenses and attribution are in ``data/README.m
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import click
+
+from streams.cli import run_command
 from streams.inputs import FormatName, MappingOptions, normalise
 
-__all__ = ["DATA", "DEMO_FILE", "draw", "main"]
+__all__ = ["DATA", "DEMO_FILE", "draw", "main", "sample"]
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DEMO_FILE = DATA / "prompts" / "demo.jsonl"
@@ -67,22 +69,33 @@ def draw(gsm8k: int, mt_bench: int, bfcl: int) -> Iterator[dict[str, object]]:
             yield out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the demo prompt file. Returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m producers.sample", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEMO_FILE, help=f"output file (default {DEMO_FILE})")
-    parser.add_argument("--gsm8k", type=int, default=40, help="GSM8K questions (default 40)")
-    parser.add_argument("--mt-bench", type=int, default=30, help="MT-Bench questions (default 30)")
-    parser.add_argument("--bfcl", type=int, default=30, help="BFCL tool-calling prompts (default 30)")
-    args = parser.parse_args(argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+_COUNT = click.IntRange(min=0)
+
+
+@click.command("sample", help=__doc__.splitlines()[0] if __doc__ else None)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=DEMO_FILE, show_default=True, help="output file"
+)
+@click.option("--gsm8k", type=click.IntRange(min=0), default=40, show_default=True, help="GSM8K questions")
+@click.option(
+    "--mt-bench", type=click.IntRange(min=0), default=30, show_default=True, help="MT-Bench questions"
+)
+@click.option(
+    "--bfcl", type=click.IntRange(min=0), default=30, show_default=True, help="BFCL tool-calling prompts"
+)
+def sample(out: Path, gsm8k: int, mt_bench: int, bfcl: int) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    with args.out.open("w", encoding="utf-8") as f:
-        for row in draw(args.gsm8k, args.mt_bench, args.bfcl):
+    with out.open("w", encoding="utf-8") as f:
+        for row in draw(gsm8k, mt_bench, bfcl):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1
-    print(f"wrote {n} prompts to {args.out}", file=sys.stderr)
-    return 0
+    print(f"wrote {n} prompts to {out}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the demo prompt file. Returns the exit status (:mod:`streams.cli`)."""
+    return run_command(sample, argv, prog="python -m producers.sample")
 
 
 if __name__ == "__main__":
