@@ -188,7 +188,10 @@ def _store(path: _Path, kind: str) -> Callable[[click.Context, click.Parameter, 
         if kind == "list":
             items: list[Any] = []
             for text in value:
-                items.extend(_json(path, text) if text.lstrip().startswith("[") else [text])
+                if text.lstrip().startswith("["):
+                    items.extend(_json(path, text))
+                else:
+                    items.extend(part.strip() for part in text.split(",") if part.strip())
             value = items
         elif kind == "dict":
             value = _json(path, value)
@@ -213,7 +216,7 @@ def _settings_help(ctx: click.Context, param: click.Parameter, value: bool) -> N
         lines.append(f"  {_flag(path)}  {_env(path)}  (default: {default!r})")
         if info.description:
             lines.append(f"      {info.description}")
-    lines += ["", 'Lists take JSON (\'["a", "b"]\') or repeat the flag; dicts take JSON.']
+    lines += ["", 'Lists take JSON (\'["a", "b"]\'), commas (a,b) or a repeated flag; dicts take JSON.']
     click.echo("\n".join(lines))
     ctx.exit(0)
 

@@ -48,6 +48,7 @@ def test_settings_flags_beat_the_environment_and_leave_positionals_alone(
         "--generation.temperature", "0.5", "--generation.no-separate-reasoning",
         "--generation.chat-template-kwargs", '{"enable_thinking": false}',
         "--servers", "http://127.0.0.1:1", "--servers", '["http://127.0.0.1:2"]',
+        "--servers", "http://127.0.0.1:3,http://127.0.0.1:4",
         "--server", "http://own:3", "b.jsonl",
     ]  # fmt: skip
     assert run_command(probe, argv, prog="probe") == 0
@@ -56,7 +57,7 @@ def test_settings_flags_beat_the_environment_and_leave_positionals_alone(
     assert s.generation.max_tokens == 77 and s.generation.temperature == 0.5
     assert s.generation.separate_reasoning is False
     assert s.generation.chat_template_kwargs == {"enable_thinking": False}
-    assert s.servers == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert s.servers == [f"http://127.0.0.1:{n}" for n in (1, 2, 3, 4)]
     out = capsys.readouterr().out
     assert "files=['a.jsonl', 'b.jsonl'] servers=['http://own:3'] run_id_flag=False" in out
 
