@@ -9,8 +9,8 @@ folder for its last object, aborts dangling multipart uploads and checks the buc
 Errors: every public method raises :class:`~streams.errors.StorageError` (retriable: network
 errors, 5xx, throttling, a 404 on a key, 409 races) or
 :class:`~streams.errors.PermanentStorageError` (access denied, no such bucket, bad credentials, a
-key of ours holding a foreign object; :func:`permanent_error`), never a botocore exception. The
-calls block (boto3): run them in worker threads.
+key of ours holding a foreign object; :func:`streams.storage.permanent_error`), never a botocore
+exception. The calls block (boto3): run them in worker threads.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.layout import ObjectMeta, decode_line, iter_body_lines, parse_key
 from sinks.pause import TestPause
-from streams.errors import ConfigError, KafkagenError, LayoutError, PermanentStorageError, StorageError
+from streams.errors import ConfigError, LayoutError, PermanentStorageError
+from streams.storage import http_status, storage_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -34,35 +35,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIN_PART_BYTES",
-    "PERMANENT_S3_CODES",
     "ObjectStore",
     "PutOutcome",
-    "http_status",
     "meta_from_body",
-    "permanent_error",
-    "storage_error",
 ]
 
 log = logging.getLogger("kafkagen.sink")
 
 MIN_PART_BYTES: Final = 5 * 1024 * 1024
 """S3's smallest multipart part, bytes (all parts but the last)."""
-
-PERMANENT_S3_CODES: Final = frozenset(
-    {
-        "AccessDenied",
-        "AllAccessDisabled",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "AccountProblem",
-        "NoSuchBucket",
-        "InvalidBucketName",
-        "InvalidArgument",
-        "EntityTooLarge",
-    }
-)
-"""S3 error codes (AWS S3 API reference, "Error responses") that mean the request cannot succeed
-as it is: retrying them only repeats the failure."""
 
 
 @dataclass(frozen=True)
@@ -71,51 +52,6 @@ class PutOutcome:
 
     created: bool
     meta: ObjectMeta
-
-
-def http_status(exc: ClientError) -> int:
-    """The HTTP status of an S3 error response (0 when botocore has none)."""
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def permanent_error(exc: BaseException, what: str, bucket: str) -> PermanentStorageError | None:
-    """``exc`` as a :class:`PermanentStorageError` naming the operation and what to do, or ``None``
-    when it is transient (network errors, 5xx, throttling, 404 on a key, 409/412 races).
-
-    Permanent: an error already marked non-retriable, an S3 error code in
-    :data:`PERMANENT_S3_CODES`, or any 403.
-
-    Args:
-        what: the operation, for the message (``upload <key>``).
-        bucket: the bucket, for the advice.
-    """
-    if isinstance(exc, KafkagenError) and not exc.retriable:
-        return exc if isinstance(exc, PermanentStorageError) else PermanentStorageError(str(exc))
-    if not isinstance(exc, ClientError):
-        return None
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    if code not in PERMANENT_S3_CODES and http_status(exc) != 403:
-        return None
-    advice = {
-        "NoSuchBucket": f"create bucket {bucket!r} or set KAFKAGEN_S3__BUCKET",
-        "InvalidBucketName": "fix KAFKAGEN_S3__BUCKET",
-        "EntityTooLarge": "lower sink.flush_bytes",
-        "InvalidArgument": "check the S3 settings and the server's limits",
-    }.get(code, f"check the S3 keys and their permissions on bucket {bucket!r}")
-    reason = code or http_status(exc)
-    return PermanentStorageError(f"S3 {what} failed permanently ({reason}: {exc}): {advice}")
-
-
-def storage_error(exc: BaseException, what: str, bucket: str) -> StorageError:
-    """``exc`` (a botocore error, or a kafkagen one) as the error the store raises: the
-    :class:`PermanentStorageError` of :func:`permanent_error` when it is permanent, else a retriable
-    :class:`StorageError` with the same message (a :class:`StorageError` is returned as it is)."""
-    permanent = permanent_error(exc, what, bucket)
-    if permanent is not None:
-        return permanent
-    if isinstance(exc, StorageError):
-        return exc
-    return StorageError(str(exc))
 
 
 class ObjectStore:

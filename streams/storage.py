@@ -4,19 +4,25 @@ Path-style addressing (SeaweedFS and MinIO need it; AWS accepts it), explicit ke
 ``AWS_EC2_METADATA_DISABLED=true`` so botocore never probes the cloud metadata address
 (docs/local-stack.md). Retries use botocore's "standard" mode (exponential backoff
 with jitter on throttling, 5xx and connection errors; botocore docs, "Retries").
+
+It also owns what a botocore error means for kafkagen (:func:`storage_error`,
+:func:`permanent_error`; ``docs/s3.md``, "Errors and retries"): every S3 edge (the sink's object
+store, the export, S3 inputs) wraps botocore errors with them, so nothing above sees one.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from streams.config import S3Settings, aws_environment
+from streams.errors import KafkagenError, PermanentStorageError, StorageError
 
-__all__ = ["s3_client"]
+__all__ = ["PERMANENT_S3_CODES", "http_status", "permanent_error", "s3_client", "storage_error"]
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -52,3 +58,65 @@ def s3_client(
         aws_secret_access_key=settings.secret_access_key.get_secret_value(),
         config=config,
     )
+
+
+PERMANENT_S3_CODES: Final = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccountProblem",
+        "NoSuchBucket",
+        "InvalidBucketName",
+        "InvalidArgument",
+        "EntityTooLarge",
+    }
+)
+"""S3 error codes (AWS S3 API reference, "Error responses") that mean the request cannot succeed
+as it is: retrying them only repeats the failure."""
+
+
+def http_status(exc: ClientError) -> int:
+    """The HTTP status of an S3 error response (0 when botocore has none)."""
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def permanent_error(exc: BaseException, what: str, bucket: str) -> PermanentStorageError | None:
+    """``exc`` as a :class:`PermanentStorageError` naming the operation and what to do, or ``None``
+    when it is transient (network errors, 5xx, throttling, 404 on a key, 409/412 races).
+
+    Permanent: an error already marked non-retriable, an S3 error code in
+    :data:`PERMANENT_S3_CODES`, or any 403.
+
+    Args:
+        what: the operation, for the message (``upload <key>``).
+        bucket: the bucket, for the advice.
+    """
+    if isinstance(exc, KafkagenError) and not exc.retriable:
+        return exc if isinstance(exc, PermanentStorageError) else PermanentStorageError(str(exc))
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code not in PERMANENT_S3_CODES and http_status(exc) != 403:
+        return None
+    advice = {
+        "NoSuchBucket": f"create bucket {bucket!r} or set KAFKAGEN_S3__BUCKET",
+        "InvalidBucketName": "fix KAFKAGEN_S3__BUCKET",
+        "EntityTooLarge": "lower sink.flush_bytes",
+        "InvalidArgument": "check the S3 settings and the server's limits",
+    }.get(code, f"check the S3 keys and their permissions on bucket {bucket!r}")
+    reason = code or http_status(exc)
+    return PermanentStorageError(f"S3 {what} failed permanently ({reason}: {exc}): {advice}")
+
+
+def storage_error(exc: BaseException, what: str, bucket: str) -> StorageError:
+    """``exc`` (a botocore error, or a kafkagen one) as the error the store raises: the
+    :class:`PermanentStorageError` of :func:`permanent_error` when it is permanent, else a retriable
+    :class:`StorageError` with the same message (a :class:`StorageError` is returned as it is)."""
+    permanent = permanent_error(exc, what, bucket)
+    if permanent is not None:
+        return permanent
+    if isinstance(exc, StorageError):
+        return exc
+    return StorageError(str(exc))

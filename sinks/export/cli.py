@@ -19,13 +19,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
 from sinks.export.manifest import summary
-from sinks.store import storage_error
 from streams import naming
 from streams.cli import command_settings, input_format_option, run_command, settings_options
 from streams.errors import ConfigError
 from streams.inputs import FormatName, MappingOptions
 from streams.kafka import kafka_unavailable
-from streams.storage import s3_client
+from streams.storage import s3_client, storage_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -17,10 +17,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streams.config import Settings
-from streams.errors import ConfigError, InputError, StorageError
+from streams.errors import ConfigError, InputError
 from streams.inputs import MappingOptions, open_input, parse_line, resolve_inputs
 from streams.kafka import consumer_kwargs, end_offsets, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
+from streams.storage import storage_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -117,7 +118,9 @@ def prompt_ids_from_inputs(
                     except InputError:
                         unreadable += 1
         except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"{spec.name}: reading from S3 failed: {exc}") from None
+            raise storage_error(
+                exc, f"reading {spec.name}", spec.name.removeprefix("s3://").split("/")[0]
+            ) from None
         except (OSError, EOFError, zstandard.ZstdError) as exc:
             where = f"after line {number}" if number else "at its start"
             raise InputError(

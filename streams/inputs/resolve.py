@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from streams.errors import InputError, StorageError
+from streams.errors import InputError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -101,6 +101,8 @@ def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[Inp
 def _resolve_s3(uri: str, s3: Callable[[], S3Client]) -> list[InputSpec]:
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from streams.storage import storage_error  # boto3 is imported only for S3 inputs
+
     bucket, key = split_s3(uri)
     try:
         client = s3()
@@ -119,9 +121,9 @@ def _resolve_s3(uri: str, s3: Callable[[], S3Client]) -> list[InputSpec]:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound"):
             raise InputError("no such S3 object (or bucket)", source=uri) from None
-        raise StorageError(f"{uri}: S3 error: {exc}") from None
+        raise storage_error(exc, f"listing {uri}", bucket) from None
     except BotoCoreError as exc:
-        raise StorageError(f"{uri}: S3 unreachable: {exc}") from None
+        raise storage_error(exc, f"listing {uri}", bucket) from None
     if not found:
         raise InputError("no S3 object matches this pattern", source=uri)
     return sorted(found, key=lambda s: s.name)

@@ -12,9 +12,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from sinks.batch import Batch
 from sinks.layout import ObjectMeta
 from sinks.lines import record_line
-from sinks.store import ObjectStore, meta_from_body, permanent_error
+from sinks.store import ObjectStore, meta_from_body
 from streams.errors import ConfigError, LayoutError, PermanentStorageError, StorageError
 from streams.records import CompletionRecord
+from streams.storage import permanent_error
 
 
 def _client_error(code: str, status: int) -> ClientError:
