@@ -108,12 +108,18 @@ async def topic_partitions(settings: KafkaSettings, topic: str, *, timeout_s: fl
 
 
 async def end_offsets(
-    settings: KafkaSettings, topic: str, *, partitions: list[int] | None = None, timeout_s: float = 30.0
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    partitions: list[int] | None = None,
+    committed_only: bool = True,
+    timeout_s: float = 30.0,
 ) -> dict[int, int]:
-    """Partition → end offset of ``topic`` for a read_committed reader: the last stable offset,
-    so records of open or aborted transactions past it are not counted (``KafkaConsumer``
-    ``isolation_level``, aiokafka 0.14). ``partitions`` defaults to all of the topic's
-    (:func:`topic_partitions`); a missing topic gives ``{}``.
+    """Partition → end offset of ``topic``. For a read_committed reader (``committed_only``) the
+    last stable offset, so records of open or aborted transactions past it are not counted; else
+    the log end offset (the high watermark: every record and transaction marker counts)
+    (``AIOKafkaConsumer`` ``isolation_level``, aiokafka 0.14). ``partitions`` defaults to all of
+    the topic's (:func:`topic_partitions`); a missing topic gives ``{}``.
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
@@ -122,7 +128,8 @@ async def end_offsets(
         partitions = await topic_partitions(settings, topic, timeout_s=timeout_s)
     if not partitions:
         return {}
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings, group_id=None))
+    isolation = "read_committed" if committed_only else "read_uncommitted"
+    consumer = AIOKafkaConsumer(**{**consumer_kwargs(settings, group_id=None), "isolation_level": isolation})
     async with asyncio.timeout(timeout_s):
         await consumer.start()
         try:

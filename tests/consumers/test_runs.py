@@ -16,15 +16,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from simulator import SimulatedServer
 from streams import naming
 from streams.config import Settings, settings_to_env
-from streams.kafka import consumer_kwargs
+from streams.kafka import end_offsets as kafka_end_offsets
 from streams.records import CompletionRecord, PromptRecord
 from tests.consumers.support import completions, errors, wait_all_done
-from tests.helpers import REPO_ROOT, committed, make_prompt, partitions_of, publish, read_topic, spawn
+from tests.helpers import REPO_ROOT, committed, make_prompt, publish, read_topic, spawn
 
 pytestmark = pytest.mark.kafka
 
@@ -104,15 +103,7 @@ def consume(settings: Settings, run: str, server: str, log: Path, *flags: str) -
 
 async def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
     """The log end offsets (read_uncommitted: aborted records and markers count) of ``topic``."""
-    consumer = AIOKafkaConsumer(
-        **{**consumer_kwargs(settings.kafka, group_id=None), "isolation_level": "read_uncommitted"}
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in await partitions_of(settings, topic)]
-        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
+    return await kafka_end_offsets(settings.kafka, topic, committed_only=False)
 
 
 async def test_two_runs_of_one_file_get_their_own_topics_and_each_prompt_once(
