@@ -18,6 +18,7 @@ COPY streams ./streams
 COPY producers ./producers
 COPY consumers ./consumers
 COPY sinks ./sinks
+COPY launch ./launch
 RUN pip install . \
     && useradd --system --uid 10001 --no-create-home kafkagen
 

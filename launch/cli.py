@@ -111,7 +111,7 @@ def kafkagen() -> None:
 )
 @click.option("--keep-running", is_flag=True, help="leave the consumers and the sink running")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
-@settings_options("run_id", "replay_of")
+@settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def run_command_(
     ctx: click.Context,

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from consumers.client import ServerClient
 from streams import naming
 from streams.config import Settings
+from streams.errors import DeadlineError
 from streams.kafka import consumer_kwargs, end_offsets
 
 __all__ = ["FleetLoad", "Progress", "fleet_load", "progress", "wait_until_done"]
@@ -45,7 +46,9 @@ class Progress:
 
 async def _offsets(settings: Settings, group: str | None, topics: Sequence[str]) -> tuple[int, int]:
     """(sum of the group's committed offsets, sum of end offsets) over every partition of ``topics``."""
-    ends = {t: await end_offsets(settings.kafka, t) for t in topics}
+    # the run made its topics with topics.partitions partitions (launch.run): no metadata request needed
+    every = list(range(settings.topics.partitions))
+    ends = {t: await end_offsets(settings.kafka, t, partitions=every) for t in topics}
     committed = 0
     if group is not None:
         consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
@@ -149,7 +152,7 @@ async def wait_until_done(settings: Settings, timeout_s: float | None, show: boo
                 return now
             first = False
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {settings.run_id} not done after {timeout_s:.0f} s: {now}")
+                raise DeadlineError(f"run {settings.run_id} not done after {timeout_s:.0f} s: {now}")
             await asyncio.sleep(1.0)
     finally:
         gen_bar.close()

@@ -62,6 +62,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _META = "kafkagen.settings"
 
+HELP_OPTIONS: Final = ["-h", "--help"]
+"""Both spellings of help, on every command (click's default is ``--help`` only)."""
+
 
 class ExitCode(enum.IntEnum):
     """The exit status of every kafkagen command (the table in the module docstring)."""
@@ -106,7 +109,9 @@ def run_command(
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=args, prog_name=prog, standalone_mode=False)
+        result = command.main(
+            args=args, prog_name=prog, standalone_mode=False, help_option_names=HELP_OPTIONS
+        )
     except click.exceptions.Exit as exc:  # --help, --settings-help
         return exc.exit_code
     except click.Abort:
@@ -125,11 +130,12 @@ def run_command(
     return ExitCode.OK
 
 
-LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
 _LOG_LEVEL = "kafkagen.log_level"
 
 
 def _configure_logging(ctx: click.Context, param: click.Parameter, value: str) -> None:
+    value = value.lower()
     ctx.meta[_LOG_LEVEL] = value
     logs.configure(getattr(logging, value.upper()))
 
@@ -181,11 +187,19 @@ def _kind(annotation: Any) -> str:
     return "text"
 
 
-def _store(path: _Path, kind: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+def _nullable(annotation: Any) -> bool:
+    """Whether a settings field's type admits ``None`` (``X | None``)."""
+    origin = typing.get_origin(annotation)
+    return origin in (types.UnionType, typing.Union) and type(None) in typing.get_args(annotation)
+
+
+def _store(path: _Path, kind: str, nullable: bool) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         if value is None or value == ():
             return
-        if kind == "list":
+        if nullable and value == "null":  # as pydantic-settings' CLI: the flag sets None
+            value = None
+        elif kind == "list":
             items: list[Any] = []
             for text in value:
                 if text.lstrip().startswith("["):
@@ -213,10 +227,17 @@ def _settings_help(ctx: click.Context, param: click.Parameter, value: bool) -> N
     lines = ["Settings (flag, environment variable, default: description):", ""]
     for path, info in _fields(Settings):
         default = info.get_default(call_default_factory=True)
-        lines.append(f"  {_flag(path)}  {_env(path)}  (default: {default!r})")
+        flag = _flag(path)
+        if _kind(info.annotation) == "bool":
+            flag = f"{flag}/{_flag((*path[:-1], 'no_' + path[-1]))}"
+        lines.append(f"  {flag}  {_env(path)}  (default: {default!r})")
         if info.description:
             lines.append(f"      {info.description}")
-    lines += ["", 'Lists take JSON (\'["a", "b"]\'), commas (a,b) or a repeated flag; dicts take JSON.']
+    lines += [
+        "",
+        'Lists take JSON (\'["a", "b"]\'), commas (a,b) or a repeated flag; dicts take JSON; null unsets',
+        "a setting that may be unset (--replay-of null).",
+    ]
     click.echo("\n".join(lines))
     ctx.exit(0)
 
@@ -241,17 +262,19 @@ def settings_options(*shown: str, log_default: str = "info") -> Callable[[F], F]
                 "hidden": ".".join(path) not in shown,
                 "expose_value": False,
                 "help": f"{info.description or ''} [{_env(path)}]".strip(),
-                "callback": _store(path, kind),
+                "callback": _store(path, kind, _nullable(info.annotation)),
             }
             if kind == "bool":
                 off = _flag((*path[:-1], "no_" + path[-1]))
-                option = click.option(name, f"{flag}/{off}", **common)
+                old_off = "--no-" + _flag(path)[2:]  # pydantic-settings' spelling: --no-group.field
+                option = click.option(name, f"{flag}/{off}", f" /{old_off}", **common)
             else:
                 option = click.option(name, flag, metavar="VALUE", multiple=kind == "list", **common)
             command = option(command)
         command = click.option(
             "--log-level",
-            type=click.Choice(LOG_LEVELS),
+            "--loglevel",
+            type=click.Choice(LOG_LEVELS, case_sensitive=False),
             default=log_default,
             show_default=True,
             expose_value=False,

@@ -15,6 +15,7 @@ Settings are parsed by pydantic-settings (https://docs.pydantic.dev/latest/conce
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -192,10 +193,38 @@ class ProducerSettings(BaseModel):
         return self
 
 
+_RENAMED_CONSUMER_SETTINGS: dict[str, str] = {
+    "backoff_initial_s": "retry_initial_s",
+    "backoff_max_s": "retry_max_s",
+}
+"""Consumer settings renamed in kafkagen 0.1 (one name for the consumer's and the sink's retry
+waits): the old names still work, with a warning."""
+
+
 class ConsumerSettings(BaseModel):
     """Generation consumers (``python -m consumers.generate``): one per inference server."""
 
     model_config = _FROZEN
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_old_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not any(k in data for k in _RENAMED_CONSUMER_SETTINGS):
+            return data
+        data = dict(data)
+        for old, new in _RENAMED_CONSUMER_SETTINGS.items():
+            if old in data:
+                value = data.pop(old)
+                # the new name wins when it was set too (defaults are filled in before validation)
+                if data.get(new, cls.model_fields[new].default) == cls.model_fields[new].default:
+                    data[new] = value
+                warnings.warn(
+                    f"consumer.{old} is now consumer.{new} (KAFKAGEN_CONSUMER__{new.upper()}); "
+                    "the old name will stop working",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+        return data
 
     group: str = Field("kafkagen-generate", description="consumer group id on the prompts topic")
     max_in_flight: int = Field(256, gt=0, description="hard cap on requests in flight per server")

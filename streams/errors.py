@@ -9,6 +9,7 @@ Every error the project raises on purpose derives from :class:`KafkagenError`::
     │   ├── RecordDecodeError          no         2  bytes that are not a valid record
     │   └── LayoutError                no         2  an S3 key or line not in kafkagen's layout
     ├── UnavailableError               yes        3  Kafka (or another service) cannot be reached
+    ├── DeadlineError                  no         1  a job did not finish in the time it was given
     ├── StackError                     no         3  the local stack cannot start or stop
     │   └── ServiceNotReadyError       yes        3  a service did not become ready in time
     ├── ServerError                    no         1  an inference server answered with an error
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DeadlineError",
     "FatalRequestError",
     "ForeignRunError",
     "InputError",
@@ -77,6 +79,11 @@ class UnavailableError(KafkagenError):
     message names its address. Retriable: it may be back later."""
 
     retriable = True
+
+
+class DeadlineError(KafkagenError):
+    """A job did not finish within the time it was given (seconds; e.g. ``kafkagen run
+    --timeout``). The message says how far it got; running it again resumes."""
 
 
 class StackError(KafkagenError):

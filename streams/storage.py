@@ -110,13 +110,15 @@ def permanent_error(exc: BaseException, what: str, bucket: str) -> PermanentStor
     return PermanentStorageError(f"S3 {what} failed permanently ({reason}: {exc}): {advice}")
 
 
-def storage_error(exc: BaseException, what: str, bucket: str) -> StorageError:
+def storage_error(exc: BaseException, what: str, bucket: str, *, name_it: bool = False) -> StorageError:
     """``exc`` (a botocore error, or a kafkagen one) as the error the store raises: the
     :class:`PermanentStorageError` of :func:`permanent_error` when it is permanent, else a retriable
-    :class:`StorageError` with the same message (a :class:`StorageError` is returned as it is)."""
+    :class:`StorageError` with the same message, or ``S3 <what> failed: <message>`` with ``name_it``
+    (for a caller whose log line does not name the operation itself); a :class:`StorageError` is
+    returned as it is."""
     permanent = permanent_error(exc, what, bucket)
     if permanent is not None:
         return permanent
     if isinstance(exc, StorageError):
         return exc
-    return StorageError(str(exc))
+    return StorageError(f"S3 {what} failed: {exc}" if name_it else str(exc))

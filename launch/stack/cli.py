@@ -32,7 +32,7 @@ _SERVICE_HELP = f"SERVICE: any of {', '.join(SERVICES)} or one service such as k
     help="act on the 3-broker Kafka cluster beside the configured stack (home <stack.home>/cluster3, "
     "brokers on the highest configured Kafka port + 2, + 4, + 6); Kafka only",
 )
-@settings_options()
+@settings_options(log_default="warning")
 def stack(cluster3: bool) -> None:
     pass
 

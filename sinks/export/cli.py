@@ -57,8 +57,10 @@ __all__ = ["export_command", "main"]
     multiple=True,
     metavar="INPUT",
     help="compare with the ids of these prompt inputs, read as the producer reads them (files, globs, "
-    "'-', s3://bucket/key or glob; plain, .gz or .zst); repeatable",
+    "'-', s3://bucket/key or glob; plain, .gz or .zst); repeatable, and the arguments after it are "
+    "inputs too (--input data/*.jsonl)",
 )
+@click.argument("more_inputs", nargs=-1, metavar="[INPUT]...")
 @input_format_option("--input format (streams/inputs/formats.py)")
 @click.option("--prompt-field", help="--input dataset rows: the prompt field")
 @click.option("--id-field", help="--input: the field holding record ids")
@@ -68,8 +70,20 @@ __all__ = ["export_command", "main"]
     is_flag=True,
     help="do not check the objects' offsets against Kafka (only holes between objects are found)",
 )
-@click.option("--shard-records", type=click.IntRange(min=1), default=DEFAULT_SHARD_RECORDS, show_default=True)
-@click.option("--list-cap", type=click.IntRange(min=0), default=DEFAULT_LIST_CAP, show_default=True)
+@click.option(
+    "--shard-records",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SHARD_RECORDS,
+    show_default=True,
+    help="records per dataset shard",
+)
+@click.option(
+    "--list-cap",
+    type=click.IntRange(min=0),
+    default=DEFAULT_LIST_CAP,
+    show_default=True,
+    help="ids listed per problem in the manifest (counts are always complete)",
+)
 @settings_options("run_id", log_default="warning")
 @click.pass_context
 def export_command(
@@ -78,6 +92,7 @@ def export_command(
     to: str,
     prompts_topic: str | None,
     inputs: tuple[str, ...],
+    more_inputs: tuple[str, ...],
     format_: str,
     prompt_field: str | None,
     id_field: str | None,
@@ -87,6 +102,9 @@ def export_command(
     list_cap: int,
 ) -> int:
     logging.getLogger("aiokafka.consumer.fetcher").setLevel(logging.CRITICAL)
+    if more_inputs and not inputs:
+        raise click.UsageError(f"unexpected argument {more_inputs[0]!r}: inputs follow --input")
+    inputs = (*inputs, *more_inputs)
     if prompts_topic is not None and inputs:
         raise click.UsageError("--prompts-topic and --input are alternatives: give one")
     settings = command_settings(ctx)
@@ -120,7 +138,7 @@ def export_command(
             check_topics=not no_topic_check,
         )
     except (ClientError, BotoCoreError) as exc:
-        raise storage_error(exc, f"at {settings.s3.endpoint_url}", settings.s3.bucket) from None
+        raise storage_error(exc, f"at {settings.s3.endpoint_url}", settings.s3.bucket, name_it=True) from None
     except (KafkaError, TimeoutError) as exc:
         raise kafka_unavailable(settings.kafka, exc) from None
     print(summary(result.manifest))

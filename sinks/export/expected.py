@@ -118,9 +118,8 @@ def prompt_ids_from_inputs(
                     except InputError:
                         unreadable += 1
         except (ClientError, BotoCoreError) as exc:
-            raise storage_error(
-                exc, f"reading {spec.name}", spec.name.removeprefix("s3://").split("/")[0]
-            ) from None
+            bucket = spec.name.removeprefix("s3://").split("/")[0]
+            raise storage_error(exc, f"reading {spec.name}", bucket, name_it=True) from None
         except (OSError, EOFError, zstandard.ZstdError) as exc:
             where = f"after line {number}" if number else "at its start"
             raise InputError(

@@ -121,9 +121,9 @@ def _resolve_s3(uri: str, s3: Callable[[], S3Client]) -> list[InputSpec]:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound"):
             raise InputError("no such S3 object (or bucket)", source=uri) from None
-        raise storage_error(exc, f"listing {uri}", bucket) from None
+        raise storage_error(exc, f"listing {uri}", bucket, name_it=True) from None
     except BotoCoreError as exc:
-        raise storage_error(exc, f"listing {uri}", bucket) from None
+        raise storage_error(exc, f"listing {uri}", bucket, name_it=True) from None
     if not found:
         raise InputError("no S3 object matches this pattern", source=uri)
     return sorted(found, key=lambda s: s.name)

@@ -115,3 +115,32 @@ def test_an_error_raised_by_a_command_is_one_line_and_its_exit_status(
 )
 def test_one_exit_code_map(error: BaseException, status: ExitCode) -> None:
     assert exit_code(error) == status
+
+
+def test_null_unsets_a_setting_that_may_be_unset_and_old_spellings_still_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen.clear()
+    argv = [
+        "--run-id", "b", "--replay-of", "a", "--replay-of", "null",
+        "--sink.instance-id", "null", "--no-generation.separate-reasoning", "--loglevel", "WARNING",
+    ]  # fmt: skip
+    assert run_command(probe, argv, prog="probe") == 0
+    (s,) = seen
+    assert s.replay_of is None and s.sink.instance_id is None
+    assert s.generation.separate_reasoning is False
+    assert run_command(probe, ["--run-id", "null"], prog="probe") == 0  # not nullable: a run named null
+    assert seen[-1].run_id == "null"
+
+
+def test_renamed_consumer_settings_still_read_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_CONSUMER__BACKOFF_INITIAL_S", "0.25")
+    seen.clear()
+    with pytest.warns(FutureWarning, match="consumer.backoff_initial_s is now consumer.retry_initial_s"):
+        assert run_command(probe, [], prog="probe") == 0
+    assert seen[0].consumer.retry_initial_s == 0.25
+
+
+def test_short_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(probe, ["-h"], prog="probe") == 0
+    assert "Usage: probe" in capsys.readouterr().out
