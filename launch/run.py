@@ -9,7 +9,7 @@
    offsets reach the prompts topic's end) and every result is in S3 (the sink group's committed
    offsets reach the completions and errors topics' ends);
 5. runs ``sinks.export`` and prints a summary; stops the consumers and the sink (the stack keeps
-   running: ``python -m launch.stack down`` stops it).
+   running: ``kafkagen stack down`` stops it).
 
 Each run has its own topics (``<run id>.prompts``, ``.completions``, ``.errors``), consumer groups
 and S3 folder (:mod:`streams.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
@@ -252,7 +252,8 @@ def run(settings: Settings, options: RunOptions) -> int:
             supervisor.shutdown()
             say(
                 "consumers and sink stopped; the local stack keeps running "
-                f"({Path(sys.executable).as_posix()} -m launch.stack down stops it)"
+                f"({Path(sys.executable).with_name('kafkagen').as_posix()} stack down stops it, with "
+                "the same KAFKAGEN_* addresses)"
             )
 
 

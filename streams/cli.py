@@ -19,7 +19,8 @@ status  name           when
                        fatal error while running: the message says what to do)
 2       USAGE          bad flags, settings or input (:class:`~streams.errors.ConfigError`,
                        :class:`~streams.errors.InputError`, an unusable path)
-3       UNAVAILABLE    Kafka, S3 or a local service cannot be reached or started
+3       UNAVAILABLE    Kafka, S3, an inference server or a local service cannot be reached or
+                       started
 130     INTERRUPTED    SIGINT or SIGTERM before the end
 ======  =============  ===========================================================================
 """
@@ -43,7 +44,15 @@ from pydantic.fields import FieldInfo
 
 from streams import logs
 from streams.config import ENV_PREFIX, Settings, load_settings
-from streams.errors import ConfigError, InputError, KafkagenError, StackError, StorageError, UnavailableError
+from streams.errors import (
+    ConfigError,
+    InputError,
+    KafkagenError,
+    RetriableServerError,
+    StackError,
+    StorageError,
+    UnavailableError,
+)
 from streams.inputs import FormatName
 
 __all__ = [
@@ -82,7 +91,9 @@ def exit_code(exc: BaseException) -> ExitCode:
         return ExitCode.INTERRUPTED
     if isinstance(exc, ConfigError | InputError | click.UsageError):
         return ExitCode.USAGE
-    if isinstance(exc, StackError | UnavailableError) or (isinstance(exc, StorageError) and exc.retriable):
+    if isinstance(exc, StackError | UnavailableError | RetriableServerError):  # never came up
+        return ExitCode.UNAVAILABLE
+    if isinstance(exc, StorageError) and exc.retriable:
         return ExitCode.UNAVAILABLE
     if isinstance(exc, KafkaError | TimeoutError | ConnectionError):
         return ExitCode.UNAVAILABLE
@@ -135,6 +146,12 @@ _LOG_LEVEL = "kafkagen.log_level"
 
 
 def _configure_logging(ctx: click.Context, param: click.Parameter, value: str) -> None:
+    defaulted = param.name is not None and ctx.get_parameter_source(param.name) in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+    )
+    if defaulted and _LOG_LEVEL in ctx.meta:  # a group's --log-level holds for its subcommands
+        return
     value = value.lower()
     ctx.meta[_LOG_LEVEL] = value
     logs.configure(getattr(logging, value.upper()))

@@ -13,7 +13,7 @@ Every error the project raises on purpose derives from :class:`KafkagenError`::
     ├── StackError                     no         3  the local stack cannot start or stop
     │   └── ServiceNotReadyError       yes        3  a service did not become ready in time
     ├── ServerError                    no         1  an inference server answered with an error
-    │   ├── RetriableServerError       yes           503/429/5xx, timeouts, aborts
+    │   ├── RetriableServerError       yes        3  503/429/5xx, timeouts, aborts; never came up
     │   └── FatalRequestError          no            400/404/422: the request itself is wrong
     └── StorageError                   yes        3  an S3 call failed (botocore errors wrapped)
         └── PermanentStorageError      no         1  access denied, no bucket, a foreign object

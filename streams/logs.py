@@ -65,10 +65,15 @@ class RetriedCoordinatorLookupAsInfo(logging.Filter):
 
 
 def configure(level: int = logging.INFO) -> None:
-    """Log to stderr with timestamps; quiet httpx's per-request lines; de-duplicate aiokafka's;
-    retried coordinator lookups at INFO (:class:`RetriedCoordinatorLookupAsInfo`)."""
+    """Log to stderr with timestamps at ``level``; quiet httpx's per-request lines; de-duplicate
+    aiokafka's; retried coordinator lookups at INFO (:class:`RetriedCoordinatorLookupAsInfo`).
+    Idempotent: a second call only changes the level."""
     logging.basicConfig(level=level, format=FORMAT)
+    root = logging.getLogger()
+    root.setLevel(level)  # basicConfig does nothing once a handler exists: a second call sets the level
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RetriedCoordinatorLookupAsInfo())
-        handler.addFilter(RepeatFilter())
+    for handler in root.handlers:
+        kinds = {type(f) for f in handler.filters}
+        for kind in (RetriedCoordinatorLookupAsInfo, RepeatFilter):
+            if kind not in kinds:
+                handler.addFilter(kind())

@@ -61,6 +61,7 @@ _services = click.argument("services", nargs=-1, metavar="[SERVICE]...")
 
 @stack.command(help=f"Start the services (idempotent) and wait until they are ready. {_SERVICE_HELP}")
 @_services
+@settings_options(log_default="warning")
 @click.pass_context
 def up(ctx: click.Context, services: tuple[str, ...]) -> None:
     local, kinds = _stack(ctx, services)
@@ -69,6 +70,7 @@ def up(ctx: click.Context, services: tuple[str, ...]) -> None:
 
 @stack.command(help=f"Stop the services this stack started. {_SERVICE_HELP}")
 @_services
+@settings_options(log_default="warning")
 @click.pass_context
 def down(ctx: click.Context, services: tuple[str, ...]) -> None:
     local, kinds = _stack(ctx, services)
@@ -77,6 +79,7 @@ def down(ctx: click.Context, services: tuple[str, ...]) -> None:
 
 @stack.command(help=f"Show each service, its address and whether it answers. {_SERVICE_HELP}")
 @_services
+@settings_options(log_default="warning")
 @click.pass_context
 def status(ctx: click.Context, services: tuple[str, ...]) -> int:
     local, kinds = _stack(ctx, services)
@@ -90,6 +93,7 @@ def status(ctx: click.Context, services: tuple[str, ...]) -> int:
 @stack.command(help=f"Print the end of each service's log. {_SERVICE_HELP}")
 @_services
 @click.option("-n", "--lines", type=int, default=30, show_default=True, help="lines per service")
+@settings_options(log_default="warning")
 @click.pass_context
 def logs(ctx: click.Context, services: tuple[str, ...], lines: int) -> None:
     local, kinds = _stack(ctx, services)
@@ -100,6 +104,7 @@ def logs(ctx: click.Context, services: tuple[str, ...], lines: int) -> None:
 
 @stack.command(help=f"SIGKILL services at once (crash tests); 'up' starts them again. {_SERVICE_HELP}")
 @click.argument("services", nargs=-1, required=True, metavar="SERVICE...")
+@settings_options(log_default="warning")
 @click.pass_context
 def kill(ctx: click.Context, services: tuple[str, ...]) -> None:
     local, kinds = _stack(ctx, services)

@@ -84,7 +84,7 @@ __all__ = ["export_command", "main"]
     show_default=True,
     help="ids listed per problem in the manifest (counts are always complete)",
 )
-@settings_options("run_id", log_default="warning")
+@settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
     ctx: click.Context,
