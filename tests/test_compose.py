@@ -337,7 +337,7 @@ def test_dockerfile_installs_the_package_without_extras() -> None:
     instructions = _dockerfile_instructions()
     assert instructions[0] == ("FROM", "python:3.11-slim")
     copied = {arg.split()[0] for op, arg in instructions if op == "COPY"}
-    assert {"pyproject.toml", "streams", "producers", "consumers", "sinks"} <= copied
+    assert {"pyproject.toml", "streams", "producers", "consumers", "sinks", "launch"} <= copied
     runs = [arg for op, arg in instructions if op == "RUN"]
     installs = [re.search(r"pip install ([^&;]*)", run) for run in runs]
     targets = [m.group(1).split() for m in installs if m]
