@@ -21,7 +21,7 @@ from consumers.client import ServerClient
 from streams import naming
 from streams.config import Settings
 from streams.errors import DeadlineError
-from streams.kafka import consumer_kwargs, end_offsets
+from streams.kafka import consumer_kwargs
 
 __all__ = ["FleetLoad", "Progress", "fleet_load", "progress", "wait_until_done"]
 
@@ -44,22 +44,22 @@ class Progress:
         return self.prompts_end > 0 and self.generated >= self.prompts_end and self.in_s3 >= self.results_end
 
 
-async def _offsets(settings: Settings, group: str | None, topics: Sequence[str]) -> tuple[int, int]:
-    """(sum of the group's committed offsets, sum of end offsets) over every partition of ``topics``."""
-    # the run made its topics with topics.partitions partitions (launch.run): no metadata request needed
-    every = list(range(settings.topics.partitions))
-    ends = {t: await end_offsets(settings.kafka, t, partitions=every) for t in topics}
-    committed = 0
-    if group is not None:
-        consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
-        await consumer.start()
-        try:
-            for topic, by_partition in ends.items():
-                for partition in by_partition:
-                    committed += await consumer.committed(TopicPartition(topic, partition)) or 0
-        finally:
-            await consumer.stop()
-    return committed, sum(sum(e.values()) for e in ends.values())
+async def _offsets(settings: Settings, group: str, topics: Sequence[str]) -> tuple[int, int]:
+    """(sum of ``group``'s committed offsets, sum of end offsets) over every partition of ``topics``.
+
+    One client per call, polled every second: the group's own consumer reads both, the end offsets
+    read_committed (last stable offsets) as :func:`streams.kafka.end_offsets` does. The run made its
+    topics with ``topics.partitions`` partitions (:mod:`launch.run`), so no metadata is asked for.
+    """
+    tps = [TopicPartition(t, p) for t in topics for p in range(settings.topics.partitions)]
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(tps)
+        committed = sum([await consumer.committed(tp) or 0 for tp in tps])
+    finally:
+        await consumer.stop()
+    return committed, sum(ends.values())
 
 
 async def progress(settings: Settings) -> Progress:
