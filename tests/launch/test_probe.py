@@ -1,0 +1,120 @@
+"""The probe (:mod:`launch.probe`) against real servers: the SGLang-API simulator as a process
+(SGLang's answers, reasoning parser on or off) and the local llama.cpp server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from launch.probe import ProbeError, check_probes, probe_servers
+from launch.stack.process import wait_until
+from streams.config import GenerationSettings
+from streams.errors import UnavailableError
+from tests.helpers import REPO_ROOT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _simulator(*args: str) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulator", "--port", str(port), "--time-scale", "50", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{url}/health_generate", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        assert wait_until(up, timeout_s=30, interval_s=0.2), "the simulator did not come up"
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def sglang() -> Iterator[str]:
+    """A simulated SGLang server started with ``--reasoning-parser qwen3``."""
+    yield from _simulator("--reasoning-parser", "qwen3")
+
+
+@pytest.fixture
+def sglang_no_parser() -> Iterator[str]:
+    """A simulated SGLang server started without a reasoning parser."""
+    yield from _simulator("--reasoning-parser", "none")
+
+
+def _generation(max_tokens: int, thinking: bool) -> GenerationSettings:
+    return GenerationSettings(max_tokens=max_tokens, chat_template_kwargs={"enable_thinking": thinking})
+
+
+def test_reasoning_that_eats_the_budget_fails_with_the_fix(sglang: str) -> None:
+    results = probe_servers({"gpu-3": sglang}, _generation(512, thinking=True), timeout_s=60)
+    assert results[0].finish_reason == "length"
+    assert results[0].content_chars == 0 and results[0].reasoning
+    with pytest.raises(ProbeError) as info:
+        check_probes(results)
+    message = str(info.value)
+    assert "all 512 tokens went to reasoning on gpu-3" in message
+    assert "raise --max-tokens" in message
+
+
+def test_a_budget_with_room_for_the_answer_passes(sglang: str) -> None:
+    results = probe_servers([sglang], _generation(8192, thinking=True), timeout_s=60)
+    check_probes(results)
+    (result,) = results
+    assert result.name == sglang
+    assert result.finish_reason == "stop" and result.reasoning and result.content_chars > 0
+    assert result.reasoning_tokens > 0 and result.problem is None
+    assert result.line().endswith(": ok")
+
+
+def test_thinking_without_a_reasoning_parser_names_the_server_flag(sglang_no_parser: str) -> None:
+    results = probe_servers({"gpu-0": sglang_no_parser}, _generation(8192, thinking=True), timeout_s=60)
+    assert not results[0].reasoning
+    with pytest.raises(ProbeError, match="gpu-0 sent no reasoning_content: start the server with"):
+        check_probes(results)
+    # The same server is fine for a run without thinking.
+    check_probes(probe_servers({"gpu-0": sglang_no_parser}, _generation(8192, thinking=False), timeout_s=60))
+
+
+def test_every_server_is_judged_and_only_the_failing_one_is_named(sglang: str, sglang_no_parser: str) -> None:
+    servers = {"gpu-0": sglang, "gpu-1": sglang_no_parser}
+    results = probe_servers(servers, _generation(8192, True), timeout_s=60)
+    assert [r.name for r in results] == ["gpu-0", "gpu-1"]
+    with pytest.raises(ProbeError) as info:
+        check_probes(results)
+    assert "1 of 2 server(s) failed" in str(info.value)
+    assert "gpu-1" in str(info.value) and "gpu-0" not in str(info.value)
+
+
+def test_a_server_that_does_not_answer_is_unavailable() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    results = probe_servers({"gpu-5": url}, _generation(512, True), timeout_s=2)
+    assert results[0].finish_reason is None and results[0].problem
+    with pytest.raises(UnavailableError, match="gpu-5"):
+        check_probes(results)
+
+
+def test_llama_cpp_answers_without_thinking_and_is_caught_with_it(llm: list[str]) -> None:
+    """The local llama.cpp server (Gemma-3-270M, no thinking mode): fine with thinking off, and the
+    probe names the fix when thinking is asked of a model that has none."""
+    check_probes(probe_servers(llm[:1], _generation(64, thinking=False), timeout_s=300))
+    with pytest.raises(ProbeError, match="--no-thinking if the model has no thinking mode"):
+        check_probes(probe_servers(llm[:1], _generation(64, thinking=True), timeout_s=300))
