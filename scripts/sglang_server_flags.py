@@ -3,7 +3,8 @@ wheel's source with ``ast`` (sglang itself cannot be imported here: it needs tor
 
 Usage (tests/fixtures/sglang/README.md, "Server arguments")::
 
-    pip download sglang==0.5.20 --no-deps -d /tmp/sgl && unzip -q /tmp/sgl/sglang-0.5.20-*.whl -d /tmp/sgl/0.5.20
+    pip download sglang==0.5.20 --no-deps -d /tmp/sgl
+    unzip -q /tmp/sgl/sglang-0.5.20-*.whl -d /tmp/sgl/0.5.20
     python scripts/sglang_server_flags.py /tmp/sgl/0.5.20/sglang tests/fixtures/sglang/0.5.20/server_args.json
 
 Where the flags come from (SGLang 0.5.20 and 0.5.23, ``python/sglang/srt/``):
