@@ -68,8 +68,8 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        """Running and the health path answered 200."""
-        return self.state == "RUNNING" and self.health == "200"
+        """Running (or still within its start seconds) and the health path answered 200."""
+        return self.state in ("RUNNING", "STARTING") and self.health == "200"
 
 
 def _health(url: str, timeout_s: float) -> str:
@@ -162,14 +162,14 @@ class Fleet:
         if running and current is None:
             raise StackError(
                 f"a supervisord runs in {self.home} without a fleet record; stop it: `kafkagen serve down"
-                f" --name {self.name}`"
+                f" --fleet {self.name}`"
             )
         if current is not None and current.runtime_key() != spec.runtime_key():
             changed = sorted(k for k, v in spec.runtime_key().items() if current.runtime_key().get(k) != v)
             raise ConfigError(
                 f"fleet {self.name!r} is running with another spec (different: {', '.join(changed)}); "
-                f"stop it first with `kafkagen serve down --name {self.name}`, or start this one under "
-                "another --name and --port"
+                f"stop it first with `kafkagen serve down --fleet {self.name}`, or start this one under "
+                "another --fleet and --port"
             )
         if current is not None:
             echo(f"fleet {self.name!r} is already running ({len(spec.gpus)} servers): not restarting")
@@ -186,6 +186,7 @@ class Fleet:
         return urls
 
     def _start(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
+        server_argv(spec, 0)  # a bad template fails before any copy
         served = spec
         if spec.copy_model_to:
             copied = copy_model(Path(spec.model_path), Path(spec.copy_model_to), free_bytes=free_bytes)

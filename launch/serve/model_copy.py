@@ -144,8 +144,9 @@ def copy_model(
     if needed > free:
         raise ConfigError(
             f"the model {source} needs {_gb(needed)} ({needed} bytes) but {dest_dir} has only "
-            f"{_gb(free)} free: free space there, grow the RAM disk (e.g. `mount -o remount,size=64G "
-            f"/dev/shm`), or give another --copy-model-to (or none: the servers then read {source})"
+            f"{_gb(free)} ({free} bytes) free: free space there, grow the RAM disk (e.g. "
+            f"`mount -o remount,size=64G /dev/shm`), or give another --copy-model-to (or none: the "
+            f"servers then read {source})"
         )
     temp = dest_dir / f".{source.name}.partial-{os.getpid()}"
     temp.mkdir()

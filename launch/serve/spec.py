@@ -126,7 +126,7 @@ class FleetSpec:
         if not self.gpus:
             raise ConfigError("a fleet needs at least one GPU (--gpus)")
         if not _NAME.fullmatch(self.name):
-            raise ConfigError(f"fleet name {self.name!r}: letters, digits, '-' and '_' only (--name)")
+            raise ConfigError(f"fleet name {self.name!r}: letters, digits, '-' and '_' only (--fleet)")
         if not 1 <= self.port <= 65535 - len(self.gpus) + 1:
             raise ConfigError(f"--port {self.port}: ports {self.port}..+{len(self.gpus) - 1} must be valid")
         if not self.health_path.startswith("/"):
