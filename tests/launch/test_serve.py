@@ -114,3 +114,16 @@ def test_template_with_an_unknown_placeholder_is_a_usage_error(
     assert code == 2
     assert "{prot}" in capsys.readouterr().err
     assert not Fleet(home, "fleet").supervisor.running()
+
+
+def test_a_server_never_ready_times_out_naming_the_gpu_and_its_last_log_line(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a server that runs but answers 404 on the health path: not ready, never failed
+    never = "{python} -m http.server {port} --bind 127.0.0.1"
+    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "41030", "--server-command", never,
+                  "--ready-timeout", "4")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "not ready after 4 s" in err and "gpu-0 (http://127.0.0.1:41030)" in err, err
+    assert '"GET /health_generate HTTP/1.1" 404' in err  # its last log line
