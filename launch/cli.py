@@ -9,6 +9,7 @@ command                 what                                                  al
 ``kafkagen sink``       completions and dead letters to S3, exactly once      ``python -m sinks.s3``
 ``kafkagen export``     the dataset and its manifest from S3                  ``python -m sinks.export``
 ``kafkagen stack``      the local Kafka, S3 and llama.cpp servers             ``python -m launch.stack``
+``kafkagen serve``      a fleet of SGLang servers, one per GPU (docs/serve)   :mod:`launch.serve.cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -38,6 +39,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "sink": ("sinks.cli", "sink"),
     "export": ("sinks.export.cli", "export_command"),
     "stack": ("launch.stack.cli", "stack"),
+    "serve": ("launch.serve.cli", "serve"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -46,6 +48,7 @@ _SUMMARIES = {
     "sink": "Write completions and dead letters to S3, exactly once.",
     "export": "Build the dataset and its manifest from a run's S3 objects.",
     "stack": "Run the local Kafka, S3 and LLM servers.",
+    "serve": "A fleet of SGLang servers, one per GPU, detached under supervisord.",
 }
 
 

@@ -24,9 +24,9 @@ from typing import Any, cast
 from supervisor.xmlrpc import SupervisorTransport
 
 from launch.stack.process import wait_until
-from streams.errors import StackError
+from streams.errors import ConfigError, StackError
 
-__all__ = ["Program", "Supervisor"]
+__all__ = ["Program", "Supervisor", "environment_line"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,45 @@ class Program:
         name: program name (letters, digits, ``-``, ``_``), also its log file's name.
         argv: the command line.
         stop_wait_s: seconds between SIGTERM and SIGKILL on stop.
+        env: environment of this program on top of supervisord's (e.g.
+            ``(("CUDA_VISIBLE_DEVICES", "3"),)``), written to the config as ``environment=``
+            (:func:`environment_line`): no secrets here.
+        start_secs: seconds a start must stay up to count as started (supervisord ``startsecs``).
+        start_retries: failed starts in a row before the program ends ``FATAL``
+            (``startretries``); a program that dies after it started is always restarted
+            (``autorestart=true``) and its count starts anew.
     """
 
     name: str
     argv: tuple[str, ...]
     stop_wait_s: int = 75
+    env: tuple[tuple[str, str], ...] = ()
+    start_secs: int = 2
+    start_retries: int = 1000
+
+
+def environment_line(env: Sequence[tuple[str, str]]) -> str:
+    """supervisord's ``environment=`` value for ``env``: ``KEY="value",...``.
+
+    supervisord splits it with a non-POSIX ``shlex`` (``supervisor/datatypes.py``
+    ``dict_of_key_value_pairs``, supervisor 4.3.0): a value is quoted with ``"`` (or ``'`` when it
+    holds a ``"``), there are no escapes, and the quotes at both ends are stripped; ``%`` is
+    doubled for supervisord's ``%(name)s`` expansion.
+
+    Raises:
+        ConfigError: a name that is not an identifier, or a value holding both quote characters,
+            a newline, or starting or ending with a quote (it cannot be written).
+    """
+    parts = []
+    for key, value in env:
+        if not key.isidentifier():
+            raise ConfigError(f"environment variable name {key!r} is not valid")
+        quote = '"' if '"' not in value else "'"
+        ends = value[:1] + value[-1:]
+        if quote in value or "\n" in value or any(c in "\"'" for c in ends):
+            raise ConfigError(f"environment variable {key}={value!r} cannot be written for supervisord")
+        parts.append(f"{key}={quote}{value.replace('%', '%%')}{quote}")
+    return ",".join(parts)
 
 
 class Supervisor:
@@ -96,14 +130,15 @@ class Supervisor:
                 f"directory={cwd}",
                 "autostart=false",
                 "autorestart=true",
-                "startsecs=2",
-                "startretries=1000",
+                f"startsecs={p.start_secs}",
+                f"startretries={p.start_retries}",
                 "stopsignal=TERM",
                 f"stopwaitsecs={p.stop_wait_s}",
                 "stopasgroup=true",
                 "killasgroup=true",
+                *([f"environment={environment_line(p.env)}"] if p.env else []),
                 "redirect_stderr=true",
-                f"stdout_logfile={self.log_dir / (p.name + '.log')}",
+                f"stdout_logfile={self.log_path(p.name)}",
                 "stdout_logfile_maxbytes=50MB",
                 "stdout_logfile_backups=3",
             ]
@@ -128,6 +163,19 @@ class Supervisor:
         self._wait(self.running, timeout_s, "supervisord to start")
         for p in programs:
             self._proxy().supervisor.startProcess(p.name, False)
+
+    def start_program(self, name: str) -> None:
+        """Start program ``name`` again (e.g. one that ended ``FATAL``); does not wait."""
+        self._proxy().supervisor.startProcess(name, False)
+
+    def log_path(self, name: str) -> Path:
+        """The log file of program ``name`` (its stdout and stderr)."""
+        return self.log_dir / (name + ".log")
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """Program name → supervisord's process info (``statename``, ``pid``, ``spawnerr``,
+        ``exitstatus``...; supervisor docs, ``getAllProcessInfo``)."""
+        return {i["name"]: i for i in self._proxy().supervisor.getAllProcessInfo()}
 
     def pid(self, name: str) -> int:
         """The pid of program ``name`` (0 when it is not running)."""

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from launch.serve.sglang_args import server_argv
+from launch.serve.spec import DEFAULT_HEALTH_PATH, FleetSpec
 from launch.stack.kafka import KAFKA_VERSION
 from streams.config import Settings
 
@@ -250,6 +252,26 @@ def test_sglang_servers(services: dict[str, Service]) -> None:
         assert device["device_ids"] == [str(n)], name
         device_ids.extend(device["device_ids"])
     assert sorted(device_ids) == [str(n) for n in GPUS]
+
+
+def test_sglang_command_is_the_fleet_launchers(services: dict[str, Service]) -> None:
+    """x-sglang's command is exactly what ``kafkagen serve`` builds for the compose's parameters
+    (launch/serve/sglang_args.py), and its healthcheck probes the launcher's health path."""
+    model = "${MODEL:-Qwen/Qwen3-8B}"
+    spec = FleetSpec(
+        model_path=f"/models/{model}",
+        served_model_name=model,
+        gpus=(0,),
+        host="0.0.0.0",
+        port=30000,
+        reasoning_parser="qwen3",
+        tool_call_parser="qwen25",
+        metrics=True,
+        cache_report=True,
+    )
+    for name in SGLANG:
+        assert _argv(services[name]["command"]) == server_argv(spec, 0, python="python3"), name
+        assert _healthcheck_argv(services[name])[-1] == f"http://localhost:30000{DEFAULT_HEALTH_PATH}"
 
 
 def test_one_consumer_per_server(services: dict[str, Service]) -> None:

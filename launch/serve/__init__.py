@@ -1,0 +1,28 @@
+"""The fleet launcher ``kafkagen serve``: one SGLang server per GPU, detached under supervisord
+(docs/serve.md).
+
+- :mod:`launch.serve.spec`: the :class:`FleetSpec` (GPUs, ports, parsers, flags, template);
+- :mod:`launch.serve.sglang_args`: the SGLang command line built from it (checked against
+  SGLang's own server arguments) and the command template;
+- :mod:`launch.serve.model_copy`: the one-time model copy to a RAM disk;
+- :mod:`launch.serve.fleet`: start, readiness, status, logs, stop (:class:`Fleet`);
+- :mod:`launch.serve.cli`: the click group.
+"""
+
+from __future__ import annotations
+
+from launch.serve.fleet import Fleet, ServerState
+from launch.serve.model_copy import copy_model
+from launch.serve.sglang_args import server_argv, sglang_args
+from launch.serve.spec import FleetSpec, Speculative, parse_gpus
+
+__all__ = [
+    "Fleet",
+    "FleetSpec",
+    "ServerState",
+    "Speculative",
+    "copy_model",
+    "parse_gpus",
+    "server_argv",
+    "sglang_args",
+]

@@ -1,0 +1,258 @@
+"""``kafkagen serve up|status|down|logs``: a fleet of SGLang servers, one per GPU (docs/serve.md).
+
+``up MODEL_PATH --gpus N`` starts the servers detached under supervisord and waits until each
+answers its health path; ``status``, ``down`` and ``logs`` read the fleet record and need no
+options but ``--fleet`` (default ``fleet``). The fleet lives in ``<stack.home>/serve/<fleet>/``
+(``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`): 0 on success, 1 when ``status``
+finds a server not ready, 2 on bad usage or settings (another spec already running, a template
+with an unknown placeholder, no room for the model copy), 3 when a server does not come up.
+
+The spec options are one decorator, :func:`fleet_options`, so ``kafkagen run --serve MODEL
+--gpus N`` can take the same options and build the same :class:`~launch.serve.spec.FleetSpec`
+with :func:`spec_from_options`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from launch.serve.fleet import Fleet
+from launch.serve.spec import (
+    DEFAULT_HEALTH_PATH,
+    DEFAULT_PORT,
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_SERVER_COMMAND,
+    FleetSpec,
+    Speculative,
+    parse_gpus,
+)
+from streams.cli import ExitCode, command_settings, run_command, settings_options
+from streams.errors import ConfigError
+
+__all__ = ["fleet_options", "main", "serve", "spec_from_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FLEET_OPTIONS: list[Callable[[F], F]] = [
+    click.option("--gpus", help="a count (7 = GPUs 0..6) or indices (0,2,5); one server per GPU"),
+    click.option(
+        "--port",
+        type=click.IntRange(1, 65535),
+        default=DEFAULT_PORT,
+        show_default=True,
+        help="port of the first GPU's server; the k-th GPU listed gets port + k",
+    ),
+    click.option(
+        "--host",
+        default="127.0.0.1",
+        show_default=True,
+        help="address the servers bind (0.0.0.0: reachable from other hosts)",
+    ),
+    click.option("--served-model-name", help="model name in the API (default: the model path)"),
+    click.option("--reasoning-parser", help="SGLang reasoning parser, e.g. qwen3, deepseek-r1"),
+    click.option("--tool-call-parser", help="SGLang tool-call parser, e.g. qwen25, llama3"),
+    click.option(
+        "--metrics/--no-metrics",
+        default=True,
+        show_default=True,
+        help="--enable-metrics (the consumers read /metrics)",
+    ),
+    click.option(
+        "--cache-report/--no-cache-report",
+        default=True,
+        show_default=True,
+        help="--enable-cache-report (cached prompt tokens in each answer's usage)",
+    ),
+    click.option("--context-length", type=click.IntRange(min=1), help="tokens (default: the model's)"),
+    click.option(
+        "--mem-fraction-static",
+        type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        help="GPU memory fraction for weights and KV cache (default: SGLang's)",
+    ),
+    click.option("--speculative-algorithm", help="e.g. EAGLE, EAGLE3, NEXTN"),
+    click.option("--speculative-draft-model-path", help="the draft model"),
+    click.option("--speculative-num-steps", type=click.IntRange(min=1)),
+    click.option("--speculative-eagle-topk", type=click.IntRange(min=1)),
+    click.option("--speculative-num-draft-tokens", type=click.IntRange(min=1)),
+    click.option(
+        "--server-arg",
+        "server_args",
+        multiple=True,
+        metavar="ARG",
+        help="a raw SGLang argument, passed verbatim; repeat it: --server-arg=--tp-size --server-arg=1",
+    ),
+    click.option(
+        "--health-path", default=DEFAULT_HEALTH_PATH, show_default=True, help="readiness path; 200 = ready"
+    ),
+    click.option(
+        "--ready-timeout",
+        "ready_timeout_s",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULT_READY_TIMEOUT_S,
+        show_default=True,
+        help="seconds to wait for every server (model load + CUDA graph capture take minutes)",
+    ),
+    click.option(
+        "--server-command",
+        default=DEFAULT_SERVER_COMMAND,
+        show_default=True,
+        help="command template; placeholders {python} {model} {port} {host} {gpu} {name}; "
+        "the word {args} is the SGLang arguments",
+    ),
+    click.option(
+        "--copy-model-to",
+        metavar="DIR",
+        help="copy the model folder once to DIR/<folder name> (a RAM disk, e.g. /dev/shm/models) "
+        "and serve the copy",
+    ),
+]
+
+_fleet_name = click.option(
+    "--fleet",
+    "fleet_name",
+    default="fleet",
+    show_default=True,
+    help="the fleet's name: its folder <stack.home>/serve/<fleet>",
+)
+
+
+def fleet_options(command: F) -> F:
+    """Decorator: the fleet spec options (``--gpus``, ``--port``, ... ``--copy-model-to``, and
+    ``--fleet``); the command receives them as one ``fleet: dict[str, Any]`` keyword argument,
+    for :func:`spec_from_options`."""
+    names = ["fleet_name", "gpus", "port", "host", "served_model_name", "reasoning_parser",
+             "tool_call_parser", "metrics", "cache_report", "context_length", "mem_fraction_static",
+             "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+             "speculative_eagle_topk", "speculative_num_draft_tokens", "server_args", "health_path",
+             "ready_timeout_s", "server_command", "copy_model_to"]  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        fleet = {name: kwargs.pop(name) for name in names}
+        return command(*args, fleet=fleet, **kwargs)
+
+    decorated: Any = wrapper
+    for option in reversed([*_FLEET_OPTIONS, _fleet_name]):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
+    """The :class:`FleetSpec` of ``model_path`` and the :func:`fleet_options` values.
+
+    Raises:
+        ConfigError: ``--gpus`` missing or malformed, or another value the spec rejects.
+    """
+    if not fleet["gpus"]:
+        raise ConfigError("--gpus is required: a count (--gpus 7 = GPUs 0..6) or indices (--gpus 0,2,5)")
+    return FleetSpec(
+        model_path=model_path,
+        gpus=parse_gpus(fleet["gpus"]),
+        port=fleet["port"],
+        host=fleet["host"],
+        served_model_name=fleet["served_model_name"],
+        reasoning_parser=fleet["reasoning_parser"],
+        tool_call_parser=fleet["tool_call_parser"],
+        metrics=fleet["metrics"],
+        cache_report=fleet["cache_report"],
+        context_length=fleet["context_length"],
+        mem_fraction_static=fleet["mem_fraction_static"],
+        speculative=Speculative(
+            algorithm=fleet["speculative_algorithm"],
+            draft_model_path=fleet["speculative_draft_model_path"],
+            num_steps=fleet["speculative_num_steps"],
+            eagle_topk=fleet["speculative_eagle_topk"],
+            num_draft_tokens=fleet["speculative_num_draft_tokens"],
+        ),
+        server_args=tuple(fleet["server_args"]),
+        health_path=fleet["health_path"],
+        ready_timeout_s=fleet["ready_timeout_s"],
+        server_command=fleet["server_command"],
+        copy_model_to=fleet["copy_model_to"],
+        name=fleet["fleet_name"],
+    )
+
+
+def _fleet(ctx: click.Context, name: str) -> Fleet:
+    return Fleet(command_settings(ctx).stack.home, name)
+
+
+@click.group(help="A fleet of SGLang servers, one per GPU, detached under supervisord.")
+@settings_options(log_default="warning")
+def serve() -> None:
+    pass
+
+
+@serve.command(
+    help="Start one server per GPU (CUDA_VISIBLE_DEVICES=<gpu>, ports --port, --port+1, ...) and wait "
+    "until each answers --health-path. Idempotent: the same spec already running is reported, not "
+    "restarted."
+)
+@click.argument("model_path")
+@fleet_options
+@settings_options("stack.home", log_default="warning")
+@click.pass_context
+def up(ctx: click.Context, model_path: str, fleet: dict[str, Any]) -> None:
+    spec = spec_from_options(model_path, fleet)
+    launched = _fleet(ctx, spec.name)
+    urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=None)
+    print(f"fleet {spec.name!r} ready: {len(urls)} servers; logs in {launched.supervisor.log_dir}")
+    print(f"consumers: KAFKAGEN_SERVERS='{json.dumps(urls)}'; stop: kafkagen serve down --fleet {spec.name}")
+
+
+@serve.command(help="Each server: URL, pid, supervisord state, health answer. Exit 1 when one is not ready.")
+@_fleet_name
+@settings_options("stack.home", log_default="warning")
+@click.pass_context
+def status(ctx: click.Context, fleet_name: str) -> int:
+    states = _fleet(ctx, fleet_name).status()
+    for s in states:
+        verdict = "ready" if s.ready else "NOT READY"
+        pid = s.pid or "-"
+        print(f"{s.program:<7} {s.url:<24} pid {pid:<8} {s.state:<9} health {s.health:<14} {verdict}", end="")
+        print(f"  log {s.log}")
+    return ExitCode.OK if all(s.ready for s in states) else ExitCode.FAILED
+
+
+@serve.command(help="Stop every server gracefully and supervisord; waits until the ports are free.")
+@_fleet_name
+@settings_options("stack.home", log_default="warning")
+@click.pass_context
+def down(ctx: click.Context, fleet_name: str) -> None:
+    _fleet(ctx, fleet_name).down(echo=print)
+
+
+@serve.command(
+    help="Print the end of each server's log; GPU: an index (3) or a program (gpu-3); default all."
+)
+@click.argument("gpus", nargs=-1, metavar="[GPU]...")
+@click.option(
+    "-n", "--lines", type=click.IntRange(min=1), default=30, show_default=True, help="lines per server"
+)
+@_fleet_name
+@settings_options("stack.home", log_default="warning")
+@click.pass_context
+def logs(ctx: click.Context, gpus: tuple[str, ...], lines: int, fleet_name: str) -> None:
+    launched = _fleet(ctx, fleet_name)
+    programs = launched.programs()
+    if not programs:
+        raise ConfigError(f"no fleet {fleet_name!r} in {launched.home}: start one with `kafkagen serve up`")
+    wanted = [g if g.startswith("gpu-") else f"gpu-{g}" for g in gpus] or programs
+    unknown = [w for w in wanted if w not in programs]
+    if unknown:
+        raise click.UsageError(
+            f"not in fleet {fleet_name!r}: {', '.join(unknown)} (it has {', '.join(programs)})"
+        )
+    for program in wanted:
+        print(f"==> {launched.supervisor.log_path(program)} <==")
+        print(launched.tail(program, lines))
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "kafkagen serve") -> int:
+    """Run ``serve`` on ``argv`` (``None``: the process arguments); returns the exit status."""
+    return run_command(serve, argv, prog=prog)

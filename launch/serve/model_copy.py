@@ -1,0 +1,172 @@
+"""Copy a model folder once to a RAM disk (``serve up --copy-model-to /dev/shm/models``).
+
+Seven servers loading their weights from a slow network mount took minutes per shard; from RAM
+they were all up in under a minute (issue 12). The copy is made once and reused:
+
+- it goes to ``DIR/<folder name>`` through a temporary sibling ``DIR/.<folder name>.partial-<pid>``
+  renamed at the end, so a crash never leaves a half copy under the final name; leftovers of an
+  earlier crash are removed before copying;
+- a marker file (:data:`MARKER`) written last, inside the copy, records every file's relative
+  path, size (bytes) and mtime (ns) in the source; a later call skips the copy when the source
+  still has exactly those files and the copy still has them at those sizes (no hashing of
+  hundreds of GB), and copies again otherwise;
+- free space is checked first (needed vs free, in bytes) with the fix in the message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from streams.errors import ConfigError
+
+__all__ = ["MARKER", "copy_model", "model_files"]
+
+MARKER = ".kafkagen-copy.json"
+_CHUNK = 16 * 1024 * 1024
+
+
+def model_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Relative path → (size in bytes, mtime in ns) of every file under ``folder`` (symlinks
+    followed, as a Hugging Face cache snapshot links to its blobs; the marker itself left out)."""
+    files: dict[str, tuple[int, int]] = {}
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(root) / name
+            rel = path.relative_to(folder).as_posix()
+            if rel == MARKER:
+                continue
+            st = path.stat()
+            files[rel] = (st.st_size, st.st_mtime_ns)
+    return files
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _complete(target: Path, files: dict[str, tuple[int, int]]) -> bool:
+    try:
+        recorded = json.loads((target / MARKER).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if {k: tuple(v) for k, v in recorded.items()} != files:
+        return False
+    for rel, (size, _mtime) in files.items():
+        try:
+            if (target / rel).stat().st_size != size:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+class _Progress:
+    """A tqdm bar in bytes on a terminal; otherwise a plain line every 10% (logs, pipes)."""
+
+    def __init__(self, total: int, label: str, out: TextIO) -> None:
+        self.total, self.label, self.out, self.done, self._next = total, label, out, 0, 0.1
+        self.bar: Any = None
+        if out.isatty():
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=out)
+        else:
+            print(f"{label}: {_gb(total)} to copy", file=out, flush=True)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        while self.total and self.done / self.total >= self._next - 1e-9:
+            print(
+                f"{self.label}: {self._next:.0%} ({_gb(self.done)} of {_gb(self.total)})",
+                file=self.out,
+                flush=True,
+            )
+            self._next += 0.1
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def copy_model(
+    source: Path,
+    dest_dir: Path,
+    *,
+    free_bytes: Callable[[Path], int] | None = None,
+    out: TextIO | None = None,
+) -> Path:
+    """Copy the model folder ``source`` to ``dest_dir/<source name>`` unless an identical copy
+    is there (module docstring); return the copy's path.
+
+    Args:
+        source: the model folder (weights, config, tokenizer).
+        dest_dir: where copies live, e.g. ``/dev/shm/models`` (created).
+        free_bytes: bytes free under a folder (default: ``shutil.disk_usage(...).free``); the
+            tests pass a function to play a full disk.
+        out: where the progress goes (default stderr).
+
+    Raises:
+        ConfigError: ``source`` is not a folder, or ``dest_dir`` lacks the space (needed and free
+            bytes named, with the fix).
+    """
+    out = out or sys.stderr
+    source = source.expanduser().resolve()
+    if not source.is_dir():
+        raise ConfigError(
+            f"--copy-model-to: the model path {source} is not a folder; copy needs a local model folder"
+        )
+    dest_dir = dest_dir.expanduser()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest_dir = dest_dir.resolve()
+    target = dest_dir / source.name
+    if target == source:
+        return target
+    files = model_files(source)
+    if _complete(target, files):
+        print(f"model copy {target} is up to date ({len(files)} files): not copying", file=out, flush=True)
+        return target
+    for stale in dest_dir.glob(f".{source.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # a crashed copy: never complete
+    if target.exists():
+        shutil.rmtree(target)  # an older or incomplete copy
+    needed = sum(size for size, _ in files.values())
+    free = (free_bytes or (lambda p: shutil.disk_usage(p).free))(dest_dir)
+    if needed > free:
+        raise ConfigError(
+            f"the model {source} needs {_gb(needed)} ({needed} bytes) but {dest_dir} has only "
+            f"{_gb(free)} ({free} bytes) free: free space there, grow the RAM disk (e.g. "
+            f"`mount -o remount,size=64G /dev/shm`), or give another --copy-model-to (or none: the "
+            f"servers then read {source})"
+        )
+    temp = dest_dir / f".{source.name}.partial-{os.getpid()}"
+    temp.mkdir()
+    progress = _Progress(needed, f"copy {source.name} to {dest_dir}", out)
+    try:
+        for rel in files:
+            src, dst = source / rel, temp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with src.open("rb") as fin, dst.open("wb") as fout:
+                while chunk := fin.read(_CHUNK):
+                    fout.write(chunk)
+                    progress.update(len(chunk))
+            shutil.copystat(src, dst)
+        marker = {"source": str(source), "files": {k: list(v) for k, v in files.items()}}
+        (temp / MARKER).write_text(json.dumps(marker, indent=1) + "\n")  # last: the copy is complete
+        temp.rename(target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    finally:
+        progress.close()
+    print(f"model copied to {target} ({_gb(needed)}, {len(files)} files)", file=out, flush=True)
+    return target

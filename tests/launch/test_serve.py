@@ -1,0 +1,129 @@
+"""``kafkagen serve`` on real processes: the SGLang-API simulator stands in for SGLang (through
+``--server-command``), under a real supervisord, on ports 41000-41099 of 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launch.cli import main
+from launch.serve.fleet import Fleet
+from launch.stack.process import port_owner, wait_until
+
+SIMULATOR = "{python} -m simulator --port {port} --model-path {model} --time-scale 50"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A stack home of the test's own (KAFKAGEN_STACK__HOME); every fleet in it stopped after."""
+    stack_home = tmp_path / "stack"
+    monkeypatch.setenv("KAFKAGEN_STACK__HOME", str(stack_home))
+    yield stack_home
+    for folder in (stack_home / "serve").glob("*"):
+        Fleet(stack_home, folder.name).down(echo=lambda _line: None)
+
+
+def _serve(*args: str) -> int:
+    return main(["serve", *args])
+
+
+def _pids(fleet: Fleet) -> dict[str, int]:
+    return {s.program: s.pid for s in fleet.status()}
+
+
+def test_fleet_up_ready_idempotent_restarted_after_sigkill_and_down(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "nfs" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    shm = tmp_path / "shm"
+    up = ["up", str(model), "--gpus", "2", "--port", "41000", "--server-command", SIMULATOR,
+          "--copy-model-to", str(shm), "--ready-timeout", "120"]  # fmt: skip
+    assert _serve(*up) == 0
+    out = capsys.readouterr().out
+    assert "gpu-0 ready after" in out and "gpu-1 ready after" in out, out
+
+    fleet = Fleet(home, "fleet")
+    record = json.loads(fleet.record_path.read_text())
+    assert [s["url"] for s in record["servers"]] == ["http://127.0.0.1:41000", "http://127.0.0.1:41001"]
+    assert record["model_path"] == str((shm / "tiny-model").resolve())  # the servers load the copy
+    assert all(Path(s["log"]).name == f"gpu-{s['gpu']}.log" for s in record["servers"])
+    pids = _pids(fleet)
+    for gpu, program in enumerate(("gpu-0", "gpu-1")):
+        proc = psutil.Process(pids[program])
+        assert proc.environ()["CUDA_VISIBLE_DEVICES"] == str(gpu)
+        assert str(shm / "tiny-model") in proc.cmdline()  # --model-path {model} is the copy
+
+    # up again with the same spec: nothing restarted (and no second copy)
+    assert _serve(*up) == 0
+    assert "already running" in capsys.readouterr().out
+    assert _pids(fleet) == pids
+    # another spec while it runs: a clear error, nothing touched
+    assert _serve(*[a if a != "2" else "3" for a in up]) == 2
+    assert "serve down" in capsys.readouterr().err
+    assert _serve("status") == 0
+    assert capsys.readouterr().out.count(" ready ") == 2
+
+    # SIGKILL one server: status shows it; supervisord restarts it; the other keeps its pid
+    os.kill(pids["gpu-1"], signal.SIGKILL)
+    assert _serve("status") == 1
+    status = capsys.readouterr().out
+    assert "gpu-1" in status and "NOT READY" in status, status
+    assert wait_until(lambda: all(s.ready for s in fleet.status()), timeout_s=60, interval_s=0.5)
+    after = _pids(fleet)
+    assert after["gpu-0"] == pids["gpu-0"] and after["gpu-1"] not in (0, pids["gpu-1"])
+
+    assert _serve("logs", "1", "-n", "5") == 0
+    assert "gpu-1.log" in capsys.readouterr().out
+
+    # down: every server gone, ports free, status exit 1
+    assert _serve("down") == 0
+    assert not any(psutil.pid_exists(p) for p in after.values())
+    assert port_owner(41000) is None and port_owner(41001) is None
+    assert _serve("status") == 1
+    assert capsys.readouterr().out.count("DOWN") == 2
+
+
+def test_a_server_that_cannot_start_is_named_with_its_log_line_within_seconds(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = "{python} -m simulator --port {port} --model-path {model} --no-such-simulator-flag"
+    t0 = time.monotonic()
+    code = _serve("up", str(tmp_path), "--gpus", "3,", "--port", "41010", "--server-command", bad)
+    elapsed = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert elapsed < 60, "must fail fast, not after the ready timeout (1800 s)"
+    assert "gpu-3 (http://127.0.0.1:41010) failed to start" in err
+    assert "unrecognized arguments: --no-such-simulator-flag" in err  # the log's error line
+    assert "gpu-3.log" in err
+
+
+def test_template_with_an_unknown_placeholder_is_a_usage_error(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "41020", "--server-command", "x {prot}")
+    assert code == 2
+    assert "{prot}" in capsys.readouterr().err
+    assert not Fleet(home, "fleet").supervisor.running()
+
+
+def test_a_server_never_ready_times_out_naming_the_gpu_and_its_last_log_line(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a server that runs but answers 404 on the health path: not ready, never failed
+    never = "{python} -m http.server {port} --bind 127.0.0.1"
+    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "41030", "--server-command", never,
+                  "--ready-timeout", "4")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "not ready after 4 s" in err and "gpu-0 (http://127.0.0.1:41030)" in err, err
+    assert '"GET /health_generate HTTP/1.1" 404' in err  # its last log line
