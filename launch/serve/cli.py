@@ -1,7 +1,9 @@
-"""``kafkagen serve up|status|down|logs``: a fleet of SGLang servers, one per GPU (docs/serve.md).
+"""``kafkagen serve up|status|down|logs|probe``: a fleet of SGLang servers, one per GPU (docs/serve.md).
 
 ``up MODEL_PATH --gpus N`` starts the servers detached under supervisord and waits until each
-answers its health path; ``status``, ``down`` and ``logs`` read the fleet record and need no
+answers its health path, then probes each with one chat completion at the run's generation
+settings (:mod:`launch.probe`; ``--no-probe`` skips it); ``status``, ``down``, ``logs`` and
+``probe`` read the fleet record and need no
 options but ``--fleet`` (default ``fleet``). The fleet lives in ``<stack.home>/serve/<fleet>/``
 (``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`): 0 on success, 1 when ``status``
 finds a server not ready, 2 on bad usage or settings (another spec already running, a template
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
+from launch.probe import check_probes, probe_servers
 from launch.serve.fleet import Fleet
 from launch.serve.spec import (
     DEFAULT_HEALTH_PATH,
@@ -32,9 +35,10 @@ from launch.serve.spec import (
     parse_gpus,
 )
 from streams.cli import ExitCode, command_settings, run_command, settings_options
+from streams.config import GenerationSettings, Settings
 from streams.errors import ConfigError
 
-__all__ = ["fleet_options", "main", "serve", "spec_from_options"]
+__all__ = ["fleet_options", "main", "probe_generation", "probe_options", "serve", "spec_from_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -178,6 +182,59 @@ def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
     )
 
 
+_PROBE_OPTIONS: list[Callable[[F], F]] = [
+    click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1),
+        help="the run's budget for the probe, tokens (default generation.max_tokens)",
+    ),
+    click.option(
+        "--thinking/--no-thinking",
+        default=None,
+        help="probe with thinking on or off (default generation.chat_template_kwargs.enable_thinking)",
+    ),
+    click.option(
+        "--probe-timeout",
+        "probe_timeout_s",
+        type=click.FloatRange(min=0, min_open=True),
+        default=600.0,
+        show_default=True,
+        help="seconds a server may take for the probe (the first request after start can be slow)",
+    ),
+]
+
+
+def probe_options(command: F) -> F:
+    """Decorator: ``--max-tokens``, ``--thinking/--no-thinking`` and ``--probe-timeout``, the
+    generation the probe sends (:func:`probe_generation`)."""
+    for option in reversed(_PROBE_OPTIONS):
+        command = option(command)
+    return command
+
+
+def probe_generation(settings: Settings, max_tokens: int | None, thinking: bool | None) -> GenerationSettings:
+    """``settings.generation`` with the probe options applied (``max_tokens`` in tokens)."""
+    gen = settings.generation
+    update: dict[str, Any] = {}
+    if max_tokens is not None:
+        update["max_tokens"] = max_tokens
+    if thinking is not None:
+        update["chat_template_kwargs"] = {**gen.chat_template_kwargs, "enable_thinking": thinking}
+    return gen.model_copy(update=update)
+
+
+def _probe(servers: dict[str, str], generation: GenerationSettings, timeout_s: float) -> None:
+    thinking = generation.chat_template_kwargs.get("enable_thinking")
+    print(
+        f"probe: one chat completion per server, max_tokens {generation.max_tokens}, thinking {thinking}",
+        flush=True,
+    )
+    results = probe_servers(servers, generation, timeout_s=timeout_s)
+    for result in results:
+        print(result.line(), flush=True)
+    check_probes(results)
+
+
 def _fleet(ctx: click.Context, name: str) -> Fleet:
     return Fleet(command_settings(ctx).stack.home, name)
 
@@ -195,12 +252,30 @@ def serve() -> None:
 )
 @click.argument("model_path")
 @fleet_options
-@settings_options("stack.home", log_default="warning")
+@probe_options
+@click.option("--no-probe", is_flag=True, help="skip the probe (one chat completion per server)")
+@settings_options("stack.home", "generation.model", log_default="warning")
 @click.pass_context
-def up(ctx: click.Context, model_path: str, fleet: dict[str, Any]) -> None:
+def up(
+    ctx: click.Context,
+    model_path: str,
+    fleet: dict[str, Any],
+    max_tokens: int | None,
+    thinking: bool | None,
+    probe_timeout_s: float,
+    no_probe: bool,
+) -> None:
     spec = spec_from_options(model_path, fleet)
     launched = _fleet(ctx, spec.name)
-    urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=None)
+    generation = probe_generation(command_settings(ctx), max_tokens, thinking)
+
+    def probe(urls: list[str]) -> None:
+        _probe(
+            {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, urls, strict=True)}, generation, probe_timeout_s
+        )
+
+    after_ready = None if no_probe else probe
+    urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=after_ready)
     print(f"fleet {spec.name!r} ready: {len(urls)} servers; logs in {launched.supervisor.log_dir}")
     print(f"consumers: KAFKAGEN_SERVERS='{json.dumps(urls)}'; stop: kafkagen serve down --fleet {spec.name}")
 
@@ -225,6 +300,39 @@ def status(ctx: click.Context, fleet_name: str) -> int:
 @click.pass_context
 def down(ctx: click.Context, fleet_name: str) -> None:
     _fleet(ctx, fleet_name).down(echo=print)
+
+
+@serve.command(
+    help="Send one chat completion to each server of the fleet (or to each --server) with the run's "
+    "generation settings, and fail with the fix when the answer is unusable: the budget eaten by "
+    "reasoning, empty content, no reasoning_content with thinking on. Exit 2 when one fails, 3 when "
+    "one does not answer."
+)
+@click.option("--server", "servers", multiple=True, metavar="URL", help="probe this server instead (repeat)")
+@probe_options
+@_fleet_name
+@settings_options("stack.home", "generation.model", log_default="warning")
+@click.pass_context
+def probe(
+    ctx: click.Context,
+    servers: tuple[str, ...],
+    max_tokens: int | None,
+    thinking: bool | None,
+    probe_timeout_s: float,
+    fleet_name: str,
+) -> None:
+    if servers:
+        named = {url: url for url in servers}
+    else:
+        launched = _fleet(ctx, fleet_name)
+        spec = launched.spec()
+        if spec is None:
+            raise ConfigError(
+                f"no fleet {fleet_name!r} in {launched.home}: start one with `kafkagen serve up`, or name "
+                "the servers with --server URL"
+            )
+        named = {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, spec.urls, strict=True)}
+    _probe(named, probe_generation(command_settings(ctx), max_tokens, thinking), probe_timeout_s)
 
 
 @serve.command(
