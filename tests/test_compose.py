@@ -29,8 +29,9 @@ DOCKERFILE = ROOT / "Dockerfile"
 GPUS = range(7)
 SGLANG = [f"sglang-{n}" for n in GPUS]
 GENERATE = [f"generate-{n}" for n in GPUS]
+PROBE = [f"probe-{n}" for n in GPUS]
 BASE = ["kafka", "minio", "minio-init"]
-APP = [*GENERATE, "sink", "producer"]
+APP = [*GENERATE, *PROBE, "sink", "producer"]
 
 Service = dict[str, Any]
 
@@ -107,10 +108,10 @@ def _healthcheck_argv(svc: Service) -> list[str]:
 
 
 def test_services_and_profiles(services: dict[str, Service]) -> None:
-    assert set(services) == {*BASE, *SGLANG, *GENERATE, "sink", "producer"}
+    assert set(services) == {*BASE, *SGLANG, *PROBE, *GENERATE, "sink", "producer"}
     for name in BASE:
         assert "profiles" not in services[name], f"{name} must start without a profile"
-    for name in [*SGLANG, *GENERATE, "sink"]:
+    for name in [*SGLANG, *PROBE, *GENERATE, "sink"]:
         assert services[name].get("profiles") == ["gpu"], name
     assert services["producer"].get("profiles") == ["tools"]
 
@@ -286,10 +287,20 @@ def test_one_consumer_per_server(services: dict[str, Service]) -> None:
             "--instance-id",
             name,
         ]
-        assert _depends(svc) == {f"sglang-{n}": "service_healthy", "kafka": "service_healthy"}
+        assert _depends(svc) == {f"probe-{n}": "service_completed_successfully", "kafka": "service_healthy"}
         assert svc["restart"] == "unless-stopped"
         # SIGTERM drains in-flight requests for consumer.shutdown_deadline_s before compose kills
         assert _seconds(svc["stop_grace_period"]) > Settings().consumer.shutdown_deadline_s
+
+
+def test_each_server_is_probed_before_its_consumer_starts(services: dict[str, Service]) -> None:
+    """probe-N runs ``kafkagen serve probe`` (launch/probe.py, as ``serve up`` and ``run`` do) once
+    sglang-N is healthy, once: a failing probe must not be restarted in a loop."""
+    for n, name in enumerate(PROBE):
+        svc = services[name]
+        assert _argv(svc["command"]) == ["kafkagen", "serve", "probe", "--server", f"http://sglang-{n}:30000"]
+        assert _depends(svc) == {f"sglang-{n}": "service_healthy"}
+        assert svc["restart"] == "no"
 
 
 def test_sink(services: dict[str, Service]) -> None:
@@ -331,6 +342,9 @@ def test_app_environment_configures_settings(
     assert s.s3.access_key_id == "kafkagen"
     assert s.s3.secret_access_key.get_secret_value() == _defaults(minio["MINIO_ROOT_PASSWORD"])
     assert s.generation.model == "Qwen/Qwen3-8B"
+    # the probes and the consumers share the production budget and thinking on
+    assert s.generation.max_tokens == 4096
+    assert s.generation.chat_template_kwargs == {"enable_thinking": True}
     assert s.run_id == "default" and s.replay_of is None
     assert (s.topics.prompts, s.topics.completions, s.topics.errors) == (
         "default.prompts",
