@@ -277,8 +277,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     else:
         wait_s = options.server_timeout_s or settings.consumer.startup_timeout_s
         hint = (
-            "start it, check the address, or wait longer with --server-timeout; to have the main job "
-            "start llama.cpp on a loopback port instead, add --local-llm"
+            "check that the server runs at that address, or wait longer with --server-timeout; to have "
+            "the main job start llama.cpp on a loopback port instead, add --local-llm"
         )
         say(f"waiting up to {wait_s:.0f} s for the servers to answer")
     for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
