@@ -3,7 +3,7 @@
 ======================  ====================================================  =====================
 command                 what                                                  also
 ======================  ====================================================  =====================
-``kafkagen run``        the main job end to end (:mod:`launch.run`)           ``python -m launch.run``
+``kafkagen run``        the main job end to end (:mod:`launch.run_cli`)       ``python -m launch.run``
 ``kafkagen produce``    publish prompt files to the prompts topic             ``python -m producers.prompts``
 ``kafkagen generate``   one generation consumer per inference server          ``python -m consumers.generate``
 ``kafkagen sink``       completions and dead letters to S3, exactly once      ``python -m sinks.s3``
@@ -22,18 +22,15 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import click
 
-from streams import naming
-from streams.cli import command_settings, flag_given, run_command, settings_options
-from streams.errors import ConfigError
+from streams.cli import run_command
 
-__all__ = ["kafkagen", "main", "run_main"]
+__all__ = ["kafkagen", "main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("launch.cli", "run_command_"),
+    "run": ("launch.run_cli", "run_command_"),
     "produce": ("producers.cli", "produce"),
     "generate": ("consumers.cli", "generate"),
     "sink": ("sinks.cli", "sink"),
@@ -75,82 +72,6 @@ class _LazyGroup(click.Group):
 @click.version_option(package_name="kafkagen")
 def kafkagen() -> None:
     pass
-
-
-@click.command(
-    "run",
-    help="The main job end to end: start the local stack, one generation consumer per server and "
-    "the S3 sink under supervisord, publish the prompts, show progress, export the dataset. The same "
-    "--run-id resumes; settings flags (see --settings-help) apply to every process of the run.",
-)
-@click.option(
-    "--prompts",
-    "prompts",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="prompt file(s), any format `kafkagen produce` reads (default: the bundled demo prompts)",
-)
-@click.option(
-    "--server",
-    "servers",
-    multiple=True,
-    help="inference server URL, once per server (default: the local llama.cpp servers)",
-)
-@click.option("--max-tokens", type=click.IntRange(min=1), help="tokens per completion (local default 128)")
-@click.option(
-    "--thinking/--no-thinking",
-    default=None,
-    help="ask for reasoning (chat_template_kwargs.enable_thinking); default on for real servers",
-)
-@click.option(
-    "--to",
-    help="dataset destination: a folder or s3://bucket/prefix (default <stack home>/datasets/<run id>)",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    help="give up after this many seconds",
-)
-@click.option("--keep-running", is_flag=True, help="leave the consumers and the sink running")
-@click.option("--no-progress", is_flag=True, help="no progress bars")
-@settings_options("run_id", "replay_of", log_default="warning")
-@click.pass_context
-def run_command_(
-    ctx: click.Context,
-    prompts: tuple[Path, ...],
-    servers: tuple[str, ...],
-    max_tokens: int | None,
-    thinking: bool | None,
-    to: str | None,
-    timeout_s: float | None,
-    keep_running: bool,
-    no_progress: bool,
-) -> int:
-    from launch.run import RunOptions, run, run_settings
-
-    settings = command_settings(ctx)
-    run_id = settings.run_id if flag_given(ctx, "run_id") or settings.run_id != "default" else "demo"
-    try:
-        settings = naming.for_run(settings, run_id)
-    except ValueError as exc:
-        raise ConfigError(f"--run-id: {exc}") from None
-    options = RunOptions(
-        prompts=prompts,
-        servers=servers,
-        max_tokens=max_tokens,
-        thinking=thinking,
-        to=to,
-        timeout_s=timeout_s,
-        keep_running=keep_running,
-        progress=not no_progress,
-    )
-    return run(run_settings(settings, options), options)
-
-
-def run_main(argv: Sequence[str] | None = None, *, prog: str = "python -m launch.run") -> int:
-    """``kafkagen run`` on ``argv``; returns the exit status."""
-    return run_command(run_command_, argv, prog=prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

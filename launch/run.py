@@ -1,10 +1,15 @@
 """``python -m launch.run``: the main job, end to end, on the local stack or on real servers.
 
-1. starts the local stack (Kafka, S3 and, for loopback server URLs, llama.cpp servers);
+0. checks what is cheap to check before starting anything: the ``--server`` URLs, the input
+   mapping options, that the prompt files exist and can be read;
+1. starts the local stack: Kafka, S3 and, for the embedded default or with ``--local-llm`` only,
+   llama.cpp servers (:mod:`launch.servers`). Any other server is used as it is, whatever its
+   address: the job waits until each one answers (``--server-timeout``) and prints what it found;
 2. starts one generation consumer per server and the S3 sink as supervisord programs
    (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
-   already published);
+   already published), with the producer's input mapping options (``--format``,
+   ``--prompt-field``, ``--keep-field``, ...: :func:`producers.cli.mapping_options`);
 4. shows progress until every prompt has a result in Kafka (the generation group's committed
    offsets reach the prompts topic's end) and every result is in S3 (the sink group's committed
    offsets reach the completions and errors topics' ends);
@@ -18,9 +23,10 @@ makes the run a replay: it regenerates run RUN's prompts (topic ``RUN.prompts``)
 run id and publishes nothing. Files of a run: ``<stack.home>/runs/<run id>/`` (supervisord
 config, logs), the dataset in ``<stack.home>/datasets/<run id>/`` unless ``--to`` says otherwise.
 
-Local defaults (all servers on loopback, i.e. llama.cpp with Gemma-3-270M on CPU): ``max_tokens``
-128 and thinking off, so the bundled 100 prompts finish in a few minutes on 2 cores; for real
-servers the production defaults hold (``generation.max_tokens`` 4096, thinking on).
+Local defaults (only for the llama.cpp servers the job starts itself, Gemma-3-270M on CPU):
+``max_tokens`` 128 and thinking off, so the bundled 100 prompts finish in a few minutes on 2 cores;
+for every other server the generation settings hold (production defaults: ``max_tokens`` 4096,
+thinking on) unless ``--max-tokens`` / ``--no-thinking`` say otherwise.
 """
 
 from __future__ import annotations
@@ -32,34 +38,59 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launch.progress import wait_until_done
+from launch.servers import describe_server, embedded_llm, wait_for_servers
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
 from launch.supervise import Program, Supervisor
+from producers.cli import InputMapping
 from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
-from streams.errors import ConfigError
+from streams.errors import ConfigError, InputError
+from streams.inputs import resolve_inputs
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["LOCAL_MAX_TOKENS", "RunOptions", "main", "read_manifest", "run", "run_settings", "summary"]
+__all__ = [
+    "DEMO_KEEP_FIELDS",
+    "LOCAL_MAX_TOKENS",
+    "RunOptions",
+    "RunPlan",
+    "check_prompts",
+    "main",
+    "plan_run",
+    "producer_argv",
+    "read_manifest",
+    "run",
+    "summary",
+]
 
 LOCAL_MAX_TOKENS = 128
-"""``max_tokens`` when every server is a local llama.cpp server (2-core CPU budget)."""
+"""``max_tokens`` for the llama.cpp servers the main job starts itself (2-core CPU budget)."""
+
+DEMO_KEEP_FIELDS = ("source", "reference")
+"""Fields kept in ``metadata.extra`` when no ``--keep-field`` is given (the bundled demo file's)."""
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """What one invocation of the main job asks for, beyond the settings (``kafkagen run --help``)."""
 
-    prompts: tuple[Path, ...] = ()
-    """prompt files; none: the bundled demo file (:data:`producers.sample.DEMO_FILE`)."""
+    prompts: tuple[str, ...] = ()
+    """prompt inputs as ``kafkagen produce`` takes them (files, globs, ``-``, ``s3://``); none: the
+    bundled demo file (:data:`producers.sample.DEMO_FILE`)."""
     servers: tuple[str, ...] = ()
-    """inference server URLs; none: ``settings.servers``."""
+    """inference server URLs (``--server``); none: ``settings.servers``."""
+    local_llm: bool = False
+    """``--local-llm``: start llama.cpp on the (loopback) server ports even when they were given."""
+    server_timeout_s: float | None = None
+    """seconds to wait for servers already running; none: ``consumer.startup_timeout_s``."""
+    mapping: InputMapping = field(default_factory=InputMapping)
+    """the producer's input mapping options (:func:`producers.cli.mapping_options`)."""
     max_tokens: int | None = None
     thinking: bool | None = None
     to: str | None = None
@@ -69,15 +100,32 @@ class RunOptions:
     progress: bool = True
 
 
-def run_settings(settings: Settings, options: RunOptions) -> Settings:
-    """Apply the run's choices to ``settings``: per-run topics, servers, budget, thinking.
+@dataclass(frozen=True)
+class RunPlan:
+    """What :func:`run` runs: the run's settings and whether it starts its llama.cpp servers."""
+
+    settings: Settings
+    """as :func:`plan_run` made them: the run's topics, servers, budget and thinking."""
+    embedded: bool
+    """True: the job starts a llama.cpp server on each (loopback) URL of ``settings.servers``;
+    False: the servers are running already and are used as they are."""
+
+
+def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
+    """Apply the run's choices to ``settings`` (as loaded, before any other change: whether the
+    user set ``servers`` is read from them, :func:`launch.servers.servers_set_by_user`): per-run
+    topics, servers, budget, thinking.
 
     The topics are always the run's own (:func:`streams.naming.derived_topics`: ``<run>.prompts``,
     or ``<replay_of>.prompts`` for a replay, ``<run>.completions``, ``<run>.errors``), whatever
-    ``topics.*`` says: the main job keeps every run apart (``docs/runs.md``).
+    ``topics.*`` says: the main job keeps every run apart (``docs/runs.md``). ``max_tokens``
+    :data:`LOCAL_MAX_TOKENS` and thinking off are the defaults for the embedded llama.cpp servers
+    only; other servers get ``settings.generation``'s unless ``options`` say otherwise.
 
     Raises:
-        ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`).
+        ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`);
+            llama.cpp is to be started for a URL that is not ``127.0.0.1:<port>``; the mapping
+            options do not fit together (:meth:`producers.cli.InputMapping.options`).
     """
     run = settings.run_id
     for url in options.servers:
@@ -85,15 +133,23 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
             check_server_url(url)
         except ValueError as exc:
             raise ConfigError(f"--server {exc}") from None
-    topics = settings.topics.model_copy(update=naming.derived_topics(run, settings.replay_of))
+    options.mapping.options(run)  # raises ConfigError now, not once the stack is up
+    embedded = embedded_llm(settings, options.servers, local_llm=options.local_llm)
     servers = list(options.servers) or settings.servers
-    local = all(local_port(u) is not None for u in servers)
+    if embedded:
+        for url in servers:
+            if local_port(url) is None:  # raises ConfigError for a loopback URL without a port
+                raise ConfigError(
+                    f"--local-llm starts llama.cpp on 127.0.0.1 only, and {url} is not a loopback URL: "
+                    "drop --local-llm to use the servers as they are"
+                )
+    topics = settings.topics.model_copy(update=naming.derived_topics(run, settings.replay_of))
     gen = settings.generation
-    max_tokens = options.max_tokens or (LOCAL_MAX_TOKENS if local else gen.max_tokens)
+    max_tokens = options.max_tokens or (LOCAL_MAX_TOKENS if embedded else gen.max_tokens)
     thinking = (
         options.thinking
         if options.thinking is not None
-        else (not local and gen.chat_template_kwargs.get("enable_thinking", True))
+        else (not embedded and gen.chat_template_kwargs.get("enable_thinking", True))
     )
     generation = gen.model_copy(
         update={
@@ -103,9 +159,44 @@ def run_settings(settings: Settings, options: RunOptions) -> Settings:
     )
     # Static membership for the sink: a restarted sink gets its partitions back at once.
     sink = settings.sink.model_copy(update={"instance_id": settings.sink.instance_id or f"{run}-sink"})
-    return settings.model_copy(
+    updated = settings.model_copy(
         update={"topics": topics, "servers": servers, "generation": generation, "sink": sink}
     )
+    return RunPlan(updated, embedded)
+
+
+def check_prompts(prompts: Sequence[str]) -> None:
+    """Check, before anything starts, that each local prompt input exists and can be read (files
+    and globs, as :func:`streams.inputs.resolve_inputs` resolves them; ``-`` and ``s3://`` inputs
+    are left to the producer).
+
+    Raises:
+        InputError: no such file, a directory, a glob matching nothing, a file that cannot be read;
+            the message names it.
+    """
+
+    def no_s3() -> Any:
+        raise AssertionError("s3:// inputs are not resolved here")
+
+    local = [p for p in prompts if p != "-" and not p.startswith("s3://")]
+    for spec in resolve_inputs(local, no_s3):
+        if not os.access(spec.location, os.R_OK):
+            raise InputError("cannot be read: check its permissions", source=spec.name)
+
+
+def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
+    """The ``python -m producers.prompts`` arguments for ``options``: the prompt inputs (default the
+    demo file), the mapping options, and :data:`DEMO_KEEP_FIELDS` unless ``--keep-field`` is given."""
+    mapping = options.mapping
+    keep = [] if mapping.keep_fields else [a for f in DEMO_KEEP_FIELDS for a in ("--keep-field", f)]
+    return [
+        *(options.prompts or (str(DEMO_FILE),)),
+        *mapping.argv(),
+        *keep,
+        "--bad-lines",
+        str(bad_lines),
+        *(["--no-progress"] if not options.progress else []),
+    ]
 
 
 def _python(*args: str) -> list[str]:
@@ -153,26 +244,47 @@ def summary(
     return "\n".join(lines)
 
 
-def run(settings: Settings, options: RunOptions) -> int:
-    """Run the job (the steps in the module docstring) for ``settings`` as :func:`run_settings`
-    made them; returns the exit status (0 done, 1 publishing or the export failed).
+def run(plan: RunPlan, options: RunOptions) -> int:
+    """Run the job (the steps in the module docstring) as :func:`plan_run` planned it; returns the
+    exit status (0 done, 1 publishing or the export failed).
 
     Raises:
+        InputError: a prompt file is missing or unreadable (:func:`check_prompts`), before anything
+            is started.
+        UnavailableError: a server already running did not answer within ``options.server_timeout_s``
+            (default ``consumer.startup_timeout_s``), before the stack is started.
         TimeoutError: not done within ``options.timeout_s`` seconds.
         KafkagenError: the stack or a topic could not be set up.
     """
     started = time.monotonic()
+    settings = plan.settings
+    if settings.replay_of is None:
+        check_prompts(options.prompts)
     root = Path(__file__).resolve().parents[1]
-    stack = LocalStack(settings)
+    # The stack serves a llama-server per loopback URL of `servers`: only when the job starts them.
+    stack = LocalStack(settings if plan.embedded else settings.model_copy(update={"servers": []}))
     say = print
     gen = settings.generation
     thinking = gen.chat_template_kwargs.get("enable_thinking")
+    origin = "local llama.cpp, started here" if plan.embedded else "running already, used as they are"
     say(
-        f"run {settings.run_id}: servers {', '.join(settings.servers)}; "
+        f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
         f"max_tokens {gen.max_tokens}; thinking {thinking}"
     )
-    kinds = ["kafka", "s3"] + (["llm"] if stack.llm_ports else [])
-    stack.up(kinds, echo=say)
+    if plan.embedded:
+        stack.up(["kafka", "s3", "llm"], echo=say)
+        wait_s, hint = settings.stack.ready_timeout_s, "the local llama.cpp servers: see kafkagen stack logs"
+    else:
+        wait_s = options.server_timeout_s or settings.consumer.startup_timeout_s
+        hint = (
+            "check that the server runs at that address, or wait longer with --server-timeout; to have "
+            "the main job start llama.cpp on a loopback port instead, add --local-llm"
+        )
+        say(f"waiting up to {wait_s:.0f} s for the servers to answer")
+    for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
+        say(describe_server(info))
+    if not plan.embedded:
+        stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]]))
 
@@ -205,19 +317,9 @@ def run(settings: Settings, options: RunOptions) -> int:
                 + (" (--prompts ignored)" if options.prompts else "")
             )
         else:
-            prompts = options.prompts or (DEMO_FILE,)
             publish = subprocess.run(
                 _python(
-                    "-m",
-                    "producers.prompts",
-                    *map(str, prompts),
-                    "--keep-field",
-                    "source",
-                    "--keep-field",
-                    "reference",
-                    "--bad-lines",
-                    str(supervisor.home / "bad-lines.jsonl"),
-                    *(["--no-progress"] if not options.progress else []),
+                    "-m", "producers.prompts", *producer_argv(options, supervisor.home / "bad-lines.jsonl")
                 ),
                 env={**os.environ, **env},
                 cwd=root,
@@ -273,8 +375,8 @@ def read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m launch.run``: the same as ``kafkagen run`` (:mod:`launch.cli`)."""
-    from launch.cli import run_main  # the command line sits above this module
+    """``python -m launch.run``: the same as ``kafkagen run`` (:mod:`launch.run_cli`)."""
+    from launch.run_cli import run_main  # the command line sits above this module
 
     return run_main(argv)
 

@@ -16,9 +16,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, get_args
+from typing import TYPE_CHECKING, Any, Final, get_args
 
 import click
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -37,12 +38,131 @@ from streams.kafka import kafka_unavailable
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-__all__ = ["EXIT_BAD_LINES", "EXIT_OK", "PROG", "main", "produce"]
+__all__ = [
+    "EXIT_BAD_LINES",
+    "EXIT_OK",
+    "MAPPING_OPTIONS",
+    "PROG",
+    "InputMapping",
+    "main",
+    "mapping_options",
+    "produce",
+]
 
 PROG: Final = "python -m producers.prompts"
 
 EXIT_OK: Final = ExitCode.OK
 EXIT_BAD_LINES: Final = ExitCode.FAILED
+
+
+@dataclass(frozen=True)
+class InputMapping:
+    """The values of the input mapping options (:func:`mapping_options`): how rows become prompt
+    records and which partition each goes to. ``None`` and ``()`` mean "not given"."""
+
+    format: str = FormatName.AUTO.value
+    prompt_field: str | None = None
+    id_field: str | None = None
+    system: str | None = None
+    keep_fields: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    key_by: KeyBy | None = None
+
+    def options(self, run_id: str | None) -> MappingOptions:
+        """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``.
+
+        Raises:
+            ConfigError: the combination is invalid (e.g. ``--format dataset`` without
+                ``--prompt-field``; :class:`MappingOptions` says which).
+        """
+        return MappingOptions(
+            format=FormatName(self.format),
+            prompt_field=self.prompt_field,
+            id_field=self.id_field,
+            system=self.system,
+            keep_fields=self.keep_fields,
+            tags=self.tags,
+            run_id=run_id,
+        )
+
+    def argv(self) -> list[str]:
+        """The same options as ``kafkagen produce`` flags, for a command line that runs the
+        producer (the main job, :mod:`launch.run`); options not given are left out."""
+        args: list[str] = []
+        if self.format != FormatName.AUTO.value:
+            args += ["--format", self.format]
+        for flag, value in (
+            ("--prompt-field", self.prompt_field),
+            ("--id-field", self.id_field),
+            ("--system", self.system),
+            ("--key-by", self.key_by),
+        ):
+            if value is not None:
+                args += [flag, value]
+        for name in self.keep_fields:
+            args += ["--keep-field", name]
+        for tag in self.tags:
+            args += ["--tag", tag]
+        return args
+
+
+MAPPING_OPTIONS: Final = (
+    "--format",
+    "--prompt-field",
+    "--id-field",
+    "--system",
+    "--keep-field",
+    "--tag",
+    "--key-by",
+)
+"""The flags :func:`mapping_options` adds."""
+
+
+def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for a click command that reads prompt inputs: the input mapping options
+    (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
+    ``--keep-field``, ``--tag``, ``--key-by``), handed to the command as one keyword argument
+    ``mapping`` (an :class:`InputMapping`). ``kafkagen produce`` and ``kafkagen run`` both use it,
+    so their options cannot drift apart. Put it below ``@click.command``."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        format_: str,
+        prompt_field: str | None,
+        id_field: str | None,
+        system: str | None,
+        keep_field: tuple[str, ...],
+        tag: tuple[str, ...],
+        key_by: KeyBy | None,
+        **kwargs: Any,
+    ) -> Any:
+        mapping = InputMapping(format_, prompt_field, id_field, system, keep_field, tag, key_by)
+        return command(*args, mapping=mapping, **kwargs)
+
+    decorators = [
+        input_format_option("row format (streams/inputs/formats.py)"),
+        click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt"),
+        click.option("--id-field", metavar="NAME", help="the field holding the record id"),
+        click.option("--system", metavar="TEXT", help="system prompt for rows that have none"),
+        click.option(
+            "--keep-field",
+            multiple=True,
+            metavar="NAME",
+            help="copy this row field into metadata.extra (repeatable)",
+        ),
+        click.option("--tag", multiple=True, metavar="TAG", help="add to metadata.tags (repeatable)"),
+        click.option(
+            "--key-by",
+            type=click.Choice(get_args(KeyBy)),
+            help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
+            "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
+        ),
+    ]
+    decorated: Callable[..., Any] = wrapper
+    for option in reversed(decorators):  # the first listed shows first in --help
+        decorated = option(decorated)
+    return decorated
 
 
 def _echo(message: str) -> None:
@@ -57,20 +177,7 @@ def _echo(message: str) -> None:
     "(unless --allow-bad), 2 usage or input error, 3 Kafka/S3 failure, 130 interrupted.",
 )
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE...")
-@input_format_option("row format (streams/inputs/formats.py)")
-@click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt")
-@click.option("--id-field", metavar="NAME", help="the field holding the record id")
-@click.option("--system", metavar="TEXT", help="system prompt for rows that have none")
-@click.option(
-    "--keep-field", multiple=True, metavar="NAME", help="copy this row field into metadata.extra (repeatable)"
-)
-@click.option("--tag", multiple=True, metavar="TAG", help="add to metadata.tags (repeatable)")
-@click.option(
-    "--key-by",
-    type=click.Choice(get_args(KeyBy)),
-    help="pick the partition round-robin by line (balanced, default), by a hash of the record id, or by a "
-    "hash of the shared prefix (system prompt + tools); same as --producer.key-by",
-)
+@mapping_options
 @click.option(
     "--from-scratch",
     is_flag=True,
@@ -92,13 +199,7 @@ def _echo(message: str) -> None:
 def produce(
     ctx: click.Context,
     inputs: tuple[str, ...],
-    format_: str,
-    prompt_field: str | None,
-    id_field: str | None,
-    system: str | None,
-    keep_field: tuple[str, ...],
-    tag: tuple[str, ...],
-    key_by: str | None,
+    mapping: InputMapping,
     from_scratch: bool,
     allow_bad: bool,
     bad_lines: Path,
@@ -112,19 +213,11 @@ def produce(
     # elected; aiokafka retries, logging each try as an error. Failures that last still raise.
     logging.getLogger("aiokafka.consumer.fetcher").setLevel(logging.CRITICAL)
     settings = command_settings(ctx)
-    if key_by is not None:
+    if mapping.key_by is not None:
         settings = settings.model_copy(
-            update={"producer": settings.producer.model_copy(update={"key_by": key_by})}
+            update={"producer": settings.producer.model_copy(update={"key_by": mapping.key_by})}
         )
-    options = MappingOptions(
-        format=FormatName(format_),
-        prompt_field=prompt_field,
-        id_field=id_field,
-        system=system,
-        keep_fields=keep_field,
-        tags=tag,
-        run_id=settings.run_id,
-    )
+    options = mapping.options(settings.run_id)
     folder = bad_lines.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise ConfigError(f"--bad-lines {bad_lines}: folder {folder} does not exist or is not writable")

@@ -6,6 +6,7 @@ id exactly once."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -27,6 +28,14 @@ from tests.helpers import REPO_ROOT
 pytestmark = pytest.mark.timeout(900)
 
 
+def _local_llm() -> list[str]:
+    """The run's llama.cpp servers are the stack's (the ``llm`` fixture), on the ports the tests'
+    settings name. Without ``KAFKAGEN_SERVERS`` that is the embedded default, started by the job
+    itself; with it (a stack on other ports) the job would use them as servers already running,
+    with the production budget, so ``--local-llm`` asks for the embedded llama.cpp there."""
+    return ["--local-llm"] if "KAFKAGEN_SERVERS" in os.environ else []
+
+
 def _start_run(run_id: str, prompts: Path, log: Path) -> subprocess.Popen[str]:
     # The run gets the test's environment, so KAFKAGEN_* overrides (other ports) reach it too.
     return subprocess.Popen(
@@ -39,6 +48,7 @@ def _start_run(run_id: str, prompts: Path, log: Path) -> subprocess.Popen[str]:
             "--prompts",
             str(prompts),
             "--no-progress",
+            *_local_llm(),
             "--timeout",
             "800",  # the happy path took 420 s on a loaded 2-core machine; pytest's limit is 900 s
         ],

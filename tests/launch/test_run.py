@@ -1,10 +1,21 @@
-"""``python -m launch.run`` argument checks that fail before anything is started."""
+"""``python -m launch.run``: argument checks that fail before anything is started, the rule for
+which servers the main job starts itself, and the producer options it shares with ``produce``."""
 
 from __future__ import annotations
 
+import re
+import socket
+import time
+from pathlib import Path
+
 import pytest
 
-from launch.run import main
+from launch.cli import main as cli_main
+from launch.run import LOCAL_MAX_TOKENS, RunOptions, main, plan_run, producer_argv
+from launch.servers import embedded_llm, servers_set_by_user
+from producers.cli import MAPPING_OPTIONS, InputMapping
+from streams.config import Settings, load_settings
+from streams.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -23,3 +34,198 @@ def test_a_server_that_is_not_an_http_url_stops_the_run_before_the_stack_starts(
     assert rc == 2, "a bad flag is a usage error (streams.cli.ExitCode.USAGE)"
     assert "error: --server 'notaurl' is not an http(s) URL, e.g. http://127.0.0.1:30000" in err
     assert "run bad-server" not in out, "nothing was started"
+
+
+# -- which servers the main job starts itself (launch.servers) ---------------------------------------
+
+
+def _loaded(monkeypatch: pytest.MonkeyPatch, env: str | None, flags: dict[str, object]) -> Settings:
+    """Settings as ``kafkagen run`` loads them: the environment, then its settings flags."""
+    if env is not None:
+        monkeypatch.setenv("KAFKAGEN_SERVERS", env)
+    return load_settings(Settings, overrides=flags)
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "servers", "local_llm", "embedded"),
+    [
+        (None, {}, (), False, True),  # the embedded default
+        ('["http://127.0.0.1:30000", "http://127.0.0.1:30001"]', {}, (), False, False),  # env, even = default
+        ('["http://10.0.0.7:30000"]', {}, (), False, False),
+        (None, {"servers": ["http://127.0.0.1:30000"]}, (), False, False),  # --servers
+        (None, {}, ("http://127.0.0.1:30000",), False, False),  # --server
+        (None, {}, ("http://127.0.0.1:30000",), True, True),  # --local-llm
+        ('["http://127.0.0.1:30200"]', {}, (), True, True),  # a second local copy: env + --local-llm
+    ],
+)
+def test_llama_cpp_starts_only_for_the_embedded_default_or_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+    env: str | None,
+    flags: dict[str, object],
+    servers: tuple[str, ...],
+    local_llm: bool,
+    embedded: bool,
+) -> None:
+    settings = _loaded(monkeypatch, env, flags)
+    assert servers_set_by_user(settings) is (env is not None or "servers" in flags)
+    assert embedded_llm(settings, servers, local_llm=local_llm) is embedded
+    plan = plan_run(settings, RunOptions(servers=servers, local_llm=local_llm))
+    assert plan.embedded is embedded
+    assert plan.settings.servers == list(servers or settings.servers)
+    gen = plan.settings.generation
+    if embedded:  # the local budget: Gemma-3-270M on 2 CPU cores
+        assert (gen.max_tokens, gen.chat_template_kwargs["enable_thinking"]) == (LOCAL_MAX_TOKENS, False)
+    else:  # the generation settings' production defaults
+        assert (gen.max_tokens, gen.chat_template_kwargs["enable_thinking"]) == (4096, True)
+
+
+def test_flags_beat_the_defaults_of_either_kind_of_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _loaded(monkeypatch, None, {})
+    local = plan_run(settings, RunOptions(max_tokens=64, thinking=True)).settings.generation
+    assert (local.max_tokens, local.chat_template_kwargs["enable_thinking"]) == (64, True)
+    remote = plan_run(settings, RunOptions(servers=("http://gpu-0:30000",), thinking=False)).settings
+    assert (remote.generation.max_tokens, remote.generation.chat_template_kwargs) == (
+        4096,
+        {"enable_thinking": False},
+    )
+
+
+def test_local_llm_needs_loopback_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _loaded(monkeypatch, None, {})
+    with pytest.raises(ConfigError, match=r"http://gpu-0:30000 is not a loopback URL: drop --local-llm"):
+        plan_run(settings, RunOptions(servers=("http://gpu-0:30000",), local_llm=True))
+
+
+# -- the producer's mapping options ------------------------------------------------------------------
+
+
+def _option_blocks(help_text: str) -> dict[str, str]:
+    """``--flag`` -> its lines in click's help (the option line and its wrapped description)."""
+    blocks: dict[str, str] = {}
+    current = ""
+    for line in help_text.split("Options:", 1)[1].splitlines():
+        match = re.match(r"  (-[-\w]+)", line)
+        if match:
+            current = match.group(1)
+            blocks[current] = ""
+        if current:
+            blocks[current] += line.strip() + " "
+    return blocks
+
+
+def test_run_and_produce_list_the_same_mapping_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["run", "--help"]) == 0
+    run_help = _option_blocks(capsys.readouterr().out)
+    assert cli_main(["produce", "--help"]) == 0
+    produce_help = _option_blocks(capsys.readouterr().out)
+    for flag in MAPPING_OPTIONS:
+        assert flag in produce_help, flag
+        assert run_help.get(flag) == produce_help[flag], flag
+    # Every other produce option is one the main job sets itself: a new mapping option added to
+    # produce alone fails here.
+    producer_only = {"--from-scratch", "--allow-bad", "--bad-lines", "--no-progress"}
+    assert set(produce_help) - set(run_help) <= producer_only
+
+
+def test_the_producer_gets_the_mapping_options_and_the_demo_fields_only_by_default(tmp_path: Path) -> None:
+    report = tmp_path / "bad.jsonl"
+    default = producer_argv(RunOptions(), report)
+    assert default[0].endswith("data/prompts/demo.jsonl")
+    assert default[1:] == ["--keep-field", "source", "--keep-field", "reference", "--bad-lines", str(report)]
+    mapping = InputMapping(
+        format="dataset",
+        prompt_field="question",
+        id_field="qid",
+        system="Be brief.",
+        keep_fields=("answer",),
+        tags=("gsm8k", "test"),
+        key_by="id",
+    )
+    argv = producer_argv(
+        RunOptions(prompts=("a.jsonl", "s3://b/k.jsonl"), mapping=mapping, progress=False), report
+    )
+    assert argv == [
+        "a.jsonl",
+        "s3://b/k.jsonl",
+        "--format",
+        "dataset",
+        "--prompt-field",
+        "question",
+        "--id-field",
+        "qid",
+        "--system",
+        "Be brief.",
+        "--key-by",
+        "id",
+        "--keep-field",
+        "answer",
+        "--tag",
+        "gsm8k",
+        "--tag",
+        "test",
+        "--bad-lines",
+        str(report),
+        "--no-progress",
+    ]
+
+
+# -- cheap checks before anything starts -------------------------------------------------------------
+
+
+@pytest.fixture
+def idle_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A stack home of its own (empty) and addresses where nothing runs: whatever the main job
+    starts shows up under the returned home."""
+    home = tmp_path / "stack"
+    monkeypatch.setenv("KAFKAGEN_STACK__HOME", str(home))
+    monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{_unused_port()}")
+    monkeypatch.setenv("KAFKAGEN_S3__ENDPOINT_URL", f"http://127.0.0.1:{_unused_port()}")
+    return home
+
+
+def _unused_port() -> int:
+    """A loopback port nothing listens on (bound by the OS, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _started_nothing(home: Path) -> bool:
+    return not any(home.rglob("*.pid")) and not (home / "runs").exists()
+
+
+def test_missing_prompts_stop_the_run_before_anything_starts(
+    idle_stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["--run-id", "no-file", "--prompts", "missing.jsonl"])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert "missing.jsonl: no such file" in err
+    assert "run no-file" not in out
+    assert _started_nothing(idle_stack)
+
+
+def test_mapping_options_that_do_not_fit_stop_the_run_before_anything_starts(
+    idle_stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["--run-id", "bad-map", "--format", "dataset"])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert "--format dataset needs --prompt-field" in err
+    assert _started_nothing(idle_stack)
+
+
+def test_a_server_that_does_not_answer_exits_3_naming_it(
+    idle_stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{_unused_port()}"
+    started = time.monotonic()
+    rc = main(["--run-id", "no-server", "--server", url, "--server-timeout", "3"])
+    elapsed = time.monotonic() - started
+    out, err = capsys.readouterr()
+    assert rc == 3, (out, err)
+    assert f"error: inference server {url} did not answer within 3 s" in err
+    assert "--local-llm" in err, "the message says what to do"
+    assert elapsed < 30, f"took {elapsed:.0f} s for a 3 s timeout"
+    assert _started_nothing(idle_stack), "no stack, no llama.cpp for a server given by the user"

@@ -1,0 +1,143 @@
+"""The main job against servers already running on the host (issue 12): two SGLang-API simulators
+listening on 127.0.0.1, started here as a user's servers would be, and GSM8K's raw rows mapped by
+the producer's options on ``run``. The job must use the servers as they are (no llama.cpp), with
+the production generation defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import zstandard
+
+from launch.stack import LocalStack
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.timeout(600)
+
+GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
+
+
+def _simulator(port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m simulator`` on ``port`` (0: any free one); returns it and its URL."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "simulator",
+            "--port",
+            str(port),
+            "--time-scale",
+            "50",
+            "--max-running-requests",
+            "8",
+            "--served-model-name",
+            "sim-qwen3",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the simulator prints its URL once it listens
+    match = re.search(r"http://127\.0\.0\.1:\d+", line)
+    assert match, f"simulator printed {line!r}; see {log}"
+    return proc, match.group(0)
+
+
+@pytest.fixture
+def user_servers(tmp_path: Path) -> Iterator[list[str]]:
+    """Two simulators already listening, as a user's SGLang servers on a GPU host. Ports: any free
+    ones, or ``KAFKAGEN_TEST_SERVER_PORT`` and the next one when set (a machine shared with other
+    test runs that must keep to its own ports)."""
+    base = int(os.environ.get("KAFKAGEN_TEST_SERVER_PORT", "0"))
+    procs: list[subprocess.Popen[str]] = []
+    urls = []
+    try:
+        for i in range(2):
+            proc, url = _simulator(base + i if base else 0, tmp_path / f"sim-{i}.log")
+            procs.append(proc)
+            urls.append(url)
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+
+
+def _rows(count: int) -> list[dict[str, Any]]:
+    lines = GSM8K.read_text().splitlines()[:count]
+    return [json.loads(line) for line in lines]
+
+
+def _dataset(folder: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for shard in sorted(folder.glob("completions-*.jsonl.zst")):
+        with zstandard.open(shard, "rt", encoding="utf-8") as f:
+            rows.extend(json.loads(line) for line in f if line.strip())
+    return rows
+
+
+def _llama_servers_on(ports: set[int]) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any("llama-server" in part for part in cmd) and any(str(p) in cmd for p in ports):
+            pids.append(proc.info["pid"])
+    return pids
+
+
+def test_servers_already_running_and_raw_gsm8k_rows(
+    local_stack: LocalStack, kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    rows = _rows(20)
+    prompts = tmp_path / "gsm8k-20.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_id = f"e2e-servers-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
+    args += ["--prompt-field", "question", "--keep-field", "answer", "--tag", "gsm8k"]
+    for url in user_servers:
+        args += ["--server", url]
+    args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
+    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+
+    # The servers were used as they are: described, not started.
+    for url in user_servers:
+        assert re.search(rf"^server {re.escape(url)}: sglang .*model sim-qwen3, 8 slots", output, re.M), (
+            output
+        )
+    ports = {int(u.rsplit(":", 1)[1]) for u in user_servers}
+    assert not [p for p in ports if local_stack.processes.pid_path(f"llm-{p}").exists()], "an llm pid file"
+    assert not _llama_servers_on(ports)
+    assert "llm-" not in output
+
+    # Every row once, mapped by the options, with the production generation defaults.
+    completions = _dataset(dataset)
+    ids = Counter(r["id"] for r in completions)
+    assert len(ids) == 20 and max(ids.values()) == 1, ids
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["missing"]["count"] == 0 and manifest["records"]["errors"] == 0
+    answers = {r["question"]: r["answer"] for r in rows}
+    for record in completions:
+        prompt = record["prompt"]
+        question = prompt["messages"][-1]["content"]
+        assert prompt["metadata"]["extra"] == {"answer": answers[question]}
+        assert "gsm8k" in prompt["metadata"]["tags"]
+        assert record["params"]["max_tokens"] == 4096, record["params"]
+        assert record["params"]["chat_template_kwargs"]["enable_thinking"] is True
+        assert record["reasoning_content"], "thinking on: the simulator reasons"
+    assert {r["server"] for r in completions} == set(user_servers), "both servers generated"
