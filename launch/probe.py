@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from consumers.client import ServerClient, request_id
@@ -33,7 +33,7 @@ from streams.config import GenerationSettings
 from streams.errors import ConfigError, KafkagenError, UnavailableError
 from streams.records import PromptMetadata, PromptRecord
 
-__all__ = ["PROBE_PROMPT", "ProbeError", "ProbeResult", "check_probes", "probe_servers"]
+__all__ = ["PROBE_PROMPT", "ProbeError", "ProbeResult", "check_probes", "probe", "probe_servers"]
 
 PROBE_PROMPT = PromptRecord(
     id="kafkagen-probe",
@@ -222,3 +222,25 @@ def check_probes(results: Sequence[ProbeResult]) -> None:
         lines += [f"  {r.problem}" for r in failed]
         lines.append("fix the settings above and start again (--no-probe skips this check)")
         raise ProbeError("\n".join(lines))
+
+
+def probe(
+    servers: Mapping[str, str] | Sequence[str],
+    generation: GenerationSettings,
+    *,
+    timeout_s: float = 600.0,
+    echo: Callable[[str], None] = print,
+) -> list[ProbeResult]:
+    """:func:`probe_servers`, a line per server through ``echo``, then :func:`check_probes`.
+
+    Raises:
+        ProbeError: a server's answer is unusable with ``generation`` (the fix in the message).
+        UnavailableError: the failing servers did not answer at all.
+    """
+    thinking = generation.chat_template_kwargs.get("enable_thinking")
+    echo(f"probe: one chat completion per server, max_tokens {generation.max_tokens}, thinking {thinking}")
+    results = probe_servers(servers, generation, timeout_s=timeout_s)
+    for result in results:
+        echo(result.line())
+    check_probes(results)
+    return results

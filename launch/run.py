@@ -4,7 +4,11 @@
    mapping options, that the prompt files exist and can be read;
 1. starts the local stack: Kafka, S3 and, for the embedded default or with ``--local-llm`` only,
    llama.cpp servers (:mod:`launch.servers`). Any other server is used as it is, whatever its
-   address: the job waits until each one answers (``--server-timeout``) and prints what it found;
+   address: the job waits until each one answers (``--server-timeout``) and prints what it found.
+   ``--serve MODEL --gpus N`` first launches a fleet of SGLang servers, one per GPU
+   (:mod:`launch.serve`), and uses it. Then the probe: one chat completion per server with the
+   run's generation settings, which stops the job with the fix when the answer is unusable
+   (:mod:`launch.probe`; ``--no-probe`` skips it);
 2. starts one generation consumer per server and the S3 sink as supervisord programs
    (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
@@ -42,7 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launch.probe import probe
 from launch.progress import wait_until_done
+from launch.serve.fleet import Fleet
+from launch.serve.spec import FleetSpec
 from launch.servers import describe_server, embedded_llm, wait_for_servers
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
@@ -98,6 +105,12 @@ class RunOptions:
     timeout_s: float | None = None
     keep_running: bool = False
     progress: bool = True
+    serve: FleetSpec | None = None
+    """``--serve``: launch this fleet (:class:`launch.serve.fleet.Fleet`, idempotent) and use its servers."""
+    probe: bool = True
+    """probe every server before anything is published (:mod:`launch.probe`); ``--no-probe``: skip."""
+    probe_timeout_s: float = 600.0
+    """seconds one server may take to answer the probe."""
 
 
 @dataclass(frozen=True)
@@ -125,17 +138,23 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
     Raises:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`);
             llama.cpp is to be started for a URL that is not ``127.0.0.1:<port>``; the mapping
-            options do not fit together (:meth:`producers.cli.InputMapping.options`).
+            options do not fit together (:meth:`producers.cli.InputMapping.options`); ``--serve``
+            with ``--server`` or ``--local-llm``.
     """
     run = settings.run_id
+    if options.serve is not None and (options.servers or options.local_llm):
+        raise ConfigError(
+            "--serve launches the servers the run uses: drop --server and --local-llm, or drop --serve "
+            "to use servers already running"
+        )
     for url in options.servers:
         try:
             check_server_url(url)
         except ValueError as exc:
             raise ConfigError(f"--server {exc}") from None
     options.mapping.options(run)  # raises ConfigError now, not once the stack is up
-    embedded = embedded_llm(settings, options.servers, local_llm=options.local_llm)
-    servers = list(options.servers) or settings.servers
+    embedded = options.serve is None and embedded_llm(settings, options.servers, local_llm=options.local_llm)
+    servers = options.serve.urls if options.serve else list(options.servers) or settings.servers
     if embedded:
         for url in servers:
             if local_port(url) is None:  # raises ConfigError for a loopback URL without a port
@@ -253,6 +272,9 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             is started.
         UnavailableError: a server already running did not answer within ``options.server_timeout_s``
             (default ``consumer.startup_timeout_s``), before the stack is started.
+        ProbeError: a server's answer to the probe is unusable with the run's generation settings
+            (e.g. the budget went to reasoning), before anything is published.
+        ServiceNotReadyError: a ``--serve`` server failed to start or was not ready in time.
         TimeoutError: not done within ``options.timeout_s`` seconds.
         KafkagenError: the stack or a topic could not be set up.
     """
@@ -266,11 +288,21 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     say = print
     gen = settings.generation
     thinking = gen.chat_template_kwargs.get("enable_thinking")
-    origin = "local llama.cpp, started here" if plan.embedded else "running already, used as they are"
+    origin = (
+        "local llama.cpp, started here"
+        if plan.embedded
+        else f"fleet {options.serve.name!r}, launched here"
+        if options.serve
+        else "running already, used as they are"
+    )
     say(
         f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
         f"max_tokens {gen.max_tokens}; thinking {thinking}"
     )
+    names = {url: url for url in settings.servers}
+    if options.serve is not None:
+        Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
+        names = {f"gpu-{gpu}": url for gpu, url in zip(options.serve.gpus, settings.servers, strict=True)}
     if plan.embedded:
         stack.up(["kafka", "s3", "llm"], echo=say)
         wait_s, hint = settings.stack.ready_timeout_s, "the local llama.cpp servers: see kafkagen stack logs"
@@ -283,6 +315,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         say(f"waiting up to {wait_s:.0f} s for the servers to answer")
     for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
         say(describe_server(info))
+    if options.probe:
+        probe(names, gen, timeout_s=options.probe_timeout_s, echo=say)
     if not plan.embedded:
         stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
@@ -356,6 +390,11 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                 "consumers and sink stopped; the local stack keeps running "
                 f"({Path(sys.executable).with_name('kafkagen').as_posix()} stack down stops it, with "
                 "the same KAFKAGEN_* addresses)"
+                + (
+                    f"; the fleet keeps running (kafkagen serve down --fleet {options.serve.name} stops it)"
+                    if options.serve
+                    else ""
+                )
             )
 
 

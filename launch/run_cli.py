@@ -6,9 +6,11 @@ only when ``run`` is the command."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
+from launch.serve.cli import fleet_options, spec_from_options
 from producers.cli import InputMapping, mapping_options
 from streams import naming
 from streams.cli import command_settings, flag_given, run_command, settings_options
@@ -49,6 +51,28 @@ __all__ = ["run_command_", "run_main"]
     "servers already running there",
 )
 @click.option(
+    "--serve",
+    "serve_model",
+    metavar="MODEL_PATH",
+    help="launch a fleet of SGLang servers first, one per GPU (--gpus N; kafkagen serve up's options, "
+    "docs/serve.md), and run on it; it keeps running afterwards (kafkagen serve down)",
+)
+@fleet_options
+@click.option(
+    "--no-probe",
+    is_flag=True,
+    help="skip the probe: one chat completion per server at the run's max_tokens and thinking, which "
+    "stops the job with the fix when the answer is unusable",
+)
+@click.option(
+    "--probe-timeout",
+    "probe_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="seconds a server may take to answer the probe",
+)
+@click.option(
     "--server-timeout",
     "server_timeout_s",
     type=click.FloatRange(min=0, min_open=True),
@@ -86,6 +110,10 @@ def run_command_(
     prompts: tuple[str, ...],
     mapping: InputMapping,
     servers: tuple[str, ...],
+    serve_model: str | None,
+    fleet: dict[str, Any],
+    no_probe: bool,
+    probe_timeout_s: float,
     local_llm: bool,
     server_timeout_s: float | None,
     max_tokens: int | None,
@@ -103,6 +131,9 @@ def run_command_(
         settings = naming.for_run(settings, run_id)
     except ValueError as exc:
         raise ConfigError(f"--run-id: {exc}") from None
+    serve = spec_from_options(serve_model, fleet) if serve_model else None
+    if serve is None and fleet["gpus"]:
+        raise click.UsageError("--gpus goes with --serve MODEL_PATH (launch a fleet), or use --server URL")
     options = RunOptions(
         prompts=prompts,
         servers=servers,
@@ -115,6 +146,9 @@ def run_command_(
         timeout_s=timeout_s,
         keep_running=keep_running,
         progress=not no_progress,
+        serve=serve,
+        probe=not no_probe,
+        probe_timeout_s=probe_timeout_s,
     )
     return run(plan_run(settings, options), options)
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
-from launch.probe import check_probes, probe_servers
+from launch.probe import probe as probe_and_report
 from launch.serve.fleet import Fleet
 from launch.serve.spec import (
     DEFAULT_HEALTH_PATH,
@@ -224,15 +224,7 @@ def probe_generation(settings: Settings, max_tokens: int | None, thinking: bool 
 
 
 def _probe(servers: dict[str, str], generation: GenerationSettings, timeout_s: float) -> None:
-    thinking = generation.chat_template_kwargs.get("enable_thinking")
-    print(
-        f"probe: one chat completion per server, max_tokens {generation.max_tokens}, thinking {thinking}",
-        flush=True,
-    )
-    results = probe_servers(servers, generation, timeout_s=timeout_s)
-    for result in results:
-        print(result.line(), flush=True)
-    check_probes(results)
+    probe_and_report(servers, generation, timeout_s=timeout_s, echo=lambda line: print(line, flush=True))
 
 
 def _fleet(ctx: click.Context, name: str) -> Fleet:
@@ -269,12 +261,12 @@ def up(
     launched = _fleet(ctx, spec.name)
     generation = probe_generation(command_settings(ctx), max_tokens, thinking)
 
-    def probe(urls: list[str]) -> None:
+    def probe_fleet(urls: list[str]) -> None:
         _probe(
             {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, urls, strict=True)}, generation, probe_timeout_s
         )
 
-    after_ready = None if no_probe else probe
+    after_ready = None if no_probe else probe_fleet
     urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=after_ready)
     print(f"fleet {spec.name!r} ready: {len(urls)} servers; logs in {launched.supervisor.log_dir}")
     print(f"consumers: KAFKAGEN_SERVERS='{json.dumps(urls)}'; stop: kafkagen serve down --fleet {spec.name}")

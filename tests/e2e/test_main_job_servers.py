@@ -1,13 +1,14 @@
-"""The main job against servers already running on the host (issue 12): two SGLang-API simulators
-listening on 127.0.0.1, started here as a user's servers would be, and GSM8K's raw rows mapped by
-the producer's options on ``run``. The job must use the servers as they are (no llama.cpp), with
-the production generation defaults."""
+"""The main job on a GPU host's servers (issue 12): two SGLang-API simulators already listening on
+127.0.0.1, started here as a user's servers would be, and GSM8K's raw rows mapped by the
+producer's options on ``run``; and ``run --serve``, which launches the fleet itself. The job must
+use the servers as they are (no llama.cpp), with the production generation defaults."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -19,12 +20,16 @@ import psutil
 import pytest
 import zstandard
 
+from launch.serve.fleet import Fleet
 from launch.stack import LocalStack
+from launch.stack.process import port_owner
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(600)
 
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
+FLEET_SIMULATOR = "{python} -m simulator --port {port} --model-path {model} --time-scale 50"
+"""``kafkagen serve``'s server command template with the simulator standing in for SGLang."""
 
 
 def _simulator(port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
@@ -140,4 +145,64 @@ def test_servers_already_running_and_raw_gsm8k_rows(
         assert record["params"]["max_tokens"] == 4096, record["params"]
         assert record["params"]["chat_template_kwargs"]["enable_thinking"] is True
         assert record["reasoning_content"], "thinking on: the simulator reasons"
-    assert {r["server"] for r in completions} == set(user_servers), "both servers generated"
+    # Only the user's servers generated (not always both: at 50x the first consumer to join the
+    # group can finish all 20 before the second one joins).
+    assert {r["server"] for r in completions} <= set(user_servers)
+
+
+def _free_ports(count: int) -> int:
+    """A port P with P .. P+count-1 all free on 127.0.0.1 (``KAFKAGEN_TEST_SERVER_PORT`` + 10 when
+    set: a machine shared with other test runs)."""
+    base = int(os.environ.get("KAFKAGEN_TEST_SERVER_PORT", "0"))
+    if base:
+        return base + 10
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = int(s.getsockname()[1])
+        if first + count <= 65535 and all(port_owner(first + k) is None for k in range(count)):
+            return first
+    raise AssertionError("no run of free ports")
+
+
+def test_run_serve_launches_a_fleet_probes_it_and_runs_on_it(
+    local_stack: LocalStack, kafka: str, s3: str, tmp_path: Path, unique: str
+) -> None:
+    """``run --serve MODEL --gpus 2``: the fleet is launched under supervisord (the simulator stands
+    in for SGLang through --server-command), probed, and used; a budget that reasoning eats stops
+    the job before anything is published, with the fix; the fleet outlives the job."""
+    prompts = tmp_path / "gsm8k-12.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in _rows(12)))
+    port, fleet_name = _free_ports(2), f"e2e-{unique}"
+    run_id = f"e2e-serve-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
+    args += ["--prompt-field", "question", "--serve", str(tmp_path / "Qwen3-8B"), "--gpus", "2"]
+    args += ["--port", str(port), "--fleet", fleet_name, "--server-command", FLEET_SIMULATOR]
+    args += ["--ready-timeout", "120", "--to", str(dataset), "--no-progress", "--timeout", "400"]
+    fleet = Fleet(local_stack.home, fleet_name)
+    try:
+        failed = subprocess.run(
+            [*args, "--max-tokens", "512"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        )
+        output = failed.stdout + failed.stderr
+        assert failed.returncode == 2, output[-4000:]
+        assert "gpu-0 ready after" in output and "gpu-1 ready after" in output, output
+        assert "all 512 tokens went to reasoning on gpu-0" in output
+        assert "all 512 tokens went to reasoning on gpu-1" in output and "raise --max-tokens" in output
+        assert "consumers and sink started" not in output, "the probe comes before anything starts"
+        pids = {s.program: s.pid for s in fleet.status()}
+
+        done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=480)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-4000:]
+        assert "already running" in output and output.count(": ok") == 2, output
+        assert {s.program: s.pid for s in fleet.status()} == pids, "the fleet was reused, not restarted"
+        completions = _dataset(dataset)
+        assert sorted(Counter(r["id"] for r in completions).values()) == [1] * 12
+        assert {r["server"] for r in completions} <= set(fleet.urls())
+        assert all(r["params"]["max_tokens"] == 4096 for r in completions)
+        assert "kafkagen serve down --fleet" in output
+        assert all(s.ready for s in fleet.status()), "the fleet keeps running after the job"
+    finally:
+        fleet.down(echo=lambda _line: None)
