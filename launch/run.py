@@ -53,12 +53,13 @@ from launch.serve.spec import FleetSpec
 from launch.servers import describe_server, embedded_llm, wait_for_servers
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
+from launch.stack.process import port_owner
 from launch.supervise import Program, Supervisor
 from producers.cli import InputMapping
 from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
-from streams.errors import ConfigError, InputError
+from streams.errors import ConfigError, InputError, StackError
 from streams.inputs import resolve_inputs
 from streams.topics import ensure_topics, topic_specs
 
@@ -263,6 +264,23 @@ def summary(
     return "\n".join(lines)
 
 
+def _check_llm_ports(stack: LocalStack) -> None:
+    """Before the job starts its llama.cpp servers: a port held by a process the stack did not
+    start may well be the user's own server (SGLang on a GPU host), so say how to use it.
+
+    Raises:
+        StackError: a llama.cpp port is taken by another process.
+    """
+    for port in stack.llm_ports:
+        owner = port_owner(port)
+        if owner is not None and stack.processes.process(f"llm-{port}") is None:
+            raise StackError(
+                f"the main job starts llama.cpp on 127.0.0.1:{port} (the embedded default), but the port "
+                f"is taken by {owner}. If that is an inference server, use it as it is: --server "
+                f"http://127.0.0.1:{port} (once per server); otherwise stop it"
+            )
+
+
 def run(plan: RunPlan, options: RunOptions) -> int:
     """Run the job (the steps in the module docstring) as :func:`plan_run` planned it; returns the
     exit status (0 done, 1 publishing or the export failed).
@@ -304,6 +322,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
         names = {f"gpu-{gpu}": url for gpu, url in zip(options.serve.gpus, settings.servers, strict=True)}
     if plan.embedded:
+        _check_llm_ports(stack)
         stack.up(["kafka", "s3", "llm"], echo=say)
         wait_s, hint = settings.stack.ready_timeout_s, "the local llama.cpp servers: see kafkagen stack logs"
     else:

@@ -229,3 +229,34 @@ def test_a_server_that_does_not_answer_exits_3_naming_it(
     assert "--local-llm" in err, "the message says what to do"
     assert elapsed < 30, f"took {elapsed:.0f} s for a 3 s timeout"
     assert _started_nothing(idle_stack), "no stack, no llama.cpp for a server given by the user"
+
+
+def test_llama_cpp_on_a_port_where_a_server_already_listens_says_how_to_use_it(
+    idle_stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--local-llm (and the embedded default alike) on a port another process holds: no llama.cpp
+    start that would fail on the port, but the hint to use that server with --server."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        rc = main(["--run-id", "taken", "--server", url, "--local-llm"])
+    out, err = capsys.readouterr()
+    assert rc == 3, (out, err)
+    assert f"127.0.0.1:{port} (the embedded default), but the port is taken by" in err
+    assert f"use it as it is: --server {url}" in err
+    assert _started_nothing(idle_stack)
+
+
+def test_serve_excludes_server_and_gpus_needs_serve(
+    idle_stack: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["--run-id", "both", "--serve", "/models/x", "--gpus", "2", "--server", "http://127.0.0.1:1"])
+    assert rc == 2
+    assert "--serve launches the servers the run uses" in capsys.readouterr().err
+    assert main(["--run-id", "gpus", "--gpus", "2"]) == 2
+    assert "--gpus goes with --serve MODEL_PATH" in capsys.readouterr().err
+    assert main(["--run-id", "no-gpus", "--serve", "/models/x"]) == 2
+    assert "--gpus is required" in capsys.readouterr().err
+    assert _started_nothing(idle_stack)
