@@ -33,7 +33,15 @@ from streams.config import GenerationSettings
 from streams.errors import ConfigError, KafkagenError, UnavailableError
 from streams.records import PromptMetadata, PromptRecord
 
-__all__ = ["PROBE_PROMPT", "ProbeError", "ProbeResult", "check_probes", "probe", "probe_servers"]
+__all__ = [
+    "PROBE_PROMPT",
+    "PROBE_TIMEOUT_S",
+    "ProbeError",
+    "ProbeResult",
+    "check_probes",
+    "probe",
+    "probe_servers",
+]
 
 PROBE_PROMPT = PromptRecord(
     id="kafkagen-probe",
@@ -51,6 +59,11 @@ PROBE_PROMPT = PromptRecord(
     ),
 )
 """The probe's prompt: the first question of GSM8K's test split (``data/gsm8k/``)."""
+
+
+PROBE_TIMEOUT_S = 600.0
+"""Seconds one server may take to answer the probe by default: its first request after start-up
+can take minutes (CUDA graph capture)."""
 
 
 class ProbeError(ConfigError):
@@ -171,7 +184,7 @@ def probe_servers(
     generation: GenerationSettings,
     *,
     prompt: PromptRecord = PROBE_PROMPT,
-    timeout_s: float = 600.0,
+    timeout_s: float = PROBE_TIMEOUT_S,
 ) -> list[ProbeResult]:
     """Send ``prompt`` to every server at once with ``generation``'s parameters and judge each answer.
 
@@ -228,7 +241,7 @@ def probe(
     servers: Mapping[str, str] | Sequence[str],
     generation: GenerationSettings,
     *,
-    timeout_s: float = 600.0,
+    timeout_s: float = PROBE_TIMEOUT_S,
     echo: Callable[[str], None] = print,
 ) -> list[ProbeResult]:
     """:func:`probe_servers`, a line per server through ``echo``, then :func:`check_probes`.

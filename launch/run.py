@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launch.probe import probe
+from launch.probe import PROBE_TIMEOUT_S, probe
 from launch.progress import wait_until_done
 from launch.serve.fleet import Fleet
 from launch.serve.spec import FleetSpec
@@ -110,7 +110,7 @@ class RunOptions:
     """``--serve``: launch this fleet (:class:`launch.serve.fleet.Fleet`, idempotent) and use its servers."""
     probe: bool = True
     """probe every server before anything is published (:mod:`launch.probe`); ``--no-probe``: skip."""
-    probe_timeout_s: float = 600.0
+    probe_timeout_s: float = PROBE_TIMEOUT_S
     """seconds one server may take to answer the probe."""
 
 

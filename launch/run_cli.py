@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from launch.serve.cli import fleet_options, spec_from_options
+from launch.serve.cli import fleet_options, no_probe_option, probe_timeout_option, spec_from_options
 from producers.cli import InputMapping, mapping_options
 from streams import naming
 from streams.cli import command_settings, flag_given, run_command, settings_options
@@ -58,20 +58,8 @@ __all__ = ["run_command_", "run_main"]
     "docs/serve.md), and run on it; it keeps running afterwards (kafkagen serve down)",
 )
 @fleet_options
-@click.option(
-    "--no-probe",
-    is_flag=True,
-    help="skip the probe: one chat completion per server at the run's max_tokens and thinking, which "
-    "stops the job with the fix when the answer is unusable",
-)
-@click.option(
-    "--probe-timeout",
-    "probe_timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
-    show_default=True,
-    help="seconds a server may take to answer the probe",
-)
+@no_probe_option
+@probe_timeout_option
 @click.option(
     "--server-timeout",
     "server_timeout_s",

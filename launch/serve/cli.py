@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
+from launch.probe import PROBE_TIMEOUT_S
 from launch.probe import probe as probe_and_report
 from launch.serve.fleet import Fleet
 from launch.serve.spec import (
@@ -38,7 +39,16 @@ from streams.cli import ExitCode, command_settings, run_command, settings_option
 from streams.config import GenerationSettings, Settings
 from streams.errors import ConfigError
 
-__all__ = ["fleet_options", "main", "probe_generation", "probe_options", "serve", "spec_from_options"]
+__all__ = [
+    "fleet_options",
+    "main",
+    "no_probe_option",
+    "probe_generation",
+    "probe_options",
+    "probe_timeout_option",
+    "serve",
+    "spec_from_options",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -182,6 +192,24 @@ def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
     )
 
 
+probe_timeout_option = click.option(
+    "--probe-timeout",
+    "probe_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=PROBE_TIMEOUT_S,
+    show_default=True,
+    help="seconds a server may take for the probe (the first request after start can be slow)",
+)
+"""``--probe-timeout`` (seconds), shared by ``serve up``, ``serve probe`` and ``run``."""
+
+no_probe_option = click.option(
+    "--no-probe",
+    is_flag=True,
+    help="skip the probe: one chat completion per server at the run's max_tokens and thinking, which "
+    "stops with the fix when the answer is unusable",
+)
+"""``--no-probe``, shared by ``serve up`` and ``run``."""
+
 _PROBE_OPTIONS: list[Callable[[F], F]] = [
     click.option(
         "--max-tokens",
@@ -193,14 +221,7 @@ _PROBE_OPTIONS: list[Callable[[F], F]] = [
         default=None,
         help="probe with thinking on or off (default generation.chat_template_kwargs.enable_thinking)",
     ),
-    click.option(
-        "--probe-timeout",
-        "probe_timeout_s",
-        type=click.FloatRange(min=0, min_open=True),
-        default=600.0,
-        show_default=True,
-        help="seconds a server may take for the probe (the first request after start can be slow)",
-    ),
+    probe_timeout_option,
 ]
 
 
@@ -245,7 +266,7 @@ def serve() -> None:
 @click.argument("model_path")
 @fleet_options
 @probe_options
-@click.option("--no-probe", is_flag=True, help="skip the probe (one chat completion per server)")
+@no_probe_option
 @settings_options("stack.home", "generation.model", log_default="warning")
 @click.pass_context
 def up(
