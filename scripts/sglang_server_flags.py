@@ -18,7 +18,10 @@ Where the flags come from (SGLang 0.5.20 and 0.5.23, ``python/sglang/srt/``):
   ``store_true``, any other type one value.
 - ``server_args.py`` ``ServerArgs.add_cli_args``: a few ``parser.add_argument`` calls written
   by hand (``--reasoning-parser``, ``--tool-call-parser``, ``--config``, deprecated flags); their
-  choices are computed at run time and are recorded only when written as a literal list.
+  choices are recorded when written as a literal list. The two parsers' choices are computed at
+  run time: ``"auto"`` plus the keys of ``ReasoningParser.DetectorMap``
+  (``parser/reasoning_parser.py``) and of ``FunctionCallParser.ToolCallParserEnum``
+  (``function_call/function_call_parser.py``), read here from those dict literals.
 
 The output maps each flag to ``{"takes_value": bool, "choices": [...] | null, "source": file}``.
 """
@@ -135,6 +138,27 @@ def _add_argument_flags(call: ast.Call) -> dict[str, dict[str, Any]]:
     return {n: {"takes_value": takes_value, "choices": choices, "action": action} for n in names}
 
 
+_PARSER_REGISTRIES = {
+    "--reasoning-parser": ("parser/reasoning_parser.py", "ReasoningParser", "DetectorMap"),
+    "--tool-call-parser": ("function_call/function_call_parser.py", "FunctionCallParser", "ToolCallParserEnum"),
+}
+"""flag → (file under ``srt/``, class, dict attribute) whose keys, after ``"auto"``, are its choices."""
+
+
+def _registry_keys(path: Path, class_name: str, attr: str) -> list[str] | None:
+    """The string keys of the dict literal ``class_name.attr`` in ``path``, or None."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                target = item.target if isinstance(item, ast.AnnAssign) else None
+                if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                    target = item.targets[0]
+                value = getattr(item, "value", None)
+                if isinstance(target, ast.Name) and target.id == attr and isinstance(value, ast.Dict):
+                    return [k.value for k in value.keys if isinstance(k, ast.Constant)]
+    return None
+
+
 def server_flags(package: Path) -> dict[str, dict[str, Any]]:
     """Flag → ``{"takes_value", "choices", "source", ...}`` for the unpacked ``sglang`` package."""
     srt = package / "srt"
@@ -157,6 +181,11 @@ def server_flags(package: Path) -> dict[str, dict[str, Any]]:
             ):
                 for flag, spec in _add_argument_flags(node).items():
                     found[flag] = {**spec, "source": source}
+    for flag, (file, class_name, attr) in _PARSER_REGISTRIES.items():
+        keys = _registry_keys(srt / file, class_name, attr)
+        if flag in found and keys:
+            found[flag]["choices"] = ["auto", *keys]
+            found[flag]["choices_from"] = f"sglang/srt/{file} {class_name}.{attr}"
     return dict(sorted(found.items()))
 
 

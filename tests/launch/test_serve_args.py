@@ -103,6 +103,12 @@ def test_the_fixture_flags_are_sglangs() -> None:
         assert flags["--model-path"]["takes_value"] is True
         assert flags["--tensor-parallel-size"] == flags["--tp-size"]  # an alias
         assert "--no-such-flag" not in flags
+        # the parsers' choices: "auto" + the registries' keys (parser/reasoning_parser.py
+        # ReasoningParser.DetectorMap, function_call/function_call_parser.py ToolCallParserEnum);
+        # the compose file's qwen3 / qwen25 among them
+        reasoning = flags["--reasoning-parser"]["choices"]
+        assert reasoning[0] == "auto" and {"qwen3", "deepseek-r1", "gpt-oss"} <= set(reasoning)
+        assert {"qwen25", "llama3", "hermes"} <= set(flags["--tool-call-parser"]["choices"])
 
 
 def test_template_placeholders() -> None:
