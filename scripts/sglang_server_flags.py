@@ -140,7 +140,11 @@ def _add_argument_flags(call: ast.Call) -> dict[str, dict[str, Any]]:
 
 _PARSER_REGISTRIES = {
     "--reasoning-parser": ("parser/reasoning_parser.py", "ReasoningParser", "DetectorMap"),
-    "--tool-call-parser": ("function_call/function_call_parser.py", "FunctionCallParser", "ToolCallParserEnum"),
+    "--tool-call-parser": (
+        "function_call/function_call_parser.py",
+        "FunctionCallParser",
+        "ToolCallParserEnum",
+    ),
 }
 """flag → (file under ``srt/``, class, dict attribute) whose keys, after ``"auto"``, are its choices."""
 
@@ -150,12 +154,14 @@ def _registry_keys(path: Path, class_name: str, attr: str) -> list[str] | None:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for item in node.body:
-                target = item.target if isinstance(item, ast.AnnAssign) else None
-                if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                target: ast.expr | None = None
+                if isinstance(item, ast.AnnAssign):
+                    target = item.target
+                elif isinstance(item, ast.Assign) and len(item.targets) == 1:
                     target = item.targets[0]
                 value = getattr(item, "value", None)
                 if isinstance(target, ast.Name) and target.id == attr and isinstance(value, ast.Dict):
-                    return [k.value for k in value.keys if isinstance(k, ast.Constant)]
+                    return [str(k.value) for k in value.keys if isinstance(k, ast.Constant)]
     return None
 
 
