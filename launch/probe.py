@@ -214,8 +214,11 @@ def probe_servers(
     return asyncio.run(run_all())
 
 
-def check_probes(results: Sequence[ProbeResult]) -> None:
-    """Raise when any server failed the probe.
+def check_probes(
+    results: Sequence[ProbeResult], *, skip_hint: str | None = "--no-probe skips this check"
+) -> None:
+    """Raise when any server failed the probe; ``skip_hint`` (how to go on without the check) ends
+    the message, when the command has one.
 
     Raises:
         UnavailableError: every failing server failed to answer at all (exit status 3).
@@ -233,7 +236,7 @@ def check_probes(results: Sequence[ProbeResult]) -> None:
     if failed:
         lines = [f"{len(failed)} of {len(results)} server(s) failed the probe:"]
         lines += [f"  {r.problem}" for r in failed]
-        lines.append("fix the settings above and start again (--no-probe skips this check)")
+        lines.append("fix the settings above and start again" + (f" ({skip_hint})" if skip_hint else ""))
         raise ProbeError("\n".join(lines))
 
 
@@ -243,8 +246,10 @@ def probe(
     *,
     timeout_s: float = PROBE_TIMEOUT_S,
     echo: Callable[[str], None] = print,
+    skip_hint: str | None = "--no-probe skips this check",
 ) -> list[ProbeResult]:
-    """:func:`probe_servers`, a line per server through ``echo``, then :func:`check_probes`.
+    """:func:`probe_servers`, a line per server through ``echo``, then :func:`check_probes`
+    (``skip_hint``: how the command goes on without the probe, None when it cannot).
 
     Raises:
         ProbeError: a server's answer is unusable with ``generation`` (the fix in the message).
@@ -255,5 +260,5 @@ def probe(
     results = probe_servers(servers, generation, timeout_s=timeout_s)
     for result in results:
         echo(result.line())
-    check_probes(results)
+    check_probes(results, skip_hint=skip_hint)
     return results

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.probe import PROBE_TIMEOUT_S, probe
+from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
 from launch.serve.fleet import Fleet
 from launch.serve.spec import FleetSpec
@@ -61,6 +62,7 @@ from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
 from streams.errors import ConfigError, InputError, StackError
 from streams.inputs import resolve_inputs
+from streams.kafka import end_offsets
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -230,6 +232,7 @@ def summary(
     dataset: str,
     *,
     already_done: bool = False,
+    resumed: bool = False,
 ) -> str:
     """The closing summary, from the export's ``manifest.json`` (see :mod:`sinks.export`)."""
     m = manifest
@@ -250,6 +253,8 @@ def summary(
         lines[1] = (
             f"run {m['run_id']}: already complete (nothing generated now; re-exported in {wall_s:.0f} s)"
         )
+    elif resumed:
+        lines.append("  tokens/s     - (a resumed run: its tokens were generated over several invocations)")
     else:
         rate = tokens["completion"] / max(wall_s, 1e-9)
         lines.append(f"  tokens/s     {rate:.1f} (completion tokens / wall time)")
@@ -331,15 +336,31 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             "check that the server runs at that address, or wait longer with --server-timeout; to have "
             "the main job start llama.cpp on a loopback port instead, add --local-llm"
         )
-        say(f"waiting up to {wait_s:.0f} s for the servers to answer")
+        if options.serve is None:
+            say(f"waiting up to {wait_s:.0f} s for the servers to answer")
     for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
         say(describe_server(info))
     if options.probe:
-        probe(names, gen, timeout_s=options.probe_timeout_s, echo=say)
+        probe(
+            names,
+            gen,
+            timeout_s=options.probe_timeout_s,
+            echo=say,
+            skip_hint="--no-probe skips this check"
+            + (
+                f"; the fleet keeps running: kafkagen serve down --fleet {options.serve.name}"
+                if options.serve
+                else ""
+            ),
+        )
     if not plan.embedded:
         stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]]))
+
+    # What the run had generated before this invocation (> 0: a resumed run), read before any
+    # consumer of this invocation starts.
+    generated_before = asyncio.run(progress_now(settings)).generated
 
     env = settings_to_env(settings)
     programs = [
@@ -362,6 +383,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     supervisor = Supervisor(stack.home / "runs" / settings.run_id, env)
     supervisor.start(programs, cwd=root)
     say(f"consumers and sink started under supervisord; logs in {supervisor.log_dir}")
+    bad_lines = supervisor.home / "bad-lines.jsonl"
     try:
         if settings.replay_of is not None:
             say(
@@ -371,9 +393,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             )
         else:
             publish = subprocess.run(
-                _python(
-                    "-m", "producers.prompts", *producer_argv(options, supervisor.home / "bad-lines.jsonl")
-                ),
+                _python("-m", "producers.prompts", *producer_argv(options, bad_lines)),
                 env={**os.environ, **env},
                 cwd=root,
                 check=False,
@@ -381,6 +401,18 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             if publish.returncode not in (0, 1):
                 say(f"error: publishing failed (exit {publish.returncode}); see the messages above")
                 return 1
+        if not sum(asyncio.run(end_offsets(settings.kafka, settings.topics.prompts)).values()):
+            # Progress waits for the prompts topic's end: with nothing in it, it would wait forever.
+            say(
+                f"error: nothing to generate: {settings.topics.prompts} holds no prompt"
+                + (
+                    f" (every input line was bad: see {bad_lines}; map the rows with --format, "
+                    "--prompt-field, ...)"
+                    if settings.replay_of is None
+                    else f" (run {settings.replay_of} published none)"
+                )
+            )
+            return 1
         progress = asyncio.run(wait_until_done(settings, options.timeout_s, show=options.progress))
         dataset = options.to or str(stack.home / "datasets" / settings.run_id)
         export = subprocess.run(
@@ -400,7 +432,16 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             (sum(progress.load_samples) / len(progress.load_samples)) if progress.load_samples else None
         )
         wall = time.monotonic() - started
-        say(summary(manifest, wall, occupancy, dataset, already_done=progress.already_done))
+        say(
+            summary(
+                manifest,
+                wall,
+                occupancy,
+                dataset,
+                already_done=progress.already_done,
+                resumed=generated_before > 0,
+            )
+        )
         return 0
     finally:
         if not options.keep_running:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 from supervisor.xmlrpc import SupervisorTransport
 
 from launch.stack.process import wait_until
@@ -150,9 +151,10 @@ class Supervisor:
         Raises:
             StackError: supervisord did not come up within ``timeout_s`` seconds.
         """
-        if self.running():
-            self._proxy().supervisor.shutdown()
-            self._wait(lambda: not self.running(), timeout_s, "the previous supervisord to stop")
+        # A supervisord of the same home (e.g. of a job whose terminal went away) is stopped first,
+        # its programs gracefully, and waited for until its process is gone: while it stops it no
+        # longer answers as RUNNING but still holds the socket, and a new one could not bind it.
+        self.shutdown()
         self.home.mkdir(parents=True, exist_ok=True)
         self.write_config(programs, cwd)
         supervisord = Path(sys.executable).with_name("supervisord")
@@ -185,15 +187,29 @@ class Supervisor:
         """Program name → supervisord state name (``RUNNING``, ``STARTING``, ``BACKOFF``, ``EXITED``...)."""
         return {i["name"]: i["statename"] for i in self._proxy().supervisor.getAllProcessInfo()}
 
+    def _process(self) -> psutil.Process | None:
+        """supervisord's process from its pid file, or None when it no longer runs."""
+        try:
+            proc = psutil.Process(int((self.home / "supervisord.pid").read_text().strip()))
+            if proc.status() != psutil.STATUS_ZOMBIE and "supervisord" in " ".join(proc.cmdline()):
+                return proc
+        except (OSError, ValueError, psutil.Error):
+            pass
+        return None
+
     def shutdown(self, timeout_s: float = 120.0) -> None:
-        """Stop every program gracefully (SIGTERM, then SIGKILL after its stop wait) and supervisord."""
-        if not self.running():
-            return
-        with contextlib.suppress(OSError, xmlrpc.client.Fault):
-            self._proxy().supervisor.stopAllProcesses(True)
-        with contextlib.suppress(OSError, xmlrpc.client.Fault):
-            self._proxy().supervisor.shutdown()
-        self._wait(lambda: not self.running(), timeout_s, "supervisord to stop")
+        """Stop every program gracefully (SIGTERM, then SIGKILL after its stop wait) and supervisord,
+        and wait until supervisord's process has exited (its socket is free again).
+
+        Raises:
+            StackError: supervisord still runs after ``timeout_s`` seconds.
+        """
+        if self.running():
+            with contextlib.suppress(OSError, xmlrpc.client.Fault):
+                self._proxy().supervisor.stopAllProcesses(True)
+            with contextlib.suppress(OSError, xmlrpc.client.Fault):
+                self._proxy().supervisor.shutdown()
+        self._wait(lambda: not self.running() and self._process() is None, timeout_s, "supervisord to stop")
 
     @staticmethod
     def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:

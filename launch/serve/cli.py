@@ -244,8 +244,16 @@ def probe_generation(settings: Settings, max_tokens: int | None, thinking: bool 
     return gen.model_copy(update=update)
 
 
-def _probe(servers: dict[str, str], generation: GenerationSettings, timeout_s: float) -> None:
-    probe_and_report(servers, generation, timeout_s=timeout_s, echo=lambda line: print(line, flush=True))
+def _probe(
+    servers: dict[str, str], generation: GenerationSettings, timeout_s: float, *, skippable: bool = True
+) -> None:
+    probe_and_report(
+        servers,
+        generation,
+        timeout_s=timeout_s,
+        echo=lambda line: print(line, flush=True),
+        skip_hint="up --no-probe skips this check; the servers keep running" if skippable else None,
+    )
 
 
 def _fleet(ctx: click.Context, name: str) -> Fleet:
@@ -345,7 +353,9 @@ def probe(
                 "the servers with --server URL"
             )
         named = {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, spec.urls, strict=True)}
-    _probe(named, probe_generation(command_settings(ctx), max_tokens, thinking), probe_timeout_s)
+    _probe(
+        named, probe_generation(command_settings(ctx), max_tokens, thinking), probe_timeout_s, skippable=False
+    )
 
 
 @serve.command(

@@ -206,3 +206,19 @@ def test_run_serve_launches_a_fleet_probes_it_and_runs_on_it(
         assert all(s.ready for s in fleet.status()), "the fleet keeps running after the job"
     finally:
         fleet.down(echo=lambda _line: None)
+
+
+def test_a_file_of_only_bad_lines_ends_the_run_instead_of_waiting_forever(
+    local_stack: LocalStack, kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    """GSM8K's raw rows without --prompt-field: every line is bad, nothing is published; the job
+    says so and exits 1 (it used to wait for the empty prompts topic forever)."""
+    prompts = tmp_path / "gsm8k-5.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in _rows(5)))
+    args = [sys.executable, "-m", "launch.run", "--run-id", f"e2e-bad-{unique}", "--prompts", str(prompts)]
+    args += ["--server", user_servers[0], "--no-progress", "--timeout", "120"]
+    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-4000:]
+    assert f"error: nothing to generate: e2e-bad-{unique}.prompts holds no prompt" in output
+    assert "every input line was bad: see" in output and "bad-lines.jsonl" in output

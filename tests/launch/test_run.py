@@ -260,3 +260,25 @@ def test_serve_excludes_server_and_gpus_needs_serve(
     assert main(["--run-id", "no-gpus", "--serve", "/models/x"]) == 2
     assert "--gpus is required" in capsys.readouterr().err
     assert _started_nothing(idle_stack)
+
+
+def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> None:
+    from launch.run import summary
+
+    manifest = {
+        "run_id": "r",
+        "records": {"completions": 9, "errors": 1},
+        "tokens": {"prompt": 100, "completion": 1000, "reasoning": 400},
+        "expected": {"ids": 10},
+        "missing": {"count": 0},
+        "duplicates": {"records_dropped": 2},
+        "by_finish_reason": {"stop": 9},
+        "by_quality_flag": {"truncated": 1},
+    }
+    fresh = summary(manifest, 10.0, 0.5, "/d")
+    assert "tokens/s     100.0 (completion tokens / wall time)" in fresh
+    assert "slots busy   50%" in fresh and "dataset      /d" in fresh
+    # resumed: this invocation's wall time does not hold the tokens of the earlier ones
+    resumed = summary(manifest, 10.0, None, "/d", resumed=True)
+    assert "tokens/s     - (a resumed run" in resumed and "100.0" not in resumed
+    assert "already complete" in summary(manifest, 4.0, None, "/d", already_done=True, resumed=True)

@@ -37,3 +37,28 @@ def test_program_restarts_after_sigkill_and_stops_on_shutdown(tmp_path: Path) ->
         supervisor.shutdown()
     assert not supervisor.running()
     assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
+
+
+def test_starting_again_replaces_a_supervisord_whose_programs_take_time_to_stop(tmp_path: Path) -> None:
+    """The re-run of a job whose terminal went away: its supervisord still runs, and its program
+    (a consumer draining in-flight requests) takes seconds to stop. Starting the job again must
+    wait for the old supervisord to be gone, then start the new one (it used to fail to bind the
+    socket the old one still held)."""
+    slow = (
+        "import signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(3), sys.exit(0))); "
+        "print('up', flush=True); time.sleep(300)"
+    )
+    first = Supervisor(tmp_path / "sv")
+    first.start([Program("drainer", (sys.executable, "-c", slow), stop_wait_s=20)], cwd=tmp_path)
+    _wait(lambda: first.states().get("drainer") == "RUNNING")
+    old = first.pid("drainer")
+    again = Supervisor(tmp_path / "sv")  # a new invocation of the same job
+    try:
+        again.start([Program("drainer", (sys.executable, "-c", slow), stop_wait_s=20)], cwd=tmp_path)
+        _wait(lambda: again.states().get("drainer") == "RUNNING")
+        assert again.pid("drainer") not in (0, old)
+        assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+    finally:
+        again.shutdown()
+    assert not again.running()
