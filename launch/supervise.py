@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from supervisor.xmlrpc import SupervisorTransport
 from launch.stack.process import wait_until
 from streams.errors import ConfigError, StackError
 
-__all__ = ["Program", "Supervisor", "environment_line"]
+__all__ = ["Program", "Supervisor", "command_line", "environment_line"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,27 @@ class Program:
     start_retries: int = 1000
 
 
+def command_line(argv: Sequence[str]) -> str:
+    """supervisord's ``command=`` value for ``argv``: read back by supervisord as ``argv`` exactly.
+
+    supervisord expands ``%(name)s`` in the value (so ``%`` is doubled), splits it with POSIX
+    ``shlex`` (``supervisor/process.py`` ``get_execv_args``), and reads its config with
+    ``inline_comment_prefixes=(';', '#')`` (``supervisor/options.py`` ``UnhosedConfigParser``,
+    supervisor 4.3.0): a ``;`` or ``#`` after whitespace ends the value, even inside quotes. So
+    each word is ``shlex.quote``-d and such a ``;`` or ``#`` gets an empty ``''`` before it
+    (whitespace appears in a quoted word only inside single quotes, where ``''`` closes and
+    reopens them).
+
+    Raises:
+        ConfigError: a word holds a newline (a config value is one line).
+    """
+    for word in argv:
+        if "\n" in word or "\r" in word:
+            raise ConfigError(f"the command argument {word!r} holds a newline: supervisord cannot run it")
+    quoted = (re.sub(r"(\s)([;#])", r"\1''\2", shlex.quote(word)) for word in argv)
+    return " ".join(quoted).replace("%", "%%")
+
+
 def environment_line(env: Sequence[tuple[str, str]]) -> str:
     """supervisord's ``environment=`` value for ``env``: ``KEY="value",...``.
 
@@ -64,7 +86,8 @@ def environment_line(env: Sequence[tuple[str, str]]) -> str:
 
     Raises:
         ConfigError: a name that is not an identifier, or a value holding both quote characters,
-            a newline, or starting or ending with a quote (it cannot be written).
+            a newline, a ``;`` or ``#`` after whitespace, or starting or ending with a quote (it
+            cannot be written).
     """
     parts = []
     for key, value in env:
@@ -72,7 +95,8 @@ def environment_line(env: Sequence[tuple[str, str]]) -> str:
             raise ConfigError(f"environment variable name {key!r} is not valid")
         quote = '"' if '"' not in value else "'"
         ends = value[:1] + value[-1:]
-        if quote in value or "\n" in value or any(c in "\"'" for c in ends):
+        comment = re.search(r"\s[;#]", value)  # the config parser would cut it there (command_line)
+        if quote in value or "\n" in value or any(c in "\"'" for c in ends) or comment:
             raise ConfigError(f"environment variable {key}={value!r} cannot be written for supervisord")
         parts.append(f"{key}={quote}{value.replace('%', '%%')}{quote}")
     return ",".join(parts)
@@ -126,7 +150,7 @@ class Supervisor:
         for p in programs:
             lines += [
                 f"[program:{p.name}]",
-                f"command={shlex.join(p.argv).replace('%', '%%')}",
+                f"command={command_line(p.argv)}",
                 f"directory={cwd}",
                 "autostart=false",
                 "autorestart=true",

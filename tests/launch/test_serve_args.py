@@ -149,6 +149,6 @@ def test_environment_line_is_read_back_by_supervisord_as_written() -> None:
     line = environment_line(env)
     # supervisord expands %(name)s first (so %% is one %), then splits the pairs
     assert dict_of_key_value_pairs(line.replace("%%", "%")) == dict(env)
-    for bad in ("both \" and '", '"starts with a quote', "new\nline"):
+    for bad in ("both \" and '", '"starts with a quote', "new\nline", "a ;comment", "a\t#comment"):
         with pytest.raises(ConfigError, match="cannot be written"):
             environment_line([("X", bad)])

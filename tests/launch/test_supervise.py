@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -9,9 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from launch.stack.process import wait_until
 from launch.supervise import Program, Supervisor
+from streams.errors import ConfigError
 
 
 def _wait(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -37,3 +40,25 @@ def test_program_restarts_after_sigkill_and_stops_on_shutdown(tmp_path: Path) ->
         supervisor.shutdown()
     assert not supervisor.running()
     assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
+
+
+def test_arguments_reach_the_program_exactly_as_given(tmp_path: Path) -> None:
+    """supervisord's config parser drops an inline comment (' ;' or ' #', even inside quotes) and
+    expands '%': a model path such as '/models/My Model ;v2 #3' must still arrive whole."""
+    args = ["/models/My Model ;v2 #3", "100% it's", 'say "hi"', "a=b", "tab\t;x", "#first", ";semi"]
+    script = "import json, sys, time; print('args', json.dumps(sys.argv[1:]), flush=True); time.sleep(300)"
+    supervisor = Supervisor(tmp_path / "sv")
+    supervisor.start([Program("echo", (sys.executable, "-c", script, *args), stop_wait_s=5)], cwd=tmp_path)
+    try:
+        log = supervisor.log_dir / "echo.log"
+        _wait(lambda: log.exists() and "args " in log.read_text())
+        line = next(line for line in log.read_text().splitlines() if line.startswith("args "))
+        assert json.loads(line.removeprefix("args ")) == args
+    finally:
+        supervisor.shutdown()
+
+
+def test_an_argument_with_a_newline_is_refused_before_supervisord_starts(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "sv")
+    with pytest.raises(ConfigError, match="newline"):
+        supervisor.write_config([Program("p", (sys.executable, "-c", "print(1)\nprint(2)"))], tmp_path)
