@@ -173,6 +173,8 @@ class Supervisor:
 
         Raises:
             StackError: supervisord did not come up within ``timeout_s`` seconds.
+            ConfigError: supervisord refuses a program's command (no such file, not executable);
+                supervisord is stopped again.
         """
         if self.running():
             self._proxy().supervisor.shutdown()
@@ -186,7 +188,14 @@ class Supervisor:
         subprocess.run([str(supervisord), "-c", str(self.conf)], check=True, cwd=cwd, env=env)
         self._wait(self.running, timeout_s, "supervisord to start")
         for p in programs:
-            self._proxy().supervisor.startProcess(p.name, False)
+            try:
+                self._proxy().supervisor.startProcess(p.name, False)
+            except xmlrpc.client.Fault as fault:  # NO_FILE, NOT_EXECUTABLE: the command is wrong
+                self.shutdown(timeout_s=timeout_s)
+                raise ConfigError(
+                    f"supervisord cannot start {p.name} ({fault.faultString}); its command: "
+                    f"{shlex.join(p.argv)}; fix it (nothing was left running)"
+                ) from None
 
     def start_program(self, name: str) -> None:
         """Start program ``name`` again (e.g. one that ended ``FATAL``); does not wait."""
