@@ -148,3 +148,57 @@ def test_up_probes_every_server_and_fails_with_the_fix_when_reasoning_eats_the_b
     assert "probe:" not in capsys.readouterr().out
     # One server by URL, thinking off.
     assert _serve("probe", "--server", "http://127.0.0.1:41041", "--no-thinking", "--max-tokens", "512") == 0
+
+
+def test_after_supervisord_is_sigkilled_down_stops_the_servers_it_left_and_up_works_again(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    up = ["up", str(tmp_path), "--gpus", "2", "--port", "42050", "--server-command", SIMULATOR,
+          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    assert _serve(*up) == 0
+    fleet = Fleet(home, "fleet")
+    pids = _pids(fleet)
+    os.kill(int((fleet.home / "supervisord.pid").read_text()), signal.SIGKILL)
+    assert wait_until(lambda: not fleet.supervisor.running(), timeout_s=10)
+    capsys.readouterr()
+    # its servers still run: status says so and what to do; up names them as this fleet's
+    assert _serve("status") == 1
+    assert "serve down --fleet fleet" in capsys.readouterr().out
+    assert _serve(*up) == 3
+    assert "left running without its supervisord" in capsys.readouterr().err
+    # down stops them (not a 2-minute wait ending in "ports still taken")
+    t0 = time.monotonic()
+    assert _serve("down") == 0
+    assert time.monotonic() - t0 < 60
+    assert not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids.values()
+    )
+    assert port_owner(42050) is None and port_owner(42051) is None
+    assert _serve(*up) == 0
+
+
+def test_down_stops_a_running_fleet_whose_record_is_corrupt(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    up = ["up", str(tmp_path), "--gpus", "1", "--port", "42060", "--server-command", SIMULATOR,
+          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    assert _serve(*up) == 0
+    fleet = Fleet(home, "fleet")
+    fleet.record_path.write_text('{"name": ')
+    capsys.readouterr()
+    assert _serve(*up) == 2  # running, record unreadable: the message says `serve down`
+    assert "serve down" in capsys.readouterr().err
+    assert _serve("down") == 0  # ... and down does it
+    assert "fleet.json.corrupt" in capsys.readouterr().out
+    assert not fleet.supervisor.running() and port_owner(42060) is None
+    assert _serve(*up) == 0
+
+
+def test_a_server_command_that_does_not_exist_is_named_and_leaves_nothing_running(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = "/opt/no-such-venv/bin/python -m sglang.launch_server {args}"
+    assert _serve("up", str(tmp_path), "--gpus", "1", "--port", "42070", "--server-command", missing) == 2
+    err = capsys.readouterr().err
+    assert "/opt/no-such-venv/bin/python" in err and "Traceback" not in err, err
+    assert not Fleet(home, "fleet").supervisor.running()
