@@ -15,6 +15,7 @@ they were all up in under a minute (issue 12). The copy is made once and reused:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -37,15 +38,33 @@ def model_files(folder: Path) -> dict[str, tuple[int, int]]:
     """Relative path → (size in bytes, mtime in ns) of every file under ``folder`` (symlinks
     followed, as a Hugging Face cache snapshot links to its blobs; the marker itself left out)."""
     files: dict[str, tuple[int, int]] = {}
-    for root, dirs, names in os.walk(folder, followlinks=True):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            if rel == MARKER:
-                continue
-            st = path.stat()
-            files[rel] = (st.st_size, st.st_mtime_ns)
+    seen: set[tuple[int, int]] = set()
+
+    def walk_error(exc: OSError) -> None:
+        raise exc
+
+    try:
+        for root, dirs, names in os.walk(folder, followlinks=True, onerror=walk_error):
+            st = os.stat(root)
+            if (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: os.walk would loop
+                raise ConfigError(
+                    f"--copy-model-to: {root} links back into the model folder {folder} (a symlink "
+                    "loop): remove that link"
+                )
+            seen.add((st.st_dev, st.st_ino))
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(root) / name
+                rel = path.relative_to(folder).as_posix()
+                if rel == MARKER:
+                    continue
+                st = path.stat()
+                files[rel] = (st.st_size, st.st_mtime_ns)
+    except OSError as exc:
+        raise ConfigError(
+            f"--copy-model-to: cannot read {exc.filename} in the model folder {folder} ({exc.strerror}): "
+            "fix it (a dangling symlink, permissions), or serve without --copy-model-to"
+        ) from None
     return files
 
 
@@ -117,7 +136,9 @@ def copy_model(
 
     Raises:
         ConfigError: ``source`` is not a folder, or ``dest_dir`` lacks the space (needed and free
-            bytes named, with the fix).
+            bytes named, with the fix); a file of ``source`` cannot be read (a dangling symlink, a
+            symlink loop); the copy failed (e.g. the disk filled up meanwhile: the half copy is
+            removed).
     """
     out = out or sys.stderr
     source = source.expanduser().resolve()
@@ -163,6 +184,17 @@ def copy_model(
         marker = {"source": str(source), "files": {k: list(v) for k, v in files.items()}}
         (temp / MARKER).write_text(json.dumps(marker, indent=1) + "\n")  # last: the copy is complete
         temp.rename(target)
+    except OSError as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise ConfigError(
+            f"--copy-model-to: copying {exc.filename or source} to {dest_dir} failed ({exc.strerror}); "
+            "the half copy is removed. "
+            + (
+                f"{dest_dir} ran out of space: free space there or grow the RAM disk"
+                if exc.errno == errno.ENOSPC
+                else "fix the cause and start again"
+            )
+        ) from None
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
