@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import signal
@@ -204,7 +205,9 @@ class Fleet:
         (``spec.copy_model_to``); (3) check the ports are free; (4) write the record and start
         supervisord with one program per GPU (``CUDA_VISIBLE_DEVICES=<gpu>``); (5)
         :meth:`wait_ready`; (6) ``after_ready(urls)``: the probe step (one chat completion per
-        server, filled in by the main job), skipped when None.
+        server, filled in by the main job), skipped when None. Steps (1)-(4) hold a lock
+        (``up.lock`` in the fleet's folder): a second ``up`` at the same time waits for them, then
+        finds the fleet running.
 
         Returns:
             The server URLs in GPU order.
@@ -215,6 +218,21 @@ class Fleet:
             StackError: a port is taken or supervisord does not start.
             ServiceNotReadyError: a server failed or was not ready in ``spec.ready_timeout_s``.
         """
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "up.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                echo(f"another `serve up` of fleet {self.name!r} is under way: waiting for it")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            self._up_locked(spec, echo=echo, free_bytes=free_bytes)
+        urls = spec.urls
+        self.wait_ready(spec, echo=echo)
+        if after_ready is not None:
+            after_ready(urls)  # the probe (issue 12): one chat completion per server
+        return urls
+
+    def _up_locked(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
         running = self.supervisor.running()
         current = self.spec() if running else None
         if running and current is None:
@@ -237,11 +255,6 @@ class Fleet:
                     self.supervisor.start_program(name)
         else:
             self._start(spec, echo=echo, free_bytes=free_bytes)
-        urls = spec.urls
-        self.wait_ready(spec, echo=echo)
-        if after_ready is not None:
-            after_ready(urls)  # the probe (issue 12): one chat completion per server
-        return urls
 
     def _start(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
         server_argv(spec, 0)  # a bad template fails before any copy

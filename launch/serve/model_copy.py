@@ -10,12 +10,15 @@ they were all up in under a minute (issue 12). The copy is made once and reused:
   path, size (bytes) and mtime (ns) in the source; a later call skips the copy when the source
   still has exactly those files and the copy still has them at those sizes (no hashing of
   hundreds of GB), and copies again otherwise;
-- free space is checked first (needed vs free, in bytes) with the fix in the message.
+- free space is checked first (needed vs free, in bytes) with the fix in the message;
+- one copy at a time per target: a lock file ``DIR/.<folder name>.lock`` (``flock``) makes a
+  second copier wait, then find the copy complete.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -152,6 +155,24 @@ def copy_model(
     target = dest_dir / source.name
     if target == source:
         return target
+    # One copy at a time per target (two `serve up` at once, or two fleets sharing a RAM disk):
+    # the second waits, then finds the copy complete, instead of deleting the first's partial.
+    with open(dest_dir / f".{source.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"another process is copying {source.name} to {dest_dir}: waiting for it",
+                file=out,
+                flush=True,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _copy(source, dest_dir, target, free_bytes, out)
+
+
+def _copy(
+    source: Path, dest_dir: Path, target: Path, free_bytes: Callable[[Path], int] | None, out: TextIO
+) -> Path:
     files = model_files(source)
     if _complete(target, files):
         print(f"model copy {target} is up to date ({len(files)} files): not copying", file=out, flush=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,3 +204,23 @@ def test_a_server_command_that_does_not_exist_is_named_and_leaves_nothing_runnin
     err = capsys.readouterr().err
     assert "/opt/no-such-venv/bin/python" in err and "Traceback" not in err, err
     assert not Fleet(home, "fleet").supervisor.running()
+
+
+def test_two_ups_at_once_start_one_fleet_copied_once(home: Path, tmp_path: Path) -> None:
+    model = tmp_path / "nfs" / "m"
+    model.mkdir(parents=True)
+    (model / "w.bin").write_bytes(os.urandom(200_000_000))  # a copy that takes a moment
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(model), "--gpus", "2", "--port", "42080",
+          "--server-command", SIMULATOR, "--ready-timeout", "120", "--no-probe",
+          "--copy-model-to", str(tmp_path / "shm")]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    first = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    second = subprocess.run(up, cwd=root, capture_output=True, text=True, timeout=300)
+    out_first, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out_first
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "already running" in out_first + second.stdout  # one of them started it, the other found it
+    fleet = Fleet(home, "fleet")
+    assert all(s.ready for s in fleet.status())
+    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == [".m.lock", "m"]
