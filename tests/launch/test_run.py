@@ -260,3 +260,28 @@ def test_serve_excludes_server_and_gpus_needs_serve(
     assert main(["--run-id", "no-gpus", "--serve", "/models/x"]) == 2
     assert "--gpus is required" in capsys.readouterr().err
     assert _started_nothing(idle_stack)
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ("[]", [], "no inference server"),
+        (None, ["--server", "http://127.0.0.1:42090", "--server", "http://127.0.0.1:42090/"], "given twice"),
+        (None, ["--server", "http://127.0.0.1:42090/v1"], "without /v1 (http://127.0.0.1:42090)"),
+        ('["http://127.0.0.1:42090/v1/"]', [], "without /v1"),
+    ],
+)
+def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: str | None,
+    args: list[str],
+    message: str,
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("KAFKAGEN_SERVERS", env)
+    rc = main(["--run-id", "bad-servers", *args])
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    assert message in err
+    assert "run bad-servers" not in out, "nothing was started"
