@@ -313,9 +313,20 @@ class Fleet:
         checks: dict[str, Future[str]] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
             while pending:
-                info = self.supervisor.info()
+                try:
+                    info = self.supervisor.info()
+                except OSError:  # its socket is gone: `serve down` from another shell
+                    raise ServiceNotReadyError(
+                        f"fleet {self.name!r}: supervisord stopped while waiting for the servers "
+                        "(`kafkagen serve down`?); `kafkagen serve up` starts it again"
+                    ) from None
                 for name, url in list(pending.items()):
                     state = info.get(name, {}).get("statename", "UNKNOWN")
+                    if state == "STOPPED":  # only a stop request stops a program (autorestart=true)
+                        raise ServiceNotReadyError(
+                            f"{name} ({url}) was stopped while waiting for it to be ready (`kafkagen "
+                            "serve down`?); `kafkagen serve up` starts it again"
+                        )
                     if state in _FAILED:
                         raise ServiceNotReadyError(self._failed(name, url, state))
                     future = checks.get(name)

@@ -224,3 +224,19 @@ def test_two_ups_at_once_start_one_fleet_copied_once(home: Path, tmp_path: Path)
     fleet = Fleet(home, "fleet")
     assert all(s.ready for s in fleet.status())
     assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == [".m.lock", "m"]
+
+
+def test_down_while_up_waits_says_it_was_stopped_not_that_it_failed_to_start(
+    home: Path, tmp_path: Path
+) -> None:
+    never = "{python} -m http.server {port} --bind 127.0.0.1"  # runs, never ready (404)
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(tmp_path), "--gpus", "1", "--port", "42085",
+          "--server-command", never, "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    waiting = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fleet = Fleet(home, "fleet")
+    assert wait_until(lambda: fleet.supervisor.running() and port_owner(42085) is not None, timeout_s=60)
+    fleet.down(echo=lambda _line: None)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 3, err
+    assert "stopped while waiting" in err and "failed to start" not in err and "Traceback" not in err, err
