@@ -272,6 +272,7 @@ def test_serve_excludes_server_and_gpus_needs_serve(
     ],
 )
 def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anything_starts(
+    idle_stack: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     env: str | None,
@@ -285,3 +286,4 @@ def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anyt
     assert rc == 2, err
     assert message in err
     assert "run bad-servers" not in out, "nothing was started"
+    assert _started_nothing(idle_stack)
