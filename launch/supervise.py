@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 from supervisor.xmlrpc import SupervisorTransport
 
 from launch.stack.process import wait_until
@@ -218,9 +219,39 @@ class Supervisor:
         """Program name → supervisord state name (``RUNNING``, ``STARTING``, ``BACKOFF``, ``EXITED``...)."""
         return {i["name"]: i["statename"] for i in self._proxy().supervisor.getAllProcessInfo()}
 
-    def shutdown(self, timeout_s: float = 120.0) -> None:
-        """Stop every program gracefully (SIGTERM, then SIGKILL after its stop wait) and supervisord."""
+    def orphans(self) -> list[psutil.Process]:
+        """The processes this supervisord started that outlived it (a SIGKILLed supervisord does
+        not take its programs along; they keep running, reparented to init), their children
+        included: every process whose environment has ``SUPERVISOR_SERVER_URL`` equal to this
+        supervisord's socket URL, which supervisord sets for each program it spawns
+        (``supervisor/process.py`` ``_spawn``, supervisor 4.3.0; from ``[supervisorctl]
+        serverurl``). Empty while supervisord runs."""
+        if self.running():
+            return []
+        url = f"unix://{self.socket}"
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and proc.environ().get("SUPERVISOR_SERVER_URL") == url:
+                    found.append(proc)
+        return found
+
+    def shutdown(self, timeout_s: float = 120.0, stop_wait_s: float = 75.0) -> None:
+        """Stop every program gracefully (SIGTERM, then SIGKILL after its stop wait) and supervisord.
+
+        Without supervisord (it was SIGKILLed), the programs it left running (:meth:`orphans`) are
+        stopped the same way: SIGTERM, SIGKILL after ``stop_wait_s`` seconds.
+        """
         if not self.running():
+            left = self.orphans()
+            for proc in left:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            _, alive = psutil.wait_procs(left, timeout=stop_wait_s)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(alive, timeout=10)
             return
         with contextlib.suppress(OSError, xmlrpc.client.Fault):
             self._proxy().supervisor.stopAllProcesses(True)

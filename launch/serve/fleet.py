@@ -17,8 +17,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
-import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from launch.serve.model_copy import copy_model
 from launch.serve.sglang_args import server_argv
@@ -84,29 +81,6 @@ def _health(url: str, timeout_s: float) -> str:
         return type(exc).__name__
 
 
-def _listener(port: int) -> psutil.Process | None:
-    """The process listening on TCP ``port`` of this host, or None."""
-    with contextlib.suppress(psutil.Error):
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
-                return psutil.Process(conn.pid)
-    return None
-
-
-def _stop_group(proc: psutil.Process, wait_s: float) -> None:
-    """SIGTERM the process group of ``proc`` (supervisord starts each program in its own group,
-    ``supervisor/process.py`` ``_spawn``), SIGKILL it after ``wait_s`` seconds, as supervisord's
-    ``stopasgroup``/``killasgroup`` would have."""
-    with contextlib.suppress(psutil.Error, OSError):
-        pgid = os.getpgid(proc.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            proc.wait(wait_s)
-        except psutil.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            proc.wait(10)
-
-
 class Fleet:
     """The fleet named ``name`` under ``stack_home`` (:func:`fleet_home`)."""
 
@@ -147,20 +121,6 @@ class Fleet:
         )
         return record if ok else None
 
-    def _leftovers(self, record: dict[str, Any] | None) -> list[tuple[int, str, psutil.Process]]:
-        """(port, program, process) of each recorded server still listening on its port with the
-        recorded command line: what a SIGKILLed supervisord leaves behind (its programs are not
-        killed with it). Empty while supervisord runs, or without a record."""
-        if record is None or self.supervisor.running():
-            return []
-        found = []
-        for server in record["servers"]:
-            proc = _listener(int(server["port"]))
-            with contextlib.suppress(psutil.Error):
-                if proc is not None and server.get("argv") and proc.cmdline() == server["argv"]:
-                    found.append((int(server["port"]), str(server["program"]), proc))
-        return found
-
     def spec(self) -> FleetSpec | None:
         """The spec of the recorded fleet (as given to ``up``), or None."""
         record = self.record()
@@ -171,7 +131,7 @@ class Fleet:
         record = self.record()
         return [s["url"] for s in record["servers"]] if record else []
 
-    def _write_record(self, spec: FleetSpec, model_path: str, programs: list[Program]) -> None:
+    def _write_record(self, spec: FleetSpec, model_path: str) -> None:
         servers = [
             {
                 "gpu": gpu,
@@ -179,9 +139,8 @@ class Fleet:
                 "url": spec.url_of(k),
                 "port": spec.port_of(k),
                 "log": str(self.supervisor.log_path(f"gpu-{gpu}")),
-                "argv": list(program.argv),  # how `down` knows a server its supervisord left behind
             }
-            for k, (gpu, program) in enumerate(zip(spec.gpus, programs, strict=True))
+            for k, gpu in enumerate(spec.gpus)
         ]
         record = {"name": self.name, "spec": spec.to_json(), "model_path": model_path, "servers": servers}
         self.home.mkdir(parents=True, exist_ok=True)
@@ -275,10 +234,10 @@ class Fleet:
             )
             for k, gpu in enumerate(spec.gpus)
         ]
-        leftovers = {port for port, _program, _proc in self._leftovers(self._readable_record())}
+        left = {proc.pid for proc in self.supervisor.orphans()}
         for k, gpu in enumerate(spec.gpus):
             owner = port_owner(spec.port_of(k))
-            if owner is not None and spec.port_of(k) in leftovers:
+            if owner is not None and left and any(f"pid {pid} " in owner + " " for pid in left):
                 raise StackError(
                     f"port {spec.port_of(k)} (gpu-{gpu}) is taken by {owner}, a server of fleet "
                     f"{self.name!r} left running without its supervisord (killed?): stop it with "
@@ -289,7 +248,7 @@ class Fleet:
                     f"port {spec.port_of(k)} (gpu-{gpu}) is taken by {owner}: stop it, or start the fleet "
                     "on other ports (--port)"
                 )
-        self._write_record(spec, served.model_path, programs)
+        self._write_record(spec, served.model_path)
         for p in programs:
             log = self.supervisor.log_path(p.name)
             if log.exists():
@@ -421,11 +380,11 @@ class Fleet:
         """
         record = self._readable_record(echo)
         if not self.supervisor.running():
-            left = self._leftovers(record)
-            echo(f"fleet {self.name!r}: not running" + (" (supervisord is gone)" if left else ""))
-            for port, program, proc in left:
-                echo(f"{program}: stopping pid {proc.pid} on port {port}, left running by its supervisord")
-                _stop_group(proc, STOP_WAIT_S)
+            left = self.supervisor.orphans()
+            echo(f"fleet {self.name!r}: not running" + (" (its supervisord is gone)" if left else ""))
+            if left:
+                echo(f"stopping what it left running: pid {', '.join(str(p.pid) for p in left)}")
+                self.supervisor.shutdown(timeout_s=timeout_s, stop_wait_s=STOP_WAIT_S)
         else:
             echo(f"fleet {self.name!r}: stopping {len(record['servers']) if record else 0} servers")
             self.supervisor.shutdown(timeout_s=timeout_s)

@@ -62,3 +62,30 @@ def test_an_argument_with_a_newline_is_refused_before_supervisord_starts(tmp_pat
     supervisor = Supervisor(tmp_path / "sv")
     with pytest.raises(ConfigError, match="newline"):
         supervisor.write_config([Program("p", (sys.executable, "-c", "print(1)\nprint(2)"))], tmp_path)
+
+
+def test_shutdown_after_supervisord_was_sigkilled_stops_what_it_left_running(tmp_path: Path) -> None:
+    """A SIGKILLed supervisord leaves its programs running (reparented to init); shutdown (what
+    the main job calls at its end) must still stop them, and only them."""
+    script = "import time; time.sleep(300)"
+    supervisor = Supervisor(tmp_path / "sv")
+    other = Supervisor(tmp_path / "other")
+    programs = [Program(f"p{i}", (sys.executable, "-c", script), stop_wait_s=5) for i in range(2)]
+    supervisor.start(programs, cwd=tmp_path)
+    other.start([Program("keep", (sys.executable, "-c", script), stop_wait_s=5)], cwd=tmp_path)
+    try:
+        _wait(lambda: set(supervisor.states().values()) == {"RUNNING"} and other.pid("keep") > 0)
+        pids = {supervisor.pid("p0"), supervisor.pid("p1")}
+        kept = other.pid("keep")
+        os.kill(int((supervisor.home / "supervisord.pid").read_text()), signal.SIGKILL)
+        _wait(lambda: not supervisor.running())
+        assert all(psutil.pid_exists(p) for p in pids)  # what a SIGKILLed supervisord leaves
+        assert {p.pid for p in supervisor.orphans()} == pids
+        supervisor.shutdown(stop_wait_s=5)
+        assert not any(
+            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+        )
+        assert other.pid("keep") == kept  # another supervisord's program is not touched
+    finally:
+        other.shutdown()
+        supervisor.shutdown(stop_wait_s=5)
