@@ -8,7 +8,8 @@ consumer's own quality flags (:func:`consumers.quality.quality_flags`), so the p
 run can never disagree on what "degenerate" means:
 
 * ``reasoning_ate_budget`` / ``empty_content``: the budget ran out inside the reasoning, or the
-  answer is empty → raise ``--max-tokens``;
+  answer is empty → raise ``--max-tokens`` (with thinking off: the model ignores
+  ``enable_thinking=false``, and the message says so);
 * ``thinking_missing``: thinking was asked for but no ``reasoning_content`` came back → start
   the server with its ``--reasoning-parser`` (the trace stays inside ``content`` without one),
   or run with ``--no-thinking`` for a model without a thinking mode;
@@ -120,6 +121,13 @@ class ProbeResult:
 def _problem(name: str, result: ProbeResult) -> str | None:
     flags = set(result.flags)
     budget = result.max_tokens
+    if QualityFlag.REASONING_ATE_BUDGET in flags and not result.thinking:
+        return (
+            f"thinking is off but {name} still reasoned until all {budget} tokens were gone (finish_reason "
+            "length, content empty): the model or its chat template ignores enable_thinking=false; "
+            f"raise --max-tokens (e.g. --max-tokens {max(4 * budget, 4096)}) to leave room for the answer, "
+            "or serve a model (or --chat-template) that honours it"
+        )
     if QualityFlag.REASONING_ATE_BUDGET in flags:
         return (
             f"all {budget} tokens went to reasoning on {name} (finish_reason length, content empty): "
@@ -151,7 +159,8 @@ async def _probe_one(
         body = client.request_body(prompt, request_id("kafkagen-probe", prompt.id, 0, 1))
         answer = await client.chat(body)
     except KafkagenError as exc:
-        return dataclasses.replace(base, problem=f"{url}: {exc}")
+        text = str(exc)
+        return dataclasses.replace(base, problem=text if text.startswith(url) else f"{url}: {text}")
     finally:
         await client.aclose()
     flags = quality_flags(
@@ -230,7 +239,7 @@ def check_probes(
         raise UnavailableError(
             "\n".join(
                 [f"{len(failed)} of {len(results)} server(s) did not answer the probe:"]
-                + [f"  {r.name}: {r.problem}" for r in failed]
+                + [f"  {r.problem}" if r.name == r.url else f"  {r.name}: {r.problem}" for r in failed]
             )
         )
     if failed:

@@ -142,7 +142,8 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`);
             llama.cpp is to be started for a URL that is not ``127.0.0.1:<port>``; the mapping
             options do not fit together (:meth:`producers.cli.InputMapping.options`); ``--serve``
-            with ``--server`` or ``--local-llm``.
+            with ``--server`` or ``--local-llm``; no server at all (``KAFKAGEN_SERVERS='[]'``), or
+            the same server twice (``http://h:1`` and ``http://h:1/``).
     """
     run = settings.run_id
     if options.serve is not None and (options.servers or options.local_llm):
@@ -158,6 +159,20 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
     options.mapping.options(run)  # raises ConfigError now, not once the stack is up
     embedded = options.serve is None and embedded_llm(settings, options.servers, local_llm=options.local_llm)
     servers = options.serve.urls if options.serve else list(options.servers) or settings.servers
+    if not servers:
+        raise ConfigError(
+            "the run has no inference server: the servers setting is empty (KAFKAGEN_SERVERS='[]' or "
+            "--servers '[]'); give --server URL (once per server) or --serve MODEL_PATH --gpus N, or "
+            "unset it for the embedded default (two local llama.cpp servers)"
+        )
+    seen: dict[str, str] = {}
+    for url in servers:
+        same = seen.setdefault(url.rstrip("/"), url)
+        if same is not url:
+            raise ConfigError(
+                f"server {url} is given twice ({same!r} and {url!r}): one consumer per server, each sized "
+                "to its server's slots; give each server once"
+            )
     if embedded:
         for url in servers:
             if local_port(url) is None:  # raises ConfigError for a loopback URL without a port

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from supervisor.xmlrpc import SupervisorTransport
 from launch.stack.process import wait_until
 from streams.errors import ConfigError, StackError
 
-__all__ = ["Program", "Supervisor", "environment_line"]
+__all__ = ["Program", "Supervisor", "command_line", "environment_line"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,27 @@ class Program:
     start_retries: int = 1000
 
 
+def command_line(argv: Sequence[str]) -> str:
+    """supervisord's ``command=`` value for ``argv``: read back by supervisord as ``argv`` exactly.
+
+    supervisord expands ``%(name)s`` in the value (so ``%`` is doubled), splits it with POSIX
+    ``shlex`` (``supervisor/process.py`` ``get_execv_args``), and reads its config with
+    ``inline_comment_prefixes=(';', '#')`` (``supervisor/options.py`` ``UnhosedConfigParser``,
+    supervisor 4.3.0): a ``;`` or ``#`` after whitespace ends the value, even inside quotes. So
+    each word is ``shlex.quote``-d and such a ``;`` or ``#`` gets an empty ``''`` before it
+    (whitespace appears in a quoted word only inside single quotes, where ``''`` closes and
+    reopens them).
+
+    Raises:
+        ConfigError: a word holds a newline (a config value is one line).
+    """
+    for word in argv:
+        if "\n" in word or "\r" in word:
+            raise ConfigError(f"the command argument {word!r} holds a newline: supervisord cannot run it")
+    quoted = (re.sub(r"(\s)([;#])", r"\1''\2", shlex.quote(word)) for word in argv)
+    return " ".join(quoted).replace("%", "%%")
+
+
 def environment_line(env: Sequence[tuple[str, str]]) -> str:
     """supervisord's ``environment=`` value for ``env``: ``KEY="value",...``.
 
@@ -65,7 +87,8 @@ def environment_line(env: Sequence[tuple[str, str]]) -> str:
 
     Raises:
         ConfigError: a name that is not an identifier, or a value holding both quote characters,
-            a newline, or starting or ending with a quote (it cannot be written).
+            a newline, a ``;`` or ``#`` after whitespace, or starting or ending with a quote (it
+            cannot be written).
     """
     parts = []
     for key, value in env:
@@ -73,7 +96,8 @@ def environment_line(env: Sequence[tuple[str, str]]) -> str:
             raise ConfigError(f"environment variable name {key!r} is not valid")
         quote = '"' if '"' not in value else "'"
         ends = value[:1] + value[-1:]
-        if quote in value or "\n" in value or any(c in "\"'" for c in ends):
+        comment = re.search(r"\s[;#]", value)  # the config parser would cut it there (command_line)
+        if quote in value or "\n" in value or any(c in "\"'" for c in ends) or comment:
             raise ConfigError(f"environment variable {key}={value!r} cannot be written for supervisord")
         parts.append(f"{key}={quote}{value.replace('%', '%%')}{quote}")
     return ",".join(parts)
@@ -127,7 +151,7 @@ class Supervisor:
         for p in programs:
             lines += [
                 f"[program:{p.name}]",
-                f"command={shlex.join(p.argv).replace('%', '%%')}",
+                f"command={command_line(p.argv)}",
                 f"directory={cwd}",
                 "autostart=false",
                 "autorestart=true",
@@ -150,6 +174,8 @@ class Supervisor:
 
         Raises:
             StackError: supervisord did not come up within ``timeout_s`` seconds.
+            ConfigError: supervisord refuses a program's command (no such file, not executable);
+                supervisord is stopped again.
         """
         # A supervisord of the same home (e.g. of a job whose terminal went away) is stopped first,
         # its programs gracefully, and waited for until its process is gone: while it stops it no
@@ -164,7 +190,14 @@ class Supervisor:
         subprocess.run([str(supervisord), "-c", str(self.conf)], check=True, cwd=cwd, env=env)
         self._wait(self.running, timeout_s, "supervisord to start")
         for p in programs:
-            self._proxy().supervisor.startProcess(p.name, False)
+            try:
+                self._proxy().supervisor.startProcess(p.name, False)
+            except xmlrpc.client.Fault as fault:  # NO_FILE, NOT_EXECUTABLE: the command is wrong
+                self.shutdown(timeout_s=timeout_s)
+                raise ConfigError(
+                    f"supervisord cannot start {p.name} ({fault.faultString}); its command: "
+                    f"{shlex.join(p.argv)}; fix it (nothing was left running)"
+                ) from None
 
     def start_program(self, name: str) -> None:
         """Start program ``name`` again (e.g. one that ended ``FATAL``); does not wait."""
@@ -197,9 +230,30 @@ class Supervisor:
             pass
         return None
 
-    def shutdown(self, timeout_s: float = 120.0) -> None:
+    def orphans(self) -> list[psutil.Process]:
+        """The processes this supervisord started that outlived it (a SIGKILLed supervisord does
+        not take its programs along; they keep running, reparented to init), their children
+        included: every process whose environment has ``SUPERVISOR_SERVER_URL`` equal to this
+        supervisord's socket URL, which supervisord sets for each program it spawns
+        (``supervisor/process.py`` ``_spawn``, supervisor 4.3.0; from ``[supervisorctl]
+        serverurl``). Empty while supervisord runs."""
+        if self.running() or self._process() is not None:
+            return []
+        url = f"unix://{self.socket}"
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and proc.environ().get("SUPERVISOR_SERVER_URL") == url:
+                    found.append(proc)
+        return found
+
+    def shutdown(self, timeout_s: float = 120.0, stop_wait_s: float = 75.0) -> None:
         """Stop every program gracefully (SIGTERM, then SIGKILL after its stop wait) and supervisord,
-        and wait until supervisord's process has exited (its socket is free again).
+        and wait until supervisord's process has exited: while it stops it no longer answers as
+        RUNNING but still holds its socket.
+
+        Without supervisord (it was SIGKILLed), the programs it left running (:meth:`orphans`) are
+        stopped the same way: SIGTERM, SIGKILL after ``stop_wait_s`` seconds.
 
         Raises:
             StackError: supervisord still runs after ``timeout_s`` seconds.
@@ -210,6 +264,15 @@ class Supervisor:
             with contextlib.suppress(OSError, xmlrpc.client.Fault):
                 self._proxy().supervisor.shutdown()
         self._wait(lambda: not self.running() and self._process() is None, timeout_s, "supervisord to stop")
+        left = self.orphans()
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _, alive = psutil.wait_procs(left, timeout=stop_wait_s)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=10)
 
     @staticmethod
     def _wait(check: Callable[[], bool], timeout_s: float, what: str) -> None:

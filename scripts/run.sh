@@ -5,16 +5,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-# The run's servers given (--server, --serve, KAFKAGEN_SERVERS) and no --local-llm: llama.cpp and
-# its model are not needed, so a GPU host does not spend ~10 minutes building them.
-with_llm=1
-[ -n "${KAFKAGEN_SERVERS:-}" ] && with_llm=0
-for arg in "$@"; do
-  case "$arg" in --server | --server=* | --serve | --serve=*) with_llm=0 ;; esac
-done
-for arg in "$@"; do
-  case "$arg" in --local-llm) with_llm=1 ;; esac
-done
+# The run's servers given (--server, --serve, KAFKAGEN_SERVERS, --servers) and no --local-llm, or
+# only help asked for: llama.cpp and its model are not needed, so a GPU host does not spend ~10
+# minutes building them (scripts/with-llm.sh decides).
+with_llm="$(bash scripts/with-llm.sh "$@")"
 KAFKAGEN_WITH_LLM="${KAFKAGEN_WITH_LLM:-$with_llm}" bash scripts/setup-env.sh
 export AWS_EC2_METADATA_DISABLED=true
 exec "${KAFKAGEN_VENV:-$ROOT/.venv}/bin/python" -m launch.run "$@"

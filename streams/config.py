@@ -418,7 +418,8 @@ class Settings(BaseSettings):
 
 def check_server_url(url: str) -> str:
     """``url`` unchanged when it can be an inference server's base URL: an ``http`` or ``https``
-    scheme, a host and, when given, a port in 1-65535, as httpx parses it.
+    scheme, a host and, when given, a port in 1-65535, as httpx parses it; not ending in ``/v1``
+    (an OpenAI-style base URL: the client adds ``/v1/chat/completions`` itself).
 
     Raises:
         ValueError: anything else; the message quotes ``url`` and shows a good one.
@@ -430,6 +431,9 @@ def check_server_url(url: str) -> str:
     port_ok = parsed.port is None or 1 <= parsed.port <= 65535
     if parsed.scheme not in ("http", "https") or not parsed.host or not port_ok:
         raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    if parsed.path.rstrip("/").endswith("/v1"):  # the client adds /v1/chat/completions itself
+        base = url.rstrip("/").removesuffix("/v1")
+        raise ValueError(f"{url!r}: give the server's base URL without /v1 ({base})")
     return url
 
 

@@ -312,6 +312,11 @@ def status(ctx: click.Context, fleet_name: str) -> int:
         pid = s.pid or "-"
         print(f"{s.program:<7} {s.url:<24} pid {pid:<8} {s.state:<9} health {s.health:<14} {verdict}", end="")
         print(f"  log {s.log}")
+    if any(s.state == "DOWN" and s.health == "200" for s in states):
+        print(
+            f"supervisord of fleet {fleet_name!r} is not running but servers still answer (it was killed?): "
+            f"`kafkagen serve down --fleet {fleet_name}` stops them, then `serve up` again"
+        )
     return ExitCode.OK if all(s.ready for s in states) else ExitCode.FAILED
 
 

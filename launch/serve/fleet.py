@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import time
 from collections.abc import Callable
@@ -103,6 +104,23 @@ class Fleet:
         assert isinstance(data, dict)
         return data
 
+    def _readable_record(self, echo: Echo | None = None) -> dict[str, Any] | None:
+        """The record when it can be read, else None: an unreadable one is moved aside to
+        ``fleet.json.corrupt`` (when ``echo`` is given, saying so), so ``down`` still stops the
+        fleet and ``up`` starts afresh."""
+        try:
+            record = self.record()
+        except ConfigError as exc:
+            if echo is None:
+                return None
+            self.record_path.replace(self.record_path.with_name("fleet.json.corrupt"))
+            echo(f"warning: {exc}; moved it to fleet.json.corrupt")
+            return None
+        ok = record is not None and all(
+            isinstance(s, dict) and {"program", "port"} <= s.keys() for s in record.get("servers", [None])
+        )
+        return record if ok else None
+
     def spec(self) -> FleetSpec | None:
         """The spec of the recorded fleet (as given to ``up``), or None."""
         record = self.record()
@@ -146,7 +164,9 @@ class Fleet:
         (``spec.copy_model_to``); (3) check the ports are free; (4) write the record and start
         supervisord with one program per GPU (``CUDA_VISIBLE_DEVICES=<gpu>``); (5)
         :meth:`wait_ready`; (6) ``after_ready(urls)``: the probe step (one chat completion per
-        server, filled in by the main job), skipped when None.
+        server, filled in by the main job), skipped when None. Steps (1)-(4) hold a lock
+        (``up.lock`` in the fleet's folder): a second ``up`` at the same time waits for them, then
+        finds the fleet running.
 
         Returns:
             The server URLs in GPU order.
@@ -157,6 +177,21 @@ class Fleet:
             StackError: a port is taken or supervisord does not start.
             ServiceNotReadyError: a server failed or was not ready in ``spec.ready_timeout_s``.
         """
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "up.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                echo(f"another `serve up` of fleet {self.name!r} is under way: waiting for it")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            self._up_locked(spec, echo=echo, free_bytes=free_bytes)
+        urls = spec.urls
+        self.wait_ready(spec, echo=echo)
+        if after_ready is not None:
+            after_ready(urls)  # the probe (issue 12): one chat completion per server
+        return urls
+
+    def _up_locked(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
         running = self.supervisor.running()
         current = self.spec() if running else None
         if running and current is None:
@@ -179,11 +214,6 @@ class Fleet:
                     self.supervisor.start_program(name)
         else:
             self._start(spec, echo=echo, free_bytes=free_bytes)
-        urls = spec.urls
-        self.wait_ready(spec, echo=echo)
-        if after_ready is not None:
-            after_ready(urls)  # the probe (issue 12): one chat completion per server
-        return urls
 
     def _start(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
         server_argv(spec, 0)  # a bad template fails before any copy
@@ -204,8 +234,15 @@ class Fleet:
             )
             for k, gpu in enumerate(spec.gpus)
         ]
+        left = {proc.pid for proc in self.supervisor.orphans()}
         for k, gpu in enumerate(spec.gpus):
             owner = port_owner(spec.port_of(k))
+            if owner is not None and left and any(f"pid {pid} " in owner + " " for pid in left):
+                raise StackError(
+                    f"port {spec.port_of(k)} (gpu-{gpu}) is taken by {owner}, a server of fleet "
+                    f"{self.name!r} left running without its supervisord (killed?): stop it with "
+                    f"`kafkagen serve down --fleet {self.name}`, then `up` again"
+                )
             if owner is not None:
                 raise StackError(
                     f"port {spec.port_of(k)} (gpu-{gpu}) is taken by {owner}: stop it, or start the fleet "
@@ -235,9 +272,20 @@ class Fleet:
         checks: dict[str, Future[str]] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
             while pending:
-                info = self.supervisor.info()
+                try:
+                    info = self.supervisor.info()
+                except OSError:  # its socket is gone: `serve down` from another shell
+                    raise ServiceNotReadyError(
+                        f"fleet {self.name!r}: supervisord stopped while waiting for the servers "
+                        "(`kafkagen serve down`?); `kafkagen serve up` starts it again"
+                    ) from None
                 for name, url in list(pending.items()):
                     state = info.get(name, {}).get("statename", "UNKNOWN")
+                    if state == "STOPPED":  # only a stop request stops a program (autorestart=true)
+                        raise ServiceNotReadyError(
+                            f"{name} ({url}) was stopped while waiting for it to be ready (`kafkagen "
+                            "serve down`?); `kafkagen serve up` starts it again"
+                        )
                     if state in _FAILED:
                         raise ServiceNotReadyError(self._failed(name, url, state))
                     future = checks.get(name)
@@ -330,9 +378,13 @@ class Fleet:
         Raises:
             StackError: supervisord or a port did not let go within ``timeout_s`` seconds.
         """
-        record = self.record()
+        record = self._readable_record(echo)
         if not self.supervisor.running():
-            echo(f"fleet {self.name!r}: not running")
+            left = self.supervisor.orphans()
+            echo(f"fleet {self.name!r}: not running" + (" (its supervisord is gone)" if left else ""))
+            if left:
+                echo(f"stopping what it left running: pid {', '.join(str(p.pid) for p in left)}")
+                self.supervisor.shutdown(timeout_s=timeout_s, stop_wait_s=STOP_WAIT_S)
         else:
             echo(f"fleet {self.name!r}: stopping {len(record['servers']) if record else 0} servers")
             self.supervisor.shutdown(timeout_s=timeout_s)

@@ -10,11 +10,15 @@ they were all up in under a minute (issue 12). The copy is made once and reused:
   path, size (bytes) and mtime (ns) in the source; a later call skips the copy when the source
   still has exactly those files and the copy still has them at those sizes (no hashing of
   hundreds of GB), and copies again otherwise;
-- free space is checked first (needed vs free, in bytes) with the fix in the message.
+- free space is checked first (needed vs free, in bytes) with the fix in the message;
+- one copy at a time per target: a lock file ``DIR/.<folder name>.lock`` (``flock``) makes a
+  second copier wait, then find the copy complete.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -37,15 +41,33 @@ def model_files(folder: Path) -> dict[str, tuple[int, int]]:
     """Relative path → (size in bytes, mtime in ns) of every file under ``folder`` (symlinks
     followed, as a Hugging Face cache snapshot links to its blobs; the marker itself left out)."""
     files: dict[str, tuple[int, int]] = {}
-    for root, dirs, names in os.walk(folder, followlinks=True):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            if rel == MARKER:
-                continue
-            st = path.stat()
-            files[rel] = (st.st_size, st.st_mtime_ns)
+    seen: set[tuple[int, int]] = set()
+
+    def walk_error(exc: OSError) -> None:
+        raise exc
+
+    try:
+        for root, dirs, names in os.walk(folder, followlinks=True, onerror=walk_error):
+            st = os.stat(root)
+            if (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: os.walk would loop
+                raise ConfigError(
+                    f"--copy-model-to: {root} links back into the model folder {folder} (a symlink "
+                    "loop): remove that link"
+                )
+            seen.add((st.st_dev, st.st_ino))
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(root) / name
+                rel = path.relative_to(folder).as_posix()
+                if rel == MARKER:
+                    continue
+                st = path.stat()
+                files[rel] = (st.st_size, st.st_mtime_ns)
+    except OSError as exc:
+        raise ConfigError(
+            f"--copy-model-to: cannot read {exc.filename} in the model folder {folder} ({exc.strerror}): "
+            "fix it (a dangling symlink, permissions), or serve without --copy-model-to"
+        ) from None
     return files
 
 
@@ -117,7 +139,9 @@ def copy_model(
 
     Raises:
         ConfigError: ``source`` is not a folder, or ``dest_dir`` lacks the space (needed and free
-            bytes named, with the fix).
+            bytes named, with the fix); a file of ``source`` cannot be read (a dangling symlink, a
+            symlink loop); the copy failed (e.g. the disk filled up meanwhile: the half copy is
+            removed).
     """
     out = out or sys.stderr
     source = source.expanduser().resolve()
@@ -131,6 +155,24 @@ def copy_model(
     target = dest_dir / source.name
     if target == source:
         return target
+    # One copy at a time per target (two `serve up` at once, or two fleets sharing a RAM disk):
+    # the second waits, then finds the copy complete, instead of deleting the first's partial.
+    with open(dest_dir / f".{source.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"another process is copying {source.name} to {dest_dir}: waiting for it",
+                file=out,
+                flush=True,
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _copy(source, dest_dir, target, free_bytes, out)
+
+
+def _copy(
+    source: Path, dest_dir: Path, target: Path, free_bytes: Callable[[Path], int] | None, out: TextIO
+) -> Path:
     files = model_files(source)
     if _complete(target, files):
         print(f"model copy {target} is up to date ({len(files)} files): not copying", file=out, flush=True)
@@ -163,6 +205,17 @@ def copy_model(
         marker = {"source": str(source), "files": {k: list(v) for k, v in files.items()}}
         (temp / MARKER).write_text(json.dumps(marker, indent=1) + "\n")  # last: the copy is complete
         temp.rename(target)
+    except OSError as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise ConfigError(
+            f"--copy-model-to: copying {exc.filename or source} to {dest_dir} failed ({exc.strerror}); "
+            "the half copy is removed. "
+            + (
+                f"{dest_dir} ran out of space: free space there or grow the RAM disk"
+                if exc.errno == errno.ENOSPC
+                else "fix the cause and start again"
+            )
+        ) from None
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

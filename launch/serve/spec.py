@@ -139,9 +139,11 @@ class FleetSpec:
         return self.port + index
 
     def url_of(self, index: int) -> str:
-        """``http://<host>:<port>`` of the ``index``-th GPU (``0.0.0.0`` reached as 127.0.0.1)."""
+        """``http://<host>:<port>`` of the ``index``-th GPU (``0.0.0.0`` reached as 127.0.0.1, ``::``
+        as ``[::1]``; an IPv6 address in brackets)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        host = "[::1]" if host == "::" else host
+        host = "::1" if host == "::" else host
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 literal
         return f"http://{host}:{self.port_of(index)}"
 
     @property

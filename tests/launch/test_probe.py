@@ -118,3 +118,29 @@ def test_llama_cpp_answers_without_thinking_and_is_caught_with_it(llm: list[str]
     check_probes(probe_servers(llm[:1], _generation(64, thinking=False), timeout_s=300))
     with pytest.raises(ProbeError, match="--no-thinking if the model has no thinking mode"):
         check_probes(probe_servers(llm[:1], _generation(64, thinking=True), timeout_s=300))
+
+
+@pytest.fixture
+def sglang_always_thinks() -> Iterator[str]:
+    """A simulated SGLang server whose model reasons whatever ``enable_thinking`` says, until the
+    budget is gone (the simulator's ``reasoning_eats_budget`` fault)."""
+    yield from _simulator("--reasoning-parser", "qwen3", "--faults", '{"reasoning_eats_budget": true}')
+
+
+def test_thinking_off_but_the_model_still_reasons_is_not_told_to_turn_thinking_off(
+    sglang_always_thinks: str,
+) -> None:
+    results = probe_servers({"gpu-2": sglang_always_thinks}, _generation(512, thinking=False), timeout_s=60)
+    with pytest.raises(ProbeError) as info:
+        check_probes(results)
+    message = str(info.value)
+    assert "thinking is off but gpu-2 still reasoned" in message
+    assert "ignores enable_thinking=false" in message and "raise --max-tokens" in message
+    assert "--no-thinking" not in message  # it is off already
+
+
+def test_a_server_named_by_its_url_is_named_once_per_line() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(UnavailableError) as info:
+        check_probes(probe_servers([url], _generation(512, True), timeout_s=2))
+    assert all(line.count(url) == 1 for line in str(info.value).splitlines()[1:]), str(info.value)

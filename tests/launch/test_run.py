@@ -282,3 +282,30 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
     resumed = summary(manifest, 10.0, None, "/d", resumed=True)
     assert "tokens/s     - (a resumed run" in resumed and "100.0" not in resumed
     assert "already complete" in summary(manifest, 4.0, None, "/d", already_done=True, resumed=True)
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ("[]", [], "no inference server"),
+        (None, ["--server", "http://127.0.0.1:42090", "--server", "http://127.0.0.1:42090/"], "given twice"),
+        (None, ["--server", "http://127.0.0.1:42090/v1"], "without /v1 (http://127.0.0.1:42090)"),
+        ('["http://127.0.0.1:42090/v1/"]', [], "without /v1"),
+    ],
+)
+def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anything_starts(
+    idle_stack: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: str | None,
+    args: list[str],
+    message: str,
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("KAFKAGEN_SERVERS", env)
+    rc = main(["--run-id", "bad-servers", *args])
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    assert message in err
+    assert "run bad-servers" not in out, "nothing was started"
+    assert _started_nothing(idle_stack)

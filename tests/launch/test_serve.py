@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +150,93 @@ def test_up_probes_every_server_and_fails_with_the_fix_when_reasoning_eats_the_b
     assert "probe:" not in capsys.readouterr().out
     # One server by URL, thinking off.
     assert _serve("probe", "--server", "http://127.0.0.1:41041", "--no-thinking", "--max-tokens", "512") == 0
+
+
+def test_after_supervisord_is_sigkilled_down_stops_the_servers_it_left_and_up_works_again(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    up = ["up", str(tmp_path), "--gpus", "2", "--port", "42050", "--server-command", SIMULATOR,
+          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    assert _serve(*up) == 0
+    fleet = Fleet(home, "fleet")
+    pids = _pids(fleet)
+    os.kill(int((fleet.home / "supervisord.pid").read_text()), signal.SIGKILL)
+    assert wait_until(lambda: not fleet.supervisor.running(), timeout_s=10)
+    capsys.readouterr()
+    # its servers still run: status says so and what to do; up names them as this fleet's
+    assert _serve("status") == 1
+    assert "serve down --fleet fleet" in capsys.readouterr().out
+    assert _serve(*up) == 3
+    assert "left running without its supervisord" in capsys.readouterr().err
+    # down stops them (not a 2-minute wait ending in "ports still taken")
+    t0 = time.monotonic()
+    assert _serve("down") == 0
+    assert time.monotonic() - t0 < 60
+    assert not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids.values()
+    )
+    assert port_owner(42050) is None and port_owner(42051) is None
+    assert _serve(*up) == 0
+
+
+def test_down_stops_a_running_fleet_whose_record_is_corrupt(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    up = ["up", str(tmp_path), "--gpus", "1", "--port", "42060", "--server-command", SIMULATOR,
+          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    assert _serve(*up) == 0
+    fleet = Fleet(home, "fleet")
+    fleet.record_path.write_text('{"name": ')
+    capsys.readouterr()
+    assert _serve(*up) == 2  # running, record unreadable: the message says `serve down`
+    assert "serve down" in capsys.readouterr().err
+    assert _serve("down") == 0  # ... and down does it
+    assert "fleet.json.corrupt" in capsys.readouterr().out
+    assert not fleet.supervisor.running() and port_owner(42060) is None
+    assert _serve(*up) == 0
+
+
+def test_a_server_command_that_does_not_exist_is_named_and_leaves_nothing_running(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = "/opt/no-such-venv/bin/python -m sglang.launch_server {args}"
+    assert _serve("up", str(tmp_path), "--gpus", "1", "--port", "42070", "--server-command", missing) == 2
+    err = capsys.readouterr().err
+    assert "/opt/no-such-venv/bin/python" in err and "Traceback" not in err, err
+    assert not Fleet(home, "fleet").supervisor.running()
+
+
+def test_two_ups_at_once_start_one_fleet_copied_once(home: Path, tmp_path: Path) -> None:
+    model = tmp_path / "nfs" / "m"
+    model.mkdir(parents=True)
+    (model / "w.bin").write_bytes(os.urandom(200_000_000))  # a copy that takes a moment
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(model), "--gpus", "2", "--port", "42080",
+          "--server-command", SIMULATOR, "--ready-timeout", "120", "--no-probe",
+          "--copy-model-to", str(tmp_path / "shm")]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    first = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    second = subprocess.run(up, cwd=root, capture_output=True, text=True, timeout=300)
+    out_first, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out_first
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "already running" in out_first + second.stdout  # one of them started it, the other found it
+    fleet = Fleet(home, "fleet")
+    assert all(s.ready for s in fleet.status())
+    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == [".m.lock", "m"]
+
+
+def test_down_while_up_waits_says_it_was_stopped_not_that_it_failed_to_start(
+    home: Path, tmp_path: Path
+) -> None:
+    never = "{python} -m http.server {port} --bind 127.0.0.1"  # runs, never ready (404)
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(tmp_path), "--gpus", "1", "--port", "42085",
+          "--server-command", never, "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    waiting = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fleet = Fleet(home, "fleet")
+    assert wait_until(lambda: fleet.supervisor.running() and port_owner(42085) is not None, timeout_s=60)
+    fleet.down(echo=lambda _line: None)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 3, err
+    assert "stopped while waiting" in err and "failed to start" not in err and "Traceback" not in err, err

@@ -14,6 +14,7 @@ from supervisor.datatypes import dict_of_key_value_pairs
 from launch.serve.sglang_args import server_argv, sglang_args
 from launch.serve.spec import FleetSpec, Speculative, parse_gpus
 from launch.supervise import environment_line
+from streams.config import check_server_url
 from streams.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
@@ -144,6 +145,15 @@ def test_gpus_ports_and_spec_round_trip() -> None:
         FleetSpec(model_path="m", gpus=(0,), name="a/b")
 
 
+def test_server_urls_of_every_kind_of_host_are_valid_urls() -> None:
+    for host, url in [("0.0.0.0", "http://127.0.0.1:31000"), ("::", "http://[::1]:31000"),
+                      ("::1", "http://[::1]:31000"), ("fd00::7", "http://[fd00::7]:31000"),
+                      ("gpu-0", "http://gpu-0:31000")]:  # fmt: skip
+        spec = FleetSpec(model_path="m", gpus=(0,), port=31000, host=host)
+        assert spec.urls == [url]
+        assert check_server_url(url) == url
+
+
 def test_environment_line_is_read_back_by_supervisord_as_written() -> None:
     env = [
         ("CUDA_VISIBLE_DEVICES", "3"),
@@ -155,6 +165,6 @@ def test_environment_line_is_read_back_by_supervisord_as_written() -> None:
     line = environment_line(env)
     # supervisord expands %(name)s first (so %% is one %), then splits the pairs
     assert dict_of_key_value_pairs(line.replace("%%", "%")) == dict(env)
-    for bad in ("both \" and '", '"starts with a quote', "new\nline"):
+    for bad in ("both \" and '", '"starts with a quote', "new\nline", "a ;comment", "a\t#comment"):
         with pytest.raises(ConfigError, match="cannot be written"):
             environment_line([("X", bad)])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,11 @@ def model(tmp_path: Path) -> Path:
     (folder / "model-00001-of-00002.safetensors").write_bytes(os.urandom(300_000))
     (folder / "sub" / "tokenizer.json").write_bytes(os.urandom(50_000))
     return folder
+
+
+def _copies(folder: Path) -> list[str]:
+    """What is in a copy folder but the copy lock file: copies and half copies."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -88,3 +95,39 @@ def test_not_enough_space_names_needed_and_free_and_the_fix(model: Path, tmp_pat
 def test_the_model_path_must_be_a_folder(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a folder"):
         copy_model(tmp_path / "missing", tmp_path / "shm", out=io.StringIO())
+
+
+def test_a_symlink_loop_or_a_dangling_link_is_named_not_a_traceback(model: Path, tmp_path: Path) -> None:
+    (model / "sub" / "loop").symlink_to("..")
+    with pytest.raises(ConfigError, match="symlink loop"):
+        copy_model(model, tmp_path / "shm", out=io.StringIO())
+    (model / "sub" / "loop").unlink()
+    (model / "sub" / "gone.bin").symlink_to(tmp_path / "no-such-blob")
+    with pytest.raises(ConfigError, match=r"gone\.bin"):
+        copy_model(model, tmp_path / "shm", out=io.StringIO())
+    assert _copies(tmp_path / "shm") == []  # nothing copied, no half copy
+
+
+def test_a_write_error_mid_copy_is_named_and_leaves_no_half_copy(model: Path, tmp_path: Path) -> None:
+    # A real write error mid-copy: the copy runs in a process whose files may not pass 100 KB
+    # (RLIMIT_FSIZE, SIGXFSZ ignored: write() fails with EFBIG), as a RAM disk that fills up
+    # fails with ENOSPC (the message then says "ran out of space"; checked by hand on a 1 MB tmpfs).
+    shm = tmp_path / "shm"
+    script = (
+        "import resource, signal, sys; from pathlib import Path\n"
+        "from launch.serve.model_copy import copy_model\n"
+        "from streams.errors import ConfigError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
+        "try:\n"
+        "    copy_model(Path(sys.argv[1]), Path(sys.argv[2]))\n"
+        "except ConfigError as exc:\n"
+        "    print(exc); sys.exit(2)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(model), str(shm)], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert "copying" in done.stdout and "failed" in done.stdout and "half copy is removed" in done.stdout
+    assert _copies(shm) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -9,9 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from launch.stack.process import wait_until
 from launch.supervise import Program, Supervisor
+from streams.errors import ConfigError
 
 
 def _wait(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -62,3 +65,52 @@ def test_starting_again_replaces_a_supervisord_whose_programs_take_time_to_stop(
     finally:
         again.shutdown()
     assert not again.running()
+
+
+def test_arguments_reach_the_program_exactly_as_given(tmp_path: Path) -> None:
+    """supervisord's config parser drops an inline comment (' ;' or ' #', even inside quotes) and
+    expands '%': a model path such as '/models/My Model ;v2 #3' must still arrive whole."""
+    args = ["/models/My Model ;v2 #3", "100% it's", 'say "hi"', "a=b", "tab\t;x", "#first", ";semi"]
+    script = "import json, sys, time; print('args', json.dumps(sys.argv[1:]), flush=True); time.sleep(300)"
+    supervisor = Supervisor(tmp_path / "sv")
+    supervisor.start([Program("echo", (sys.executable, "-c", script, *args), stop_wait_s=5)], cwd=tmp_path)
+    try:
+        log = supervisor.log_dir / "echo.log"
+        _wait(lambda: log.exists() and "args " in log.read_text())
+        line = next(line for line in log.read_text().splitlines() if line.startswith("args "))
+        assert json.loads(line.removeprefix("args ")) == args
+    finally:
+        supervisor.shutdown()
+
+
+def test_an_argument_with_a_newline_is_refused_before_supervisord_starts(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path / "sv")
+    with pytest.raises(ConfigError, match="newline"):
+        supervisor.write_config([Program("p", (sys.executable, "-c", "print(1)\nprint(2)"))], tmp_path)
+
+
+def test_shutdown_after_supervisord_was_sigkilled_stops_what_it_left_running(tmp_path: Path) -> None:
+    """A SIGKILLed supervisord leaves its programs running (reparented to init); shutdown (what
+    the main job calls at its end) must still stop them, and only them."""
+    script = "import time; time.sleep(300)"
+    supervisor = Supervisor(tmp_path / "sv")
+    other = Supervisor(tmp_path / "other")
+    programs = [Program(f"p{i}", (sys.executable, "-c", script), stop_wait_s=5) for i in range(2)]
+    supervisor.start(programs, cwd=tmp_path)
+    other.start([Program("keep", (sys.executable, "-c", script), stop_wait_s=5)], cwd=tmp_path)
+    try:
+        _wait(lambda: set(supervisor.states().values()) == {"RUNNING"} and other.pid("keep") > 0)
+        pids = {supervisor.pid("p0"), supervisor.pid("p1")}
+        kept = other.pid("keep")
+        os.kill(int((supervisor.home / "supervisord.pid").read_text()), signal.SIGKILL)
+        _wait(lambda: not supervisor.running())
+        assert all(psutil.pid_exists(p) for p in pids)  # what a SIGKILLed supervisord leaves
+        assert {p.pid for p in supervisor.orphans()} == pids
+        supervisor.shutdown(stop_wait_s=5)
+        assert not any(
+            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+        )
+        assert other.pid("keep") == kept  # another supervisord's program is not touched
+    finally:
+        other.shutdown()
+        supervisor.shutdown(stop_wait_s=5)
