@@ -21,8 +21,8 @@ from aiokafka.errors import MessageSizeTooLargeError
 from consumers.dead_letters import DeadLetters, source_of
 from consumers.jobs import Job
 from consumers.metrics import ConsumerMetrics, ConsumerStats
-from consumers.quality import quality_flags
-from consumers.requests import last_user_text, record_params, thinking_requested
+from consumers.quality import answer_flags
+from consumers.requests import record_params
 from consumers.sglang import ChatResult
 from streams.config import Settings
 from streams.kafka import KafkaOutage
@@ -57,15 +57,7 @@ def completion_record(
     """The completion of ``prompt`` (``job``'s record): the server's ``result`` for the request
     ``body`` sent at ``sent_at`` (Unix seconds), with its quality flags (:mod:`consumers.quality`)
     and timings in seconds; ``consumer`` is the writer's instance id."""
-    flags = quality_flags(
-        content=result.content,
-        reasoning_content=result.reasoning_content,
-        finish_reason=result.finish_reason,
-        tool_calls=result.tool_calls,
-        tools_offered=bool(prompt.tools),
-        thinking_requested=thinking_requested(body),
-        prompt_text=last_user_text(prompt),
-    )
+    flags = answer_flags(prompt, body, result)
     return CompletionRecord(
         id=prompt.id,
         run_id=run_id,

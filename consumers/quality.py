@@ -33,13 +33,20 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+from consumers.requests import last_user_text, thinking_requested
+
+if TYPE_CHECKING:
+    from consumers.sglang import ChatResult
+    from streams.records import PromptRecord
 
 __all__ = [
     "DEGENERATE_FLAGS",
     "TEMPLATE_TOKENS",
     "QualityConfig",
     "QualityFlag",
+    "answer_flags",
     "degenerate",
     "echoes",
     "quality_flags",
@@ -254,6 +261,21 @@ def quality_flags(
     if prompt_text and echoes(content, prompt_text):
         flags.append(QualityFlag.ECHOED_PROMPT)
     return [flag.value for flag in flags]
+
+
+def answer_flags(prompt: PromptRecord, body: dict[str, Any], answer: ChatResult) -> list[str]:
+    """The quality flags (:func:`quality_flags`) of the server's ``answer`` to the request ``body``
+    sent for ``prompt``: tools offered by the prompt, thinking as the body asked for it, the last
+    user message as the text an answer must not echo."""
+    return quality_flags(
+        content=answer.content,
+        reasoning_content=answer.reasoning_content,
+        finish_reason=answer.finish_reason,
+        tool_calls=answer.tool_calls,
+        tools_offered=bool(prompt.tools),
+        thinking_requested=thinking_requested(body),
+        prompt_text=last_user_text(prompt),
+    )
 
 
 def degenerate(flags: Iterable[str]) -> bool:

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from consumers.client import ServerClient, request_id
-from consumers.quality import QualityFlag, quality_flags
-from consumers.requests import last_user_text, thinking_requested
+from consumers.quality import QualityFlag, answer_flags
+from consumers.requests import thinking_requested
 from streams.config import GenerationSettings
 from streams.errors import ConfigError, KafkagenError, UnavailableError
 from streams.records import PromptMetadata, PromptRecord
@@ -163,15 +163,7 @@ async def _probe_one(
         return dataclasses.replace(base, problem=text if text.startswith(url) else f"{url}: {text}")
     finally:
         await client.aclose()
-    flags = quality_flags(
-        content=answer.content,
-        reasoning_content=answer.reasoning_content,
-        finish_reason=answer.finish_reason,
-        tool_calls=answer.tool_calls,
-        tools_offered=bool(prompt.tools),
-        thinking_requested=thinking_requested(body),
-        prompt_text=last_user_text(prompt),
-    )
+    flags = answer_flags(prompt, body, answer)
     result = ProbeResult(
         name=name,
         url=url,
