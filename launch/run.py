@@ -340,7 +340,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     names = {url: url for url in settings.servers}
     if options.serve is not None:
         Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
-        names = {f"gpu-{gpu}": url for gpu, url in zip(options.serve.gpus, settings.servers, strict=True)}
+        names = options.serve.servers
     if plan.embedded:
         _check_llm_ports(stack)
         stack.up(["kafka", "s3", "llm"], echo=say)

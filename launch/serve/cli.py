@@ -290,10 +290,8 @@ def up(
     launched = _fleet(ctx, spec.name)
     generation = probe_generation(command_settings(ctx), max_tokens, thinking)
 
-    def probe_fleet(urls: list[str]) -> None:
-        _probe(
-            {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, urls, strict=True)}, generation, probe_timeout_s
-        )
+    def probe_fleet(_urls: list[str]) -> None:  # the same as spec.urls
+        _probe(spec.servers, generation, probe_timeout_s)
 
     after_ready = None if no_probe else probe_fleet
     urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=after_ready)
@@ -357,7 +355,7 @@ def probe(
                 f"no fleet {fleet_name!r} in {launched.home}: start one with `kafkagen serve up`, or name "
                 "the servers with --server URL"
             )
-        named = {f"gpu-{gpu}": url for gpu, url in zip(spec.gpus, spec.urls, strict=True)}
+        named = spec.servers
     _probe(
         named, probe_generation(command_settings(ctx), max_tokens, thinking), probe_timeout_s, skippable=False
     )

@@ -135,10 +135,10 @@ class Fleet:
         servers = [
             {
                 "gpu": gpu,
-                "program": f"gpu-{gpu}",
+                "program": spec.program_of(k),
                 "url": spec.url_of(k),
                 "port": spec.port_of(k),
-                "log": str(self.supervisor.log_path(f"gpu-{gpu}")),
+                "log": str(self.supervisor.log_path(spec.program_of(k))),
             }
             for k, gpu in enumerate(spec.gpus)
         ]
@@ -225,7 +225,7 @@ class Fleet:
             )
         programs = [
             Program(
-                name=f"gpu-{gpu}",
+                name=spec.program_of(k),
                 argv=tuple(server_argv(served, k)),
                 stop_wait_s=STOP_WAIT_S,
                 env=(("CUDA_VISIBLE_DEVICES", str(gpu)),),
@@ -268,7 +268,7 @@ class Fleet:
         """
         timeout_s = spec.ready_timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic()
-        pending = {f"gpu-{gpu}": spec.url_of(k) for k, gpu in enumerate(spec.gpus)}
+        pending = spec.servers
         checks: dict[str, Future[str]] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(pending))) as pool:
             while pending:

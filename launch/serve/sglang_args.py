@@ -108,7 +108,7 @@ def server_argv(spec: FleetSpec, index: int, *, python: str | None = None) -> li
         "port": str(port),
         "host": spec.host,
         "gpu": str(gpu),
-        "name": f"gpu-{gpu}",
+        "name": spec.program_of(index),
     }
     argv: list[str] = []
     for token in shlex.split(spec.server_command):

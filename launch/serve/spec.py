@@ -146,10 +146,20 @@ class FleetSpec:
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 literal
         return f"http://{host}:{self.port_of(index)}"
 
+    def program_of(self, index: int) -> str:
+        """``gpu-<i>``, the name of the ``index``-th GPU's server: its supervisord program, its log
+        file's name and how every message names it."""
+        return f"gpu-{self.gpus[index]}"
+
     @property
     def urls(self) -> list[str]:
         """The server URLs, in GPU order."""
         return [self.url_of(k) for k in range(len(self.gpus))]
+
+    @property
+    def servers(self) -> dict[str, str]:
+        """Server name (:meth:`program_of`) → URL, in GPU order."""
+        return {self.program_of(k): self.url_of(k) for k in range(len(self.gpus))}
 
     def runtime_key(self) -> dict[str, Any]:
         """What makes two specs the same running fleet (all but the readiness timeout)."""
