@@ -188,12 +188,7 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
         if options.thinking is not None
         else (not embedded and gen.chat_template_kwargs.get("enable_thinking", True))
     )
-    generation = gen.model_copy(
-        update={
-            "max_tokens": max_tokens,
-            "chat_template_kwargs": {**gen.chat_template_kwargs, "enable_thinking": thinking},
-        }
-    )
+    generation = gen.with_budget(max_tokens, thinking)
     # Static membership for the sink: a restarted sink gets its partitions back at once.
     sink = settings.sink.model_copy(update={"instance_id": settings.sink.instance_id or f"{run}-sink"})
     updated = settings.model_copy(

@@ -141,6 +141,17 @@ class GenerationSettings(BaseModel):
     )
     separate_reasoning: bool = True
 
+    def with_budget(self, max_tokens: int | None = None, thinking: bool | None = None) -> GenerationSettings:
+        """A copy with ``max_tokens`` (tokens) and thinking (``chat_template_kwargs.enable_thinking``,
+        the other switches kept) replaced; None keeps the value. No validation runs on the copy
+        (``model_copy``): ``max_tokens`` must already be > 0, as the command lines make sure."""
+        update: dict[str, Any] = {}
+        if max_tokens is not None:
+            update["max_tokens"] = max_tokens
+        if thinking is not None:
+            update["chat_template_kwargs"] = {**self.chat_template_kwargs, "enable_thinking": thinking}
+        return self.model_copy(update=update)
+
 
 KeyBy = Literal["balanced", "id", "prefix"]
 """How the prompt producer picks a record's partition (see :mod:`producers.partitioning`)."""

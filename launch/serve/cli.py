@@ -234,14 +234,9 @@ def probe_options(command: F) -> F:
 
 
 def probe_generation(settings: Settings, max_tokens: int | None, thinking: bool | None) -> GenerationSettings:
-    """``settings.generation`` with the probe options applied (``max_tokens`` in tokens)."""
-    gen = settings.generation
-    update: dict[str, Any] = {}
-    if max_tokens is not None:
-        update["max_tokens"] = max_tokens
-    if thinking is not None:
-        update["chat_template_kwargs"] = {**gen.chat_template_kwargs, "enable_thinking": thinking}
-    return gen.model_copy(update=update)
+    """``settings.generation`` with the probe options applied (``max_tokens`` in tokens; None
+    keeps the setting: :meth:`streams.config.GenerationSettings.with_budget`)."""
+    return settings.generation.with_budget(max_tokens, thinking)
 
 
 def _probe(
