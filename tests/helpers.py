@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -134,6 +135,14 @@ async def committed(settings: Settings, group: str, topic: str) -> dict[int, int
         return {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(parts)}
     finally:
         await consumer.stop()
+
+
+def unused_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on (bound by the OS, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def spawn(

@@ -15,7 +15,16 @@ from consumers.generate import group_id
 from simulator import FaultConfig, SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for, with_kafka_at
+from tests.helpers import (
+    broker_shapes,
+    committed,
+    make_prompt,
+    publish,
+    spawn,
+    unused_port,
+    wait_for,
+    with_kafka_at,
+)
 
 
 @broker_shapes()
@@ -245,9 +254,7 @@ async def test_a_silent_kafka_at_start_is_one_line_and_exit_3(
 
 
 async def test_sigterm_while_waiting_for_the_server_exits_0_at_once(cs: Settings, tmp_path: Path) -> None:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        nobody = f"http://127.0.0.1:{free.getsockname()[1]}"
+    nobody = f"http://127.0.0.1:{unused_port()}"
     proc = spawn(["-m", "consumers.generate", "--server", nobody], cs, tmp_path / "c.log")
     await wait_for(
         lambda: "waiting for server" in (tmp_path / "c.log").read_text(), timeout_s=30, what="the wait"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from streams.kafka import producer_kwargs
 from streams.records import GenerationParams, PromptRecord, encode
 from streams.topics import ensure_topics, topic_specs
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, wait_for
+from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, unused_port, wait_for
 
 
 def _with(settings: Settings, *, partitions: int | None = None, **consumer: object) -> Settings:
@@ -344,9 +343,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
     """The shared broker stops for ~20 s under a working consumer: ``kafkagen_kafka_up`` drops to
     0, the status line says UNREACHABLE (before: "server up" and nothing else), the outage is a
     handful of lines, not one per record, and once Kafka is back every prompt is generated."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = unused_port()
     prompts = [make_prompt(i, max_tokens=3000) for i in range(200)]
     await publish(cs, prompts)
     proc = spawn(

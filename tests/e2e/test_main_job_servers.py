@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -23,7 +22,7 @@ import zstandard
 from launch.serve.fleet import Fleet
 from launch.stack import LocalStack
 from launch.stack.process import port_owner
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, unused_port
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -157,9 +156,7 @@ def _free_ports(count: int) -> int:
     if base:
         return base + 10
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = int(s.getsockname()[1])
+        first = unused_port()
         if first + count <= 65535 and all(port_owner(first + k) is None for k in range(count)):
             return first
     raise AssertionError("no run of free ports")

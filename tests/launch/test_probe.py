@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,17 +14,11 @@ from launch.probe import ProbeError, check_probes, probe_servers
 from launch.stack.process import wait_until
 from streams.config import GenerationSettings
 from streams.errors import UnavailableError
-from tests.helpers import REPO_ROOT
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import REPO_ROOT, unused_port
 
 
 def _simulator(*args: str) -> Iterator[str]:
-    port = _free_port()
+    port = unused_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "simulator", "--port", str(port), "--time-scale", "50", *args],
         cwd=REPO_ROOT,
@@ -105,7 +98,7 @@ def test_every_server_is_judged_and_only_the_failing_one_is_named(sglang: str, s
 
 
 def test_a_server_that_does_not_answer_is_unavailable() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{unused_port()}"
     results = probe_servers({"gpu-5": url}, _generation(512, True), timeout_s=2)
     assert results[0].finish_reason is None and results[0].problem
     with pytest.raises(UnavailableError, match="gpu-5"):
@@ -140,7 +133,7 @@ def test_thinking_off_but_the_model_still_reasons_is_not_told_to_turn_thinking_o
 
 
 def test_a_server_named_by_its_url_is_named_once_per_line() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{unused_port()}"
     with pytest.raises(UnavailableError) as info:
         check_probes(probe_servers([url], _generation(512, True), timeout_s=2))
     assert all(line.count(url) == 1 for line in str(info.value).splitlines()[1:]), str(info.value)

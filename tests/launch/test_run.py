@@ -16,6 +16,7 @@ from launch.servers import embedded_llm, servers_set_by_user
 from producers.cli import MAPPING_OPTIONS, InputMapping
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError
+from tests.helpers import unused_port
 
 
 @pytest.fixture(autouse=True)
@@ -178,17 +179,9 @@ def idle_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     starts shows up under the returned home."""
     home = tmp_path / "stack"
     monkeypatch.setenv("KAFKAGEN_STACK__HOME", str(home))
-    monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{_unused_port()}")
-    monkeypatch.setenv("KAFKAGEN_S3__ENDPOINT_URL", f"http://127.0.0.1:{_unused_port()}")
+    monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{unused_port()}")
+    monkeypatch.setenv("KAFKAGEN_S3__ENDPOINT_URL", f"http://127.0.0.1:{unused_port()}")
     return home
-
-
-def _unused_port() -> int:
-    """A loopback port nothing listens on (bound by the OS, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _started_nothing(home: Path) -> bool:
@@ -219,7 +212,7 @@ def test_mapping_options_that_do_not_fit_stop_the_run_before_anything_starts(
 def test_a_server_that_does_not_answer_exits_3_naming_it(
     idle_stack: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = f"http://127.0.0.1:{_unused_port()}"
+    url = f"http://127.0.0.1:{unused_port()}"
     started = time.monotonic()
     rc = main(["--run-id", "no-server", "--server", url, "--server-timeout", "3"])
     elapsed = time.monotonic() - started

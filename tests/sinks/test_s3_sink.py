@@ -33,7 +33,7 @@ from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
-from tests.helpers import broker_shapes, partition_leader, with_kafka_at
+from tests.helpers import broker_shapes, partition_leader, unused_port, with_kafka_at
 from tests.sinks.support import (
     REPO_ROOT,
     SinkProcess,
@@ -506,9 +506,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_its_log_lines_are_
     lines a second before), and once Kafka is back the sink says so and writes what arrives."""
     cfg = sink_settings(settings)
     await create_topics(cfg)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = unused_port()
     sink = SinkProcess(cfg, tmp_path / "sink.log", args=["--metrics-port", str(port)])
     try:
         await sink.wait_for_log("recovered", count=6, timeout_s=60)
