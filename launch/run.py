@@ -332,7 +332,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
         f"max_tokens {gen.max_tokens}; thinking {thinking}"
     )
-    names = {url: url for url in settings.servers}
+    # The probe names a fleet's servers gpu-<i>, any other server by its URL.
+    names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
         Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
         names = options.serve.servers
