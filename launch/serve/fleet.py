@@ -127,7 +127,8 @@ class Fleet:
         return FleetSpec.from_json(record["spec"]) if record else None
 
     def urls(self) -> list[str]:
-        """The recorded servers' URLs in GPU order (empty without a record): what ``run`` uses."""
+        """The recorded servers' URLs in GPU order (empty without a record), e.g. for consumers started
+        by hand (``serve up`` prints them as ``KAFKAGEN_SERVERS``)."""
         record = self.record()
         return [s["url"] for s in record["servers"]] if record else []
 
