@@ -38,6 +38,7 @@ from streams.errors import ConfigError
 __all__ = [
     "ENV_PREFIX",
     "ConsumerSettings",
+    "GateSettings",
     "GenerationSettings",
     "KafkaSettings",
     "KeyBy",
@@ -96,6 +97,9 @@ class TopicSettings(BaseModel):
     )
     completions: str = Field("", description="CompletionRecords; empty: <run id>.completions")
     errors: str = Field("", description="the dead-letter topic: ErrorRecords; empty: <run id>.errors")
+    control: str = Field(
+        "", description="compacted: the run's quality gate and members' reports; empty: <run id>.control"
+    )
     producer_progress: str = Field(
         "kafkagen-producer-progress", description="compacted topic: the prompt producer's resume points"
     )
@@ -328,6 +332,53 @@ class SinkSettings(BaseModel):
     heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
 
 
+class GateSettings(BaseModel):
+    """The fleet-wide quality gate (:mod:`consumers.gate`): the share of each quality class above
+    which every consumer of the run stops sending prompts, and the preflight refuses the run.
+
+    A share counts results (completions and dead letters): over the first ``warmup`` results of the
+    run (or since the last resume), and then over the last ``window`` results. A class whose share
+    passes its ``max_*`` halts the run; 1.0 turns that class off. The classes are the quality flags
+    (:mod:`consumers.quality`), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
+    completion unusable, :data:`consumers.quality.DEGENERATE_FLAGS`).
+    """
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(True, description="halt the run when a quality class passes its share")
+    warmup: int = Field(200, gt=0, description="results judged first, the run's first or a resume's")
+    window: int = Field(1000, gt=0, description="results of the rolling window judged after the warm-up")
+    report_interval_s: float = Field(
+        1.0, gt=0, description="seconds between a consumer's reports on the control topic"
+    )
+    max_empty_content: float = Field(
+        0.25, ge=0, le=1, description="share of results: no answer, no tool call"
+    )
+    max_reasoning_ate_budget: float = Field(
+        0.25, ge=0, le=1, description="share of results: max_tokens spent before the answer began"
+    )
+    max_thinking_missing: float = Field(
+        0.5, ge=0, le=1, description="share of results: thinking asked for, no reasoning_content"
+    )
+    max_repetition_loop: float = Field(0.25, ge=0, le=1, description="share of results: output loops")
+    max_truncated: float = Field(0.5, ge=0, le=1, description="share of results: finish_reason length")
+    max_malformed_tool_call: float = Field(0.25, ge=0, le=1, description="share of results: bad tool call")
+    max_template_leak: float = Field(
+        0.25, ge=0, le=1, description="share of results: chat template in output"
+    )
+    max_echoed_prompt: float = Field(0.25, ge=0, le=1, description="share of results: the prompt repeated")
+    max_error: float = Field(0.2, ge=0, le=1, description="share of results: dead letters")
+    max_degenerate: float = Field(0.5, ge=0, le=1, description="share of results: any unusable flag")
+
+    def thresholds(self) -> dict[str, float]:
+        """``{quality class: max share}`` for every class (the ``max_*`` fields without the prefix)."""
+        return {
+            name.removeprefix("max_"): value
+            for name, value in self.model_dump().items()
+            if name.startswith("max_")
+        }
+
+
 class StackSettings(BaseModel):
     """The local stack (``python -m launch.stack``): where it keeps its files and how it sizes
     the llama.cpp servers. Its addresses are not set here: one Kafka node listens on each
@@ -397,6 +448,7 @@ class Settings(BaseSettings):
     producer: ProducerSettings = ProducerSettings()
     consumer: ConsumerSettings = ConsumerSettings()
     sink: SinkSettings = SinkSettings()
+    gate: GateSettings = GateSettings()
     stack: StackSettings = StackSettings()
 
     @model_validator(mode="before")

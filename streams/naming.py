@@ -9,6 +9,8 @@ prompts topic          ``R.prompts``; ``A.prompts`` when ``R`` is declared a rep
                        (``replay_of``: ``R`` regenerates ``A``'s prompts)
 completions topic      ``R.completions``
 errors topic (DLT)     ``R.errors``
+control topic          ``R.control``: the run's fleet-wide state (quality gate, members' reports;
+                       :mod:`streams.control`)
 generate group         ``<consumer.group>.R`` (:func:`generate_group`)
 sink group, faust app  ``<sink.group>.R`` (:func:`sink_group`)
 S3 run folder          ``<s3.prefix>/R/`` (:func:`run_folder`)
@@ -38,6 +40,7 @@ __all__ = [
     "check_not_self_replay",
     "check_run_id",
     "completions_topic",
+    "control_topic",
     "derived_topics",
     "errors_topic",
     "fill_topic_names",
@@ -54,7 +57,7 @@ __all__ = [
 if TYPE_CHECKING:
     from streams.config import Settings
 
-TOPIC_ROLES: Final = ("prompts", "completions", "errors")
+TOPIC_ROLES: Final = ("prompts", "completions", "errors", "control")
 """The topic settings derived from the run id (``topics.<role>``)."""
 
 
@@ -96,13 +99,20 @@ def errors_topic(run_id: str) -> str:
     return f"{run_id}.errors"
 
 
+def control_topic(run_id: str) -> str:
+    """The control topic of run ``run_id``: ``<run_id>.control`` (a replay has its own: its gate and
+    members are its own)."""
+    return f"{run_id}.control"
+
+
 def derived_topics(run_id: str, replay_of: str | None = None) -> dict[str, str]:
-    """``{"prompts": ..., "completions": ..., "errors": ...}``: the topic names run ``run_id``
-    (a replay of ``replay_of`` when set) derives."""
+    """``{"prompts": ..., "completions": ..., "errors": ..., "control": ...}``: the topic names run
+    ``run_id`` (a replay of ``replay_of`` when set) derives."""
     return {
         "prompts": prompts_topic(run_id, replay_of),
         "completions": completions_topic(run_id),
         "errors": errors_topic(run_id),
+        "control": control_topic(run_id),
     }
 
 
@@ -156,7 +166,7 @@ def run_folder(prefix: str, run_id: str) -> str:
 
 def fill_topic_names(data: Any) -> Any:
     """``Settings`` input data with every empty topic name (``topics.prompts``, ``.completions``,
-    ``.errors``) replaced by the name derived from ``data["run_id"]`` (default ``default``) and
+    ``.errors``, ``.control``) replaced by the name derived from ``data["run_id"]`` (default ``default``) and
     ``data["replay_of"]``. ``data["topics"]`` may be missing, a dict or a ``TopicSettings``;
     anything that is not a dict is returned unchanged (pydantic reports it). Used by
     :class:`streams.config.Settings` as a ``model_validator(mode="before")``."""

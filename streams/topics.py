@@ -12,6 +12,9 @@ completions       delete      ``retention.ms=-1``: the sink can be re-run, and t
 errors (DLT)      delete      ``retention.ms=-1``: dead letters are re-published after a fix.
 producer progress compact     one record per input file (key = file identity): the latest resume
                               point wins; compaction keeps the topic small.
+control           compact     one partition; the run's state, one record per key (the quality
+                              gate's decision, each consumer's latest report): the latest wins
+                              (:mod:`streams.control`).
 ================  ==========  ====================================================================
 
 Every topic gets ``max.message.bytes`` from ``KafkaSettings.max_message_bytes`` (a prompt with
@@ -79,7 +82,7 @@ def replication_for(live_brokers: int, requested: int | None = None) -> tuple[in
 
 def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
     """Specs of kafkagen's topics keyed by role: ``prompts``, ``completions``, ``errors``,
-    ``producer_progress``."""
+    ``control``, ``producer_progress``."""
     t = settings.topics
     common = {"max.message.bytes": str(settings.kafka.max_message_bytes)}
     keep = {**common, "cleanup.policy": "delete", "retention.ms": "-1"}
@@ -87,6 +90,7 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         "prompts": TopicSpec(t.prompts, t.partitions, t.replication_factor, keep),
         "completions": TopicSpec(t.completions, t.partitions, t.replication_factor, keep),
         "errors": TopicSpec(t.errors, t.partitions, t.replication_factor, keep),
+        "control": TopicSpec(t.control, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}),
         "producer_progress": TopicSpec(
             t.producer_progress, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}
         ),

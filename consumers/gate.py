@@ -1,0 +1,169 @@
+"""The quality gate (a circuit breaker), pure: which quality classes a run's results have, and
+when their shares say the run must stop.
+
+Every result of a run (a completion, or a dead letter) gets its classes (:func:`result_classes`):
+its quality flags (:mod:`consumers.quality`), ``degenerate`` when any of them makes the completion
+unusable, or ``error`` for a dead letter. The fleet's counts are sums of every consumer's counts
+(:class:`streams.control.ClassCounts`, shared on the control topic). :class:`QualityGate` judges
+them:
+
+* **warm-up**: the first ``gate.warmup`` results (200) of the run, or since a resume. A class
+  trips as soon as its count alone passes ``max_<class> × warmup``, so the decision is the one the
+  full warm-up would reach, taken as early as it is certain (94% empty answers trip
+  ``empty_content`` after about 50 results, not 200);
+* **window**: after the warm-up, the last ``gate.window`` results (1000), judged at each update.
+
+A share passes its threshold when it is strictly above it; a threshold of 1.0 turns a class off.
+:func:`halt_message` turns the tripped classes into the cause and the fix a user reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+from consumers.quality import QualityFlag, degenerate
+from streams.config import GateSettings
+from streams.control import Breach, ClassCounts
+
+__all__ = [
+    "DEGENERATE_CLASS",
+    "ERROR_CLASS",
+    "GATE_CLASSES",
+    "QualityGate",
+    "breaches",
+    "halt_message",
+    "result_classes",
+    "tally",
+]
+
+ERROR_CLASS: Final = "error"
+DEGENERATE_CLASS: Final = "degenerate"
+GATE_CLASSES: Final = (*(flag.value for flag in QualityFlag), ERROR_CLASS, DEGENERATE_CLASS)
+"""Every class the gate counts, in the order reports list them."""
+
+
+def result_classes(flags: Iterable[str] | None) -> list[str]:
+    """The classes of one result: ``["error"]`` for a dead letter (``flags`` None), else the
+    completion's quality flags plus ``degenerate`` when one of them makes it unusable."""
+    if flags is None:
+        return [ERROR_CLASS]
+    classes = list(flags)
+    if degenerate(classes):
+        classes.append(DEGENERATE_CLASS)
+    return classes
+
+
+def tally(counts: ClassCounts, classes: Iterable[str], results: int = 1) -> ClassCounts:
+    """``counts`` with ``results`` more results, each having ``classes``."""
+    merged = dict(counts.classes)
+    for name in classes:
+        merged[name] = merged.get(name, 0) + results
+    return ClassCounts(results=counts.results + results, classes=merged)
+
+
+def breaches(
+    counts: ClassCounts,
+    thresholds: Mapping[str, float],
+    phase: Literal["warmup", "window", "preflight"],
+) -> list[Breach]:
+    """The classes of ``counts`` whose share of ``counts.results`` is above their threshold (a
+    threshold of 1.0 or more never trips), in :data:`GATE_CLASSES` order."""
+    found: list[Breach] = []
+    if counts.results <= 0:
+        return found
+    for name in GATE_CLASSES:
+        limit = thresholds.get(name, 1.0)
+        count = counts.classes.get(name, 0)
+        share = count / counts.results
+        if limit < 1.0 and share > limit:
+            found.append(
+                Breach(
+                    cls=name, count=count, results=counts.results, share=share, threshold=limit, phase=phase
+                )
+            )
+    return found
+
+
+class QualityGate:
+    """Judges a fleet's cumulative counts of one gate epoch (the module's rules).
+
+    Feed :meth:`judge` the fleet's counts whenever they change; counts only grow within an epoch.
+    Start a new :class:`QualityGate` for a new epoch. Memory: the snapshots of the last window.
+    """
+
+    def __init__(self, settings: GateSettings) -> None:
+        self.settings = settings
+        self.thresholds = settings.thresholds()
+        self._snapshots: deque[ClassCounts] = deque([ClassCounts()])
+        self._warmed_up = False
+
+    def judge(self, fleet: ClassCounts) -> list[Breach]:
+        """The classes that trip the gate at ``fleet`` (empty: carry on)."""
+        if not self.settings.enabled or fleet.results <= 0:
+            return []
+        warmup = self.settings.warmup
+        if fleet.results < warmup:  # trip only when the full warm-up could not end otherwise
+            return [b for b in breaches(fleet, self.thresholds, "warmup") if b.count > b.threshold * warmup]
+        phase: Literal["warmup", "window"] = "window" if self._warmed_up else "warmup"
+        self._warmed_up = True
+        self._snapshots.append(fleet)
+        return breaches(
+            fleet - self._window_base(fleet.results - self.settings.window), self.thresholds, phase
+        )
+
+    def _window_base(self, floor: int) -> ClassCounts:
+        """The newest snapshot with at most ``floor`` results (older ones are dropped), else the
+        oldest: the window holds the last ``window`` results, or all of them while fewer."""
+        while len(self._snapshots) > 1 and self._snapshots[1].results <= floor:
+            self._snapshots.popleft()
+        return self._snapshots[0]
+
+
+_FIXES: Final[dict[str, str]] = {
+    QualityFlag.REASONING_ATE_BUDGET.value: "raise --max-tokens (kafkagen preflight measures what the "
+    "reasoning needs and recommends one), or turn thinking off with --no-thinking",
+    QualityFlag.EMPTY_CONTENT.value: "raise --max-tokens if the reasoning used it up; otherwise check the "
+    "server's --reasoning-parser and chat template",
+    QualityFlag.THINKING_MISSING.value: "start the servers with the model's --reasoning-parser (e.g. qwen3), "
+    "or turn thinking off with --no-thinking if the model has no thinking mode",
+    QualityFlag.TRUNCATED.value: "raise --max-tokens (kafkagen preflight recommends one)",
+    QualityFlag.REPETITION_LOOP.value: "raise the temperature or set a repetition penalty, or check the "
+    "model and its speculative decoding settings",
+    QualityFlag.MALFORMED_TOOL_CALL.value: "start the servers with the model's --tool-call-parser",
+    QualityFlag.TEMPLATE_LEAK.value: "check the server's chat template (--chat-template) for this model",
+    QualityFlag.ECHOED_PROMPT.value: "check the server's chat template and the prompts' format",
+    ERROR_CLASS: "read the dead letters (topic <run>.errors): each says why its prompt failed",
+    DEGENERATE_CLASS: "look at the flagged completions (kafkagen status lists the classes) and fix the "
+    "parameters or the servers",
+}
+
+
+_CAUSES: Final = (
+    QualityFlag.REASONING_ATE_BUDGET.value,
+    QualityFlag.THINKING_MISSING.value,
+    QualityFlag.MALFORMED_TOOL_CALL.value,
+    QualityFlag.TEMPLATE_LEAK.value,
+    QualityFlag.REPETITION_LOOP.value,
+    QualityFlag.ECHOED_PROMPT.value,
+    QualityFlag.EMPTY_CONTENT.value,
+    QualityFlag.TRUNCATED.value,
+    ERROR_CLASS,
+    DEGENERATE_CLASS,
+)
+"""The classes from the most specific cause to the least: ``empty_content`` follows from
+``reasoning_ate_budget``, ``degenerate`` from any of them, so the fix is the first one's."""
+
+
+def halt_message(found: list[Breach], params: Mapping[str, Any]) -> tuple[str, str]:
+    """``(reason, fix)`` for the tripped classes ``found`` (non-empty) under generation ``params``
+    (``max_tokens``, ``thinking``): one line each, the most specific cause first (its fix)."""
+    ordered = sorted(found, key=lambda b: _CAUSES.index(b.cls) if b.cls in _CAUSES else len(_CAUSES))
+    parts = [
+        f"{b.cls} in {b.count} of {b.results} results ({b.share:.0%} > {b.threshold:.0%}, {b.phase})"
+        for b in ordered
+    ]
+    setting = f"max_tokens {params.get('max_tokens')}, thinking {'on' if params.get('thinking') else 'off'}"
+    reason = f"{'; '.join(parts)} at {setting}"
+    return reason, _FIXES.get(ordered[0].cls, _FIXES[DEGENERATE_CLASS])

@@ -1,0 +1,331 @@
+"""A run's control topic, ``<run>.control``: the fleet-wide state every process of the run can read.
+
+One partition, compacted (:mod:`streams.topics`): the latest record of each key wins, so the topic
+stays small however long the run is, and a process that starts reads it from the beginning to
+know where the run stands. It carries:
+
+===================  ======================  ===============================================
+key                  value                   written by
+===================  ======================  ===============================================
+``gate``             :class:`GateRecord`     a consumer whose quality gate trips (``halted``), or
+                                             ``kafkagen gate resume`` / the main job (``resumed``)
+``member:<id>``      :class:`MemberReport`   each generation consumer, every
+                                             ``gate.report_interval_s`` (its counts, rates, load)
+``export``           :class:`ExportReport`   the export, after writing a dataset
+===================  ======================  ===============================================
+
+Gate epochs: the run starts in epoch 0. A halt names the epoch it halts; a resume starts the next
+one. Consumers count the quality classes per epoch (:attr:`MemberReport.gate`), so the results of
+a halted configuration do not count against the fixed one.
+
+Values are msgspec JSON with a ``kind`` tag; a value that does not decode is skipped with a
+warning (an old or foreign record must not stop a consumer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from streams.config import Settings
+from streams.kafka import consumer_kwargs, producer_kwargs, topic_partitions
+
+__all__ = [
+    "GATE_KEY",
+    "Breach",
+    "ClassCounts",
+    "ControlLog",
+    "ControlRecord",
+    "ControlState",
+    "ExportReport",
+    "GateRecord",
+    "MemberReport",
+    "decode_control",
+    "encode_control",
+    "key_of_control",
+    "read_control",
+]
+
+log = logging.getLogger("kafkagen.control")
+
+GATE_KEY = b"gate"
+EXPORT_KEY = b"export"
+MEMBER_PREFIX = "member:"
+
+
+class ClassCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """Results counted (completions plus dead letters) and, per quality class, how many of them
+    had it (:mod:`consumers.gate`: the quality flags, ``error``, ``degenerate``)."""
+
+    results: int = 0
+    classes: dict[str, int] = {}
+
+    def __add__(self, other: ClassCounts) -> ClassCounts:
+        merged = dict(self.classes)
+        for name, n in other.classes.items():
+            merged[name] = merged.get(name, 0) + n
+        return ClassCounts(results=self.results + other.results, classes=merged)
+
+    def __sub__(self, other: ClassCounts) -> ClassCounts:
+        names = set(self.classes) | set(other.classes)
+        return ClassCounts(
+            results=self.results - other.results,
+            classes={n: self.classes.get(n, 0) - other.classes.get(n, 0) for n in sorted(names)},
+        )
+
+
+class Breach(msgspec.Struct, frozen=True, kw_only=True):
+    """A quality class whose share passed its threshold: ``count`` of ``results`` (the share) against
+    ``threshold`` (``gate.max_<class>``), judged over ``phase``: ``warmup`` (the first results),
+    ``window`` (the rolling window) or ``preflight`` (the sample)."""
+
+    cls: str
+    count: int
+    results: int
+    share: float
+    threshold: float
+    phase: Literal["warmup", "window", "preflight"]
+
+
+class MemberReport(msgspec.Struct, frozen=True, kw_only=True, tag="member", tag_field="kind"):
+    """One generation consumer's latest report (key ``member:<instance id>``).
+
+    Counts are cumulative for the instance id (a restarted consumer continues them from its last
+    report); rates are over the consumer's recent window. ``gate`` counts only results of gate epoch
+    ``epoch``. Times are Unix epoch seconds; tokens are completion tokens.
+    """
+
+    run_id: str
+    instance: str
+    incarnation: str
+    """random per process start: tells a restart from a report of the same process."""
+    host: str
+    pid: int
+    server: str
+    model: str | None = None
+    state: Literal["starting", "running", "halted", "server_down", "stopped"] = "running"
+    started_at: float = 0.0
+    at: float = 0.0
+    epoch: int = 0
+    gate: ClassCounts = ClassCounts()
+    totals: ClassCounts = ClassCounts()
+    completions: int = 0
+    errors: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    tokens_per_s: float = 0.0
+    completions_per_s: float = 0.0
+    in_flight: int = 0
+    window: int = 0
+    waiting: int = 0
+    slots: int | None = None
+    """the server's running-request limit, when it tells (SGLang ``max_running_requests``)."""
+    running: int | None = None
+    queued: int | None = None
+    server_up: bool = True
+    partitions: list[int] = []
+    max_tokens: int | None = None
+    thinking: bool | None = None
+
+
+class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_field="kind"):
+    """The run's gate state (key ``gate``): ``halted`` in ``epoch``, or ``resumed`` (``epoch`` is
+    then the new one). A halt carries why (``reason``, one line), what to do (``fix``), the classes
+    that passed their thresholds and the fleet's counts when it tripped; ``params`` are the
+    generation parameters it judged (``max_tokens``, ``thinking``, ``model``)."""
+
+    run_id: str
+    state: Literal["halted", "resumed"]
+    epoch: int
+    at: float
+    by: str
+    reason: str = ""
+    fix: str = ""
+    breaches: list[Breach] = []
+    counts: ClassCounts = ClassCounts()
+    params: dict[str, object] = {}
+
+
+class ExportReport(msgspec.Struct, frozen=True, kw_only=True, tag="export", tag_field="kind"):
+    """The latest export of the run (key ``export``): ids in the dataset, of them completions and
+    errors, ids missing, duplicates dropped, where it went, when (Unix seconds) and from which host."""
+
+    run_id: str
+    at: float
+    ids: int
+    completions: int
+    errors: int
+    missing: int
+    duplicates_dropped: int
+    destination: str
+    host: str
+
+
+ControlRecord = MemberReport | GateRecord | ExportReport
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ControlRecord)
+
+
+def key_of_control(record: ControlRecord) -> bytes:
+    """The key a control record is written under (the module's table)."""
+    if isinstance(record, MemberReport):
+        return f"{MEMBER_PREFIX}{record.instance}".encode()
+    if isinstance(record, GateRecord):
+        return GATE_KEY
+    return EXPORT_KEY
+
+
+def encode_control(record: ControlRecord) -> bytes:
+    """``record`` as JSON bytes with its ``kind`` tag."""
+    return _encoder.encode(record)
+
+
+def decode_control(data: bytes) -> ControlRecord:
+    """A control record from JSON bytes.
+
+    Raises:
+        msgspec.DecodeError: not a control record (the message names the field).
+    """
+    return _decoder.decode(data)
+
+
+@dataclass
+class ControlState:
+    """What the control topic says now: the gate (None: never halted), each member's latest
+    report by instance id, the latest export. ``offset``: the next offset to read."""
+
+    gate: GateRecord | None = None
+    members: dict[str, MemberReport] = field(default_factory=dict)
+    export: ExportReport | None = None
+    offset: int = 0
+
+    @property
+    def halted(self) -> bool:
+        """Whether the run is halted by its quality gate."""
+        return self.gate is not None and self.gate.state == "halted"
+
+    @property
+    def epoch(self) -> int:
+        """The gate epoch results count in now: 0 until a resume, then the resume's."""
+        return 0 if self.gate is None else self.gate.epoch
+
+    def apply(self, record: ControlRecord) -> None:
+        """Take ``record`` in (the latest of a key wins)."""
+        if isinstance(record, MemberReport):
+            self.members[record.instance] = record
+        elif isinstance(record, GateRecord):
+            self.gate = record
+        else:
+            self.export = record
+
+    def fleet_gate_counts(self) -> ClassCounts:
+        """The members' gate counts of the current epoch, summed."""
+        total = ClassCounts()
+        for member in self.members.values():
+            if member.epoch == self.epoch:
+                total = total + member.gate
+        return total
+
+
+class ControlLog:
+    """Reads a run's control topic into a :class:`ControlState` and writes records to it.
+
+    Args:
+        settings: ``kafka`` and ``topics.control`` (the topic must exist: :func:`streams.topics.ensure_topics`
+            with the ``control`` spec).
+        write: also start a producer (acks=all, idempotent) for :meth:`publish`.
+
+    Use: ``await log.start()`` (reads the topic to its end), then ``await log.poll()`` as often as
+    the state must be fresh, ``await log.publish(record)``, and ``await log.stop()``.
+    """
+
+    def __init__(self, settings: Settings, *, write: bool = True) -> None:
+        self.settings = settings
+        self.topic = settings.topics.control
+        self.state = ControlState()
+        self._tp = TopicPartition(self.topic, 0)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._write = write
+
+    async def start(self, *, timeout_s: float = 30.0) -> ControlState:
+        """Connect and read the topic from its beginning to its end.
+
+        Raises:
+            aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` s.
+        """
+        async with asyncio.timeout(timeout_s):
+            consumer = AIOKafkaConsumer(**consumer_kwargs(self.settings.kafka, group_id=None))
+            await consumer.start()
+            self._consumer = consumer
+            consumer.assign([self._tp])
+            await consumer.seek_to_beginning(self._tp)
+            end = (await consumer.end_offsets([self._tp]))[self._tp]
+            while self.state.offset < end:
+                await self.poll(timeout_ms=500)
+                self.state.offset = max(self.state.offset, await consumer.position(self._tp))
+            if self._write:
+                self._producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
+                await self._producer.start()
+        return self.state
+
+    async def poll(self, *, timeout_ms: int = 0) -> list[ControlRecord]:
+        """Read what was written since the last call (waiting up to ``timeout_ms`` for the first
+        record) and apply it to :attr:`state`; returns the records read, in order."""
+        assert self._consumer is not None, "start() first"
+        records: list[ControlRecord] = []
+        batch = await self._consumer.getmany(self._tp, timeout_ms=timeout_ms)
+        for message in batch.get(self._tp, []):
+            self.state.offset = message.offset + 1
+            if message.value is None:  # a tombstone
+                continue
+            try:
+                record = decode_control(message.value)
+            except msgspec.DecodeError as exc:
+                log.warning(
+                    "%s offset %d: not a control record (%s): skipped", self.topic, message.offset, exc
+                )
+                continue
+            self.state.apply(record)
+            records.append(record)
+        return records
+
+    async def publish(self, record: ControlRecord) -> None:
+        """Write ``record`` under its key and wait for the broker's acknowledgement (acks=all).
+
+        Raises:
+            aiokafka.errors.KafkaError: the write failed.
+        """
+        assert self._producer is not None, "start() a writing ControlLog first"
+        await self._producer.send_and_wait(self.topic, encode_control(record), key=key_of_control(record))
+
+    async def stop(self) -> None:
+        """Close the clients (errors while closing are ignored)."""
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
+                    await client.stop()
+        self._producer = self._consumer = None
+
+
+async def read_control(settings: Settings, *, timeout_s: float = 30.0) -> ControlState:
+    """The run's control state now, read once (an empty state when the topic does not exist yet).
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    if not await topic_partitions(settings.kafka, settings.topics.control, timeout_s=timeout_s):
+        return ControlState()
+    control = ControlLog(settings, write=False)
+    try:
+        return await control.start(timeout_s=timeout_s)
+    finally:
+        await control.stop()
