@@ -66,7 +66,7 @@ def test_an_explicit_topic_name_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(Settings, ["--run-id", "A", "--topics.prompts", "prompts"], prog="t")
     assert (s.topics.prompts, s.topics.completions) == ("prompts", "A.completions")
     assert Settings(run_id="A", topics=TopicSettings(completions="c")).topics == TopicSettings(
-        prompts="A.prompts", completions="c", errors="A.errors"
+        prompts="A.prompts", completions="c", errors="A.errors", control="A.control"
     )
     monkeypatch.setenv("KAFKAGEN_TOPICS__ERRORS", "dlq")
     assert Settings(run_id="A").topics.errors == "dlq"
