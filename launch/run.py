@@ -6,9 +6,10 @@
    llama.cpp servers (:mod:`launch.servers`). Any other server is used as it is, whatever its
    address: the job waits until each one answers (``--server-timeout``) and prints what it found.
    ``--serve MODEL --gpus N`` first launches a fleet of SGLang servers, one per GPU
-   (:mod:`launch.serve`), and uses it. Then the probe: one chat completion per server with the
-   run's generation settings, which stops the job with the fix when the answer is unusable
-   (:mod:`launch.probe`; ``--no-probe`` skips it);
+   (:mod:`launch.serve`), and uses it. Then the preflight: a sample of the run's input sent to
+   every server with the run's generation settings and judged by the quality gate, which stops
+   the job with the fix and a recommended ``--max-tokens`` when the answers are unusable
+   (:mod:`launch.preflight`; ``--no-preflight`` skips it, ``--ignore-preflight`` goes on);
 2. starts one generation consumer per server and the S3 sink as supervisord programs
    (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
@@ -42,11 +43,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launch.probe import PROBE_TIMEOUT_S, probe
+from launch.preflight_cli import PreflightOptions, run_preflight_for
+from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
 from launch.serve.fleet import Fleet
@@ -123,10 +125,9 @@ class RunOptions:
     progress: bool = True
     serve: FleetSpec | None = None
     """``--serve``: launch this fleet (:class:`launch.serve.fleet.Fleet`, idempotent) and use its servers."""
-    probe: bool = True
-    """probe every server before anything is published (:mod:`launch.probe`); ``--no-probe``: skip."""
-    probe_timeout_s: float = PROBE_TIMEOUT_S
-    """seconds one server may take to answer the probe."""
+    preflight: PreflightOptions = field(default_factory=PreflightOptions)
+    """the preflight before anything is published (:mod:`launch.preflight`): ``--no-preflight``,
+    ``--ignore-preflight``, ``--preflight-sample``, ``--preflight-timeout``."""
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             is started.
         UnavailableError: a server already running did not answer within ``options.server_timeout_s``
             (default ``consumer.startup_timeout_s``), before the stack is started.
-        ProbeError: a server's answer to the probe is unusable with the run's generation settings
-            (e.g. the budget went to reasoning), before anything is published.
+        PreflightError: the preflight's sample trips the quality gate at the run's generation
+            settings (e.g. the budget went to reasoning), before anything is published.
         ServiceNotReadyError: a ``--serve`` server failed to start or was not ready in time.
         TimeoutError: not done within ``options.timeout_s`` seconds.
         KafkagenError: the stack or a topic could not be set up.
@@ -349,7 +350,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
         f"max_tokens {gen.max_tokens}; thinking {thinking}"
     )
-    # The probe names a fleet's servers gpu-<i>, any other server by its URL.
+    # The preflight names a fleet's servers gpu-<i>, any other server by its URL.
     names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
         Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
@@ -368,13 +369,27 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             say(f"waiting up to {wait_s:.0f} s for the servers to answer")
     for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
         say(describe_server(info))
-    if options.probe:
-        probe(
+    if options.preflight.enabled:
+        # The sample is the run's own input (a replay's is in Kafka: the demo prompts then). The
+        # embedded llama.cpp servers, a CPU stand-in that rambles at 128 tokens, get a short
+        # preflight that reports and never refuses.
+        pre = options.preflight
+        if plan.embedded:
+            pre = replace(pre, sample=min(pre.sample, 4), enforce=False)
+        sample = (
+            read_sample(options.prompts, options.mapping, settings, size=pre.sample, seed=pre.seed)
+            if settings.replay_of is None
+            else None
+        )
+        run_preflight_for(
             names,
             gen,
-            timeout_s=options.probe_timeout_s,
+            settings,
+            pre,
+            sample=sample,
+            resend=not plan.embedded,
             echo=say,
-            skip_hint="--no-probe skips this check"
+            skip_hint="--ignore-preflight runs anyway, --no-preflight skips the preflight"
             + (
                 f"; the fleet keeps running: kafkagen serve down --fleet {options.serve.name}"
                 if options.serve

@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from launch.serve.cli import fleet_options, no_probe_option, probe_timeout_option, spec_from_options
+from launch.preflight_cli import PreflightOptions, preflight_options
+from launch.serve.cli import fleet_options, spec_from_options
 from producers.cli import InputMapping, mapping_options
 from streams import naming
 from streams.cli import command_settings, flag_given, run_command, settings_options
@@ -58,8 +59,7 @@ __all__ = ["run_command_", "run_main"]
     "docs/serve.md), and run on it; it keeps running afterwards (kafkagen serve down)",
 )
 @fleet_options
-@no_probe_option
-@probe_timeout_option
+@preflight_options
 @click.option(
     "--server-timeout",
     "server_timeout_s",
@@ -100,8 +100,7 @@ def run_command_(
     servers: tuple[str, ...],
     serve_model: str | None,
     fleet: dict[str, Any],
-    no_probe: bool,
-    probe_timeout_s: float,
+    preflight: PreflightOptions,
     local_llm: bool,
     server_timeout_s: float | None,
     max_tokens: int | None,
@@ -135,8 +134,7 @@ def run_command_(
         keep_running=keep_running,
         progress=not no_progress,
         serve=serve,
-        probe=not no_probe,
-        probe_timeout_s=probe_timeout_s,
+        preflight=preflight,
     )
     return run(plan_run(settings, options), options)
 

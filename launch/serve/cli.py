@@ -1,13 +1,14 @@
 """``kafkagen serve up|status|down|logs|probe``: a fleet of SGLang servers, one per GPU (docs/serve.md).
 
 ``up MODEL_PATH --gpus N`` starts the servers detached under supervisord and waits until each
-answers its health path, then probes each with one chat completion at the run's generation
-settings (:mod:`launch.probe`; ``--no-probe`` skips it); ``status``, ``down``, ``logs`` and
-``probe`` read the fleet record and need no
-options but ``--fleet`` (default ``fleet``). The fleet lives in ``<stack.home>/serve/<fleet>/``
-(``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`): 0 on success, 1 when ``status``
-finds a server not ready, 2 on bad usage or settings (another spec already running, a template
-with an unknown placeholder, no room for the model copy), 3 when a server does not come up.
+answers its health path, then runs the preflight on them: a sample of the bundled demo prompts at
+the run's generation settings, judged by the quality gate (:mod:`launch.preflight`;
+``--no-preflight`` skips it); ``status``, ``down``, ``logs`` and ``probe`` (the preflight again)
+read the fleet record and need no options but ``--fleet`` (default ``fleet``). The fleet lives
+in ``<stack.home>/serve/<fleet>/`` (``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`):
+0 on success, 1 when ``status`` finds a server not ready, 2 on bad usage or settings (another
+spec already running, a template with an unknown placeholder, no room for the model copy, the
+preflight refuses), 3 when a server does not come up or answer.
 
 The spec options are one decorator, :func:`fleet_options`, so ``kafkagen run --serve MODEL
 --gpus N`` can take the same options and build the same :class:`~launch.serve.spec.FleetSpec`
@@ -23,8 +24,13 @@ from typing import Any, TypeVar
 
 import click
 
-from launch.probe import PROBE_TIMEOUT_S
-from launch.probe import probe as probe_and_report
+from launch.preflight_cli import (
+    PreflightOptions,
+    budget_options,
+    preflight_options,
+    run_preflight_for,
+    sample_options,
+)
 from launch.serve.fleet import Fleet
 from launch.serve.spec import (
     DEFAULT_HEALTH_PATH,
@@ -36,16 +42,11 @@ from launch.serve.spec import (
     parse_gpus,
 )
 from streams.cli import ExitCode, command_settings, run_command, settings_options
-from streams.config import GenerationSettings, Settings
 from streams.errors import ConfigError
 
 __all__ = [
     "fleet_options",
     "main",
-    "no_probe_option",
-    "probe_generation",
-    "probe_options",
-    "probe_timeout_option",
     "serve",
     "spec_from_options",
 ]
@@ -192,62 +193,27 @@ def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
     )
 
 
-probe_timeout_option = click.option(
-    "--probe-timeout",
-    "probe_timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=PROBE_TIMEOUT_S,
-    show_default=True,
-    help="seconds a server may take for the probe (the first request after start can be slow)",
-)
-"""``--probe-timeout`` (seconds), shared by ``serve up``, ``serve probe`` and ``run``."""
-
-no_probe_option = click.option(
-    "--no-probe",
-    is_flag=True,
-    help="skip the probe: one chat completion per server at the run's max_tokens and thinking, which "
-    "stops with the fix when the answer is unusable",
-)
-"""``--no-probe``, shared by ``serve up`` and ``run``."""
-
-_PROBE_OPTIONS: list[Callable[[F], F]] = [
-    click.option(
-        "--max-tokens",
-        type=click.IntRange(min=1),
-        help="the run's budget for the probe, tokens (default generation.max_tokens)",
-    ),
-    click.option(
-        "--thinking/--no-thinking",
-        default=None,
-        help="probe with thinking on or off (default generation.chat_template_kwargs.enable_thinking)",
-    ),
-    probe_timeout_option,
-]
-
-
-def probe_options(command: F) -> F:
-    """Decorator: ``--max-tokens``, ``--thinking/--no-thinking`` and ``--probe-timeout``, the
-    generation the probe sends (:func:`probe_generation`)."""
-    for option in reversed(_PROBE_OPTIONS):
-        command = option(command)
-    return command
-
-
-def probe_generation(settings: Settings, max_tokens: int | None, thinking: bool | None) -> GenerationSettings:
-    """``settings.generation`` with the probe options applied (``max_tokens`` in tokens; None
-    keeps the setting: :meth:`streams.config.GenerationSettings.with_budget`)."""
-    return settings.generation.with_budget(max_tokens, thinking)
-
-
-def _probe(
-    servers: dict[str, str], generation: GenerationSettings, timeout_s: float, *, skippable: bool = True
+def _preflight(
+    ctx: click.Context,
+    servers: dict[str, str],
+    max_tokens: int | None,
+    thinking: bool | None,
+    options: PreflightOptions,
+    *,
+    skippable: bool = True,
 ) -> None:
-    probe_and_report(
+    """The preflight of the fleet's (or the given) servers on the bundled demo prompts, at the run's
+    generation settings with ``--max-tokens`` / ``--thinking`` applied."""
+    settings = command_settings(ctx)
+    run_preflight_for(
         servers,
-        generation,
-        timeout_s=timeout_s,
-        echo=lambda line: print(line, flush=True),
-        skip_hint="up --no-probe skips this check; the servers keep running" if skippable else None,
+        settings.generation.with_budget(max_tokens, thinking),
+        settings,
+        options,
+        skip_hint="up --no-preflight skips this check, --ignore-preflight runs anyway; the servers keep "
+        "running"
+        if skippable
+        else None,
     )
 
 
@@ -268,8 +234,8 @@ def serve() -> None:
 )
 @click.argument("model_path")
 @fleet_options
-@probe_options
-@no_probe_option
+@budget_options
+@preflight_options
 @settings_options("stack.home", "generation.model", log_default="warning")
 @click.pass_context
 def up(
@@ -278,17 +244,15 @@ def up(
     fleet: dict[str, Any],
     max_tokens: int | None,
     thinking: bool | None,
-    probe_timeout_s: float,
-    no_probe: bool,
+    preflight: PreflightOptions,
 ) -> None:
     spec = spec_from_options(model_path, fleet)
     launched = _fleet(ctx, spec.name)
-    generation = probe_generation(command_settings(ctx), max_tokens, thinking)
 
-    def probe_fleet(_urls: list[str]) -> None:  # the same as spec.urls
-        _probe(spec.servers, generation, probe_timeout_s)
+    def preflight_fleet(_urls: list[str]) -> None:  # the same as spec.urls
+        _preflight(ctx, spec.servers, max_tokens, thinking, preflight)
 
-    after_ready = None if no_probe else probe_fleet
+    after_ready = preflight_fleet if preflight.enabled else None
     urls = launched.up(spec, echo=lambda line: print(line, flush=True), after_ready=after_ready)
     print(f"fleet {spec.name!r} ready: {len(urls)} servers; logs in {launched.supervisor.log_dir}")
     print(f"consumers: KAFKAGEN_SERVERS='{json.dumps(urls)}'; stop: kafkagen serve down --fleet {spec.name}")
@@ -322,13 +286,15 @@ def down(ctx: click.Context, fleet_name: str) -> None:
 
 
 @serve.command(
-    help="Send one chat completion to each server of the fleet (or to each --server) with the run's "
-    "generation settings, and fail with the fix when the answer is unusable: the budget eaten by "
-    "reasoning, empty content, no reasoning_content with thinking on. Exit 2 when one fails, 3 when "
-    "one does not answer."
+    help="The preflight of each server of the fleet (or of each --server): a sample of the bundled demo "
+    "prompts at the run's generation settings, judged by the quality gate; fails with the fix and a "
+    "recommended --max-tokens when the answers are unusable (the budget eaten by reasoning, empty "
+    "content, no reasoning_content with thinking on). Exit 2 when it refuses, 3 when a server does not "
+    "answer."
 )
-@click.option("--server", "servers", multiple=True, metavar="URL", help="probe this server instead (repeat)")
-@probe_options
+@click.option("--server", "servers", multiple=True, metavar="URL", help="this server instead (repeat)")
+@budget_options
+@sample_options
 @_fleet_name
 @settings_options("stack.home", "generation.model", log_default="warning")
 @click.pass_context
@@ -337,7 +303,7 @@ def probe(
     servers: tuple[str, ...],
     max_tokens: int | None,
     thinking: bool | None,
-    probe_timeout_s: float,
+    preflight: PreflightOptions,
     fleet_name: str,
 ) -> None:
     if servers:
@@ -351,9 +317,7 @@ def probe(
                 "the servers with --server URL"
             )
         named = spec.servers
-    _probe(
-        named, probe_generation(command_settings(ctx), max_tokens, thinking), probe_timeout_s, skippable=False
-    )
+    _preflight(ctx, named, max_tokens, thinking, preflight, skippable=False)
 
 
 @serve.command(
