@@ -162,12 +162,13 @@ def _free_ports(count: int) -> int:
     raise AssertionError("no run of free ports")
 
 
-def test_run_serve_launches_a_fleet_probes_it_and_runs_on_it(
+def test_run_serve_launches_a_fleet_runs_the_preflight_and_runs_on_it(
     local_stack: LocalStack, kafka: str, s3: str, tmp_path: Path, unique: str
 ) -> None:
     """``run --serve MODEL --gpus 2``: the fleet is launched under supervisord (the simulator stands
-    in for SGLang through --server-command), probed, and used; a budget that reasoning eats stops
-    the job before anything is published, with the fix; the fleet outlives the job."""
+    in for SGLang through --server-command), its preflight run on the job's input, and used; a
+    budget that reasoning eats stops the job before anything is published, with the fix; the fleet
+    outlives the job."""
     prompts = tmp_path / "gsm8k-12.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in _rows(12)))
     port, fleet_name = _free_ports(2), f"e2e-{unique}"
@@ -185,15 +186,15 @@ def test_run_serve_launches_a_fleet_probes_it_and_runs_on_it(
         output = failed.stdout + failed.stderr
         assert failed.returncode == 2, output[-4000:]
         assert "gpu-0 ready after" in output and "gpu-1 ready after" in output, output
-        assert "all 512 tokens went to reasoning on gpu-0" in output
-        assert "all 512 tokens went to reasoning on gpu-1" in output and "raise --max-tokens" in output
-        assert "consumers and sink started" not in output, "the probe comes before anything starts"
+        assert "gpu-0: reasoning_ate_budget in" in output and "gpu-1: reasoning_ate_budget in" in output
+        assert "fix: raise --max-tokens" in output and "recommended: --max-tokens " in output
+        assert "consumers and sink started" not in output, "the preflight comes before anything starts"
         pids = {s.program: s.pid for s in fleet.status()}
 
         done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=480)
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
-        assert "already running" in output and output.count(": ok") == 2, output
+        assert "already running" in output and output.count("\n  ok\n") == 2, output
         assert {s.program: s.pid for s in fleet.status()} == pids, "the fleet was reused, not restarted"
         completions = _dataset(dataset)
         assert sorted(Counter(r["id"] for r in completions).values()) == [1] * 12

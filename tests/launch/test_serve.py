@@ -131,23 +131,27 @@ def test_a_server_never_ready_times_out_naming_the_gpu_and_its_last_log_line(
     assert '"GET /health_generate HTTP/1.1" 404' in err  # its last log line
 
 
-def test_up_probes_every_server_and_fails_with_the_fix_when_reasoning_eats_the_budget(
+def test_up_runs_the_preflight_on_every_server_and_fails_with_the_fix_when_reasoning_eats_the_budget(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     up = ["up", str(tmp_path), "--gpus", "2", "--port", "41040", "--server-command", SIMULATOR,
           "--ready-timeout", "120"]  # fmt: skip
     assert _serve(*up, "--max-tokens", "512", "--thinking") == 2
     captured = capsys.readouterr()
-    assert "all 512 tokens went to reasoning on gpu-0" in captured.err, captured.err
-    assert "all 512 tokens went to reasoning on gpu-1" in captured.err
-    assert "raise --max-tokens" in captured.err
-    assert "finish_reason length, 512/512 tokens" in captured.out  # what each server answered
-    # The servers stay up: probing again with a budget that leaves room for the answer passes.
+    assert "gpu-0: reasoning_ate_budget in" in captured.err, captured.err
+    assert "gpu-1: reasoning_ate_budget in" in captured.err
+    assert "fix: raise --max-tokens" in captured.err and "recommended: --max-tokens " in captured.err
+    assert "reasoning p50 512, p95 512, max 512" in captured.out  # what each server answered
+    # The servers stay up: the preflight again with a budget that leaves room for the answer passes.
     assert _serve("probe", "--max-tokens", "8192") == 0
-    assert capsys.readouterr().out.count(": ok") == 2
-    # --no-probe starts (here: finds running) the fleet without asking anything of it.
+    assert capsys.readouterr().out.count("\n  ok\n") == 2
+    # --ignore-preflight reports and goes on; --no-preflight (old name --no-probe) asks nothing.
+    assert _serve(*up, "--max-tokens", "512", "--ignore-preflight") == 0
+    assert "running anyway (--ignore-preflight)" in capsys.readouterr().out
+    assert _serve(*up, "--max-tokens", "512", "--no-preflight") == 0
+    assert "preflight:" not in capsys.readouterr().out
     assert _serve(*up, "--max-tokens", "512", "--no-probe") == 0
-    assert "probe:" not in capsys.readouterr().out
+    assert "preflight:" not in capsys.readouterr().out
     # One server by URL, thinking off.
     assert _serve("probe", "--server", "http://127.0.0.1:41041", "--no-thinking", "--max-tokens", "512") == 0
 
