@@ -164,8 +164,8 @@ class Fleet:
         ended (``FATAL``, ``EXITED``); another spec running: error; (2) copy the model
         (``spec.copy_model_to``); (3) check the ports are free; (4) write the record and start
         supervisord with one program per GPU (``CUDA_VISIBLE_DEVICES=<gpu>``); (5)
-        :meth:`wait_ready`; (6) ``after_ready(urls)``: the probe step (one chat completion per
-        server, filled in by the main job), skipped when None. Steps (1)-(4) hold a lock
+        :meth:`wait_ready`; (6) ``after_ready(urls)``: the preflight step (a sample of prompts per
+        server, filled in by the command), skipped when None. Steps (1)-(4) hold a lock
         (``up.lock`` in the fleet's folder): a second ``up`` at the same time waits for them, then
         finds the fleet running.
 
@@ -189,7 +189,7 @@ class Fleet:
         urls = spec.urls
         self.wait_ready(spec, echo=echo)
         if after_ready is not None:
-            after_ready(urls)  # the probe (issue 12): one chat completion per server
+            after_ready(urls)  # the preflight (issue 13): a sample of prompts per server
         return urls
 
     def _up_locked(self, spec: FleetSpec, *, echo: Echo, free_bytes: Callable[[Path], int] | None) -> None:
