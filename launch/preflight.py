@@ -242,8 +242,9 @@ def _amount(rec: Recommendation) -> str:
 def _needed_line(rec: Recommendation) -> str:
     if rec.max_tokens is None:
         return "nothing measured"
-    again = f", {rec.resent} sent again with a larger budget" if rec.resent else ""
-    cut = f", still cut off at {rec.retry_budget}" if rec.at_least else ""
+    again = f", {rec.resent} sent again with {rec.retry_budget}" if rec.resent else ""
+    cut = f", {rec.still_cut} still cut off" if rec.still_cut else ""
+    cut += f", {rec.unmeasured} cut off not measured" if rec.unmeasured else ""
     return f"{rec.needed.line()} tokens (reasoning + answer{again}{cut}): --max-tokens {_amount(rec)}"
 
 
@@ -299,11 +300,11 @@ async def _measure(
         return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
     async with slots:
         again, _body = await _ask(client, prompt, run_id, 2, max_tokens=budget)
-    if again.finish_reason is None or again.truncated:
-        return dataclasses.replace(
-            first, needed=again.max_tokens if again.truncated else first.max_tokens, needed_at_least=True
-        )
-    return dataclasses.replace(first, needed=again.completion_tokens)
+    if again.finish_reason is None:  # the re-send failed: more than max_tokens, no more is known
+        return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
+    return dataclasses.replace(
+        first, needed=again.completion_tokens, needed_at_least=again.truncated, resent_at=budget
+    )
 
 
 async def _server(
@@ -444,11 +445,13 @@ def preflight(
     run_id: str = "default",
     echo: Callable[[str], None] = print,
     enforce: bool = True,
+    waiver: str = "--ignore-preflight",
     resend: bool = True,
     skip_hint: str | None = None,
 ) -> PreflightReport:
     """:func:`run_preflight`, its report through ``echo``, then :func:`check_preflight` (with
-    ``enforce`` False only an unreachable server raises: ``--ignore-preflight``).
+    ``enforce`` False only an unreachable server raises, and a refusal is reported as waived,
+    ``waiver`` saying why).
 
     Raises:
         PreflightError: the gate refuses the run (``enforce``).
@@ -468,5 +471,5 @@ def preflight(
     elif report.unreachable:
         check_preflight(report)
     elif report.failed:
-        echo("preflight: the gate refuses these settings, running anyway (--ignore-preflight)")
+        echo(f"preflight: the gate refuses these settings, running anyway ({waiver})")
     return report

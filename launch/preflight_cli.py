@@ -49,6 +49,7 @@ class PreflightOptions:
         sample: prompts per preflight (``--preflight-sample``).
         seed: the sample's seed (``--preflight-seed``).
         timeout_s: seconds one request may take (``--preflight-timeout``, old name ``--probe-timeout``).
+        waiver: why the gate is not enforced, for the report (when ``enforce`` is off).
     """
 
     enabled: bool = True
@@ -56,6 +57,7 @@ class PreflightOptions:
     sample: int = DEFAULT_SAMPLE
     seed: int = DEFAULT_SEED
     timeout_s: float = PREFLIGHT_TIMEOUT_S
+    waiver: str = "--ignore-preflight"
 
 
 _SAMPLE_OPTIONS: list[Callable[[F], F]] = [
@@ -194,6 +196,7 @@ def run_preflight_for(
         run_id=settings.run_id,
         echo=echo,
         enforce=options.enforce,
+        waiver=options.waiver,
         resend=resend,
         skip_hint=skip_hint,
     )

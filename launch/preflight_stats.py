@@ -72,7 +72,8 @@ class SampleAnswer:
             finished, else the completion tokens of the re-send (:func:`retry_budget`) when that
             finished; None when unknown.
         needed_at_least: the re-send was cut off too (``needed`` is its budget: a lower bound),
-            or could not be made (``needed`` is ``max_tokens``).
+            or was not made or failed (``needed`` is ``max_tokens``).
+        resent_at: the budget the re-send asked for, tokens; None when it was not made or failed.
     """
 
     prompt_id: str
@@ -88,6 +89,7 @@ class SampleAnswer:
     error: str | None = None
     needed: int | None = None
     needed_at_least: bool = False
+    resent_at: int | None = None
 
     @property
     def truncated(self) -> bool:
@@ -140,6 +142,9 @@ class Recommendation:
         at_least: some answers were still cut off at the larger budget, so they need more.
         needed: the distribution of the tokens the sample needed (lower bounds included).
         resent: answers sent again with a larger budget; ``retry_budget`` the largest budget used.
+        still_cut: re-sent answers cut off again (they need more than ``retry_budget``).
+        unmeasured: cut-off answers not sent again (no room in the context, a slow server) or whose
+            re-send failed: they need more than ``max_tokens``.
         explanation: one line: how the number was reached.
     """
 
@@ -148,6 +153,8 @@ class Recommendation:
     needed: Distribution
     resent: int
     retry_budget: int | None
+    still_cut: int
+    unmeasured: int
     explanation: str
 
 
@@ -226,22 +233,25 @@ def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
     ``needed_at_least`` must be filled in (failed requests are left out)."""
     measured = [a for a in answers if a.needed is not None]
     needed = Distribution.of([a.needed or 0 for a in measured])
-    resent = sum(a.truncated for a in measured)
-    budgets = [a.needed or 0 for a in measured if a.needed_at_least]
+    budgets = [a.resent_at for a in measured if a.resent_at is not None]
     retry = max(budgets) if budgets else None
+    still_cut = sum(a.needed_at_least and a.resent_at is not None for a in measured)
+    unmeasured = sum(a.needed_at_least and a.resent_at is None for a in measured)
     if not measured:
-        return Recommendation(None, False, needed, 0, None, "nothing answered: no max_tokens measured")
+        return Recommendation(None, False, needed, 0, None, 0, 0, "nothing answered: no max_tokens measured")
     tokens = _round_up(needed.p95 * HEADROOM)
-    at_least = bool(budgets)
     how = (
         f"p95 of the tokens (reasoning + answer) the {needed.count} sample prompts needed ({needed.p95:.0f}) "
         f"x {HEADROOM}, rounded up to {ROUND_TO}"
     )
-    if resent:
-        how += f"; the {resent} cut off at max_tokens were sent again with a larger budget to measure it"
-    if at_least:
-        how += f"; {len(budgets)} still cut off at {retry} tokens, so at least that"
-    return Recommendation(tokens, at_least, needed, resent, retry, how)
+    if budgets:
+        how += f"; the {len(budgets)} cut off at max_tokens were sent again with {retry} to measure it"
+    if still_cut:
+        how += f"; {still_cut} still cut off at {retry} tokens, so at least that"
+    if unmeasured:
+        how += f"; {unmeasured} cut off and not measured (not sent again), so at least that"
+    at_least = bool(still_cut or unmeasured)
+    return Recommendation(tokens, at_least, needed, len(budgets), retry, still_cut, unmeasured, how)
 
 
 def judge(counts: ClassCounts, thresholds: Mapping[str, float]) -> list[Breach]:

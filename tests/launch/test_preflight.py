@@ -63,10 +63,13 @@ def test_the_retry_budget_is_large_but_within_the_context() -> None:
     assert retry_budget(4096, 2000, 6000) == 4096  # no room beyond the budget: no re-send
 
 
-def _answer(needed: int, *, cut: bool = False, at_least: bool = False, budget: int = 512) -> SampleAnswer:
+def _answer(
+    needed: int, *, cut: bool = False, at_least: bool = False, resent_at: int | None = 16384
+) -> SampleAnswer:
     return SampleAnswer(
-        "p", budget, finish_reason="length" if cut else "stop", completion_tokens=min(needed, budget),
+        "p", 512, finish_reason="length" if cut else "stop", completion_tokens=min(needed, 512),
         flags=("truncated",) if cut else (), needed=needed, needed_at_least=at_least,
+        resent_at=resent_at if cut else None,
     )  # fmt: skip
 
 
@@ -75,14 +78,19 @@ def test_the_recommendation_is_the_needed_p95_with_headroom_rounded_up() -> None
     rec = recommend(answers)
     assert rec.needed.p95 == 3100 and rec.max_tokens == 4096  # 3100 x 1.25 = 3875 -> 16 x 256
     assert not rec.at_least and rec.resent == 27
-    assert "27 cut off at max_tokens were sent again" in rec.explanation
+    assert "27 cut off at max_tokens were sent again with 16384" in rec.explanation
 
 
 def test_answers_still_cut_off_make_it_at_least() -> None:
     answers = [_answer(16384, cut=True, at_least=True)] * 4 + [_answer(300)] * 28
     rec = recommend(answers)
     assert rec.at_least and rec.retry_budget == 16384 and rec.max_tokens == 20480
+    assert rec.still_cut == 4 and rec.unmeasured == 0
     assert "4 still cut off at 16384 tokens, so at least that" in rec.explanation
+    not_resent = recommend([_answer(512, cut=True, at_least=True, resent_at=None)] * 2 + [_answer(200)] * 2)
+    assert not_resent.at_least and not_resent.resent == 0 and not_resent.unmeasured == 2
+    assert not_resent.max_tokens == 768 and "2 cut off and not measured" in not_resent.explanation
+    assert "were sent again" not in not_resent.explanation
     assert recommend([SampleAnswer("p", 512, error="HTTP 400")]).max_tokens is None
 
 
