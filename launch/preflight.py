@@ -250,8 +250,10 @@ def _needed_line(rec: Recommendation) -> str:
 
 async def _ask(
     client: ServerClient, prompt: PromptRecord, run_id: str, send: int, max_tokens: int | None = None
-) -> tuple[SampleAnswer, dict[str, Any]]:
-    """One chat completion of ``prompt`` as the consumer builds it (``max_tokens``: another budget)."""
+) -> SampleAnswer:
+    """One chat completion of ``prompt`` as the consumer builds it (``max_tokens``: another budget).
+    Its SGLang request id is apart from the run's own (:func:`consumers.requests.request_id` of
+    ``preflight:<run id>``), so a preflight request still running never collides with the run's."""
     body = client.request_body(prompt, request_id(f"preflight:{run_id}", prompt.id, 0, send))
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -259,22 +261,19 @@ async def _ask(
     try:
         answer = await client.chat(body)
     except ServerError as exc:
-        text = str(exc)
-        return SampleAnswer(prompt.id, budget, error=text.removeprefix(f"{client.base_url}: ")), body
-    return (
-        SampleAnswer(
-            prompt_id=prompt.id,
-            max_tokens=budget,
-            finish_reason=answer.finish_reason,
-            prompt_tokens=answer.usage.prompt_tokens,
-            completion_tokens=answer.usage.completion_tokens,
-            reasoning_tokens=answer.usage.reasoning_tokens,
-            reasoning=bool(answer.reasoning_content and answer.reasoning_content.strip()),
-            content_chars=len(answer.content),
-            flags=tuple(answer_flags(prompt, body, answer)),
-            latency_s=answer.latency_s,
-        ),
-        body,
+        text = str(exc).removeprefix(f"{client.base_url}: ")
+        return SampleAnswer(prompt.id, budget, error=text, error_retriable=exc.retriable)
+    return SampleAnswer(
+        prompt_id=prompt.id,
+        max_tokens=budget,
+        finish_reason=answer.finish_reason,
+        prompt_tokens=answer.usage.prompt_tokens,
+        completion_tokens=answer.usage.completion_tokens,
+        reasoning_tokens=answer.usage.reasoning_tokens,
+        reasoning=bool(answer.reasoning_content and answer.reasoning_content.strip()),
+        content_chars=len(answer.content),
+        flags=tuple(answer_flags(prompt, body, answer)),
+        latency_s=answer.latency_s,
     )
 
 
@@ -290,16 +289,16 @@ async def _measure(
     is sent again with :func:`launch.preflight_stats.retry_budget` (unless ``resend`` is off: then
     it needs at least its budget)."""
     async with slots:
-        first, _body = await _ask(client, prompt, run_id, 1)
+        first = await _ask(client, prompt, run_id, 1)
     if first.finish_reason is None:
         return first
     if not first.truncated:
         return dataclasses.replace(first, needed=first.completion_tokens)
     budget = retry_budget(first.max_tokens, first.prompt_tokens, info.context_length)
-    if budget <= first.max_tokens or not resend:  # the context leaves no more room
+    if budget <= first.max_tokens or not resend:  # no more room in the context, or not asked to
         return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
     async with slots:
-        again, _body = await _ask(client, prompt, run_id, 2, max_tokens=budget)
+        again = await _ask(client, prompt, run_id, 2, max_tokens=budget)
     if again.finish_reason is None:  # the re-send failed: more than max_tokens, no more is known
         return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
     return dataclasses.replace(
@@ -328,7 +327,9 @@ async def _server(
         answers = await asyncio.gather(*(_measure(client, info, p, run_id, slots, resend) for p in prompts))
     finally:
         await client.aclose()
-    if answers and all(a.finish_reason is None for a in answers):
+    if answers and all(a.finish_reason is None and a.error_retriable for a in answers):
+        # Transport failures, timeouts, 5xx on every request: the server is not there to judge. A
+        # 400 on every one (a wrong model name, a prompt too long) is the gate's "error" class.
         return ServerPreflight(
             name,
             url,

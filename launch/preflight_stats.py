@@ -68,6 +68,8 @@ class SampleAnswer:
         flags: the consumer's quality flags (:func:`consumers.quality.answer_flags`); None: failed.
         latency_s: seconds the chat completion took.
         error: the server's error or the transport failure, when there was no answer.
+        error_retriable: the error may pass (a transport failure, a timeout, a 5xx: the consumer
+            would retry it), as opposed to a request the server refuses (400).
         needed: tokens the prompt needs (reasoning + answer): its completion tokens when it
             finished, else the completion tokens of the re-send (:func:`retry_budget`) when that
             finished; None when unknown.
@@ -87,6 +89,7 @@ class SampleAnswer:
     flags: tuple[str, ...] | None = None
     latency_s: float = 0.0
     error: str | None = None
+    error_retriable: bool = False
     needed: int | None = None
     needed_at_least: bool = False
     resent_at: int | None = None

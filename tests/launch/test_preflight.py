@@ -268,6 +268,19 @@ def test_a_server_that_does_not_answer_is_unavailable_and_named(sglang: str) -> 
     assert f"gpu-5 ({url}): " in str(info.value) and "gpu-0" not in str(info.value)
 
 
+def test_a_server_that_refuses_every_request_fails_the_gate_not_the_connection() -> None:
+    """A 400 on every request (here: the budget does not fit the server's context) is the gate's
+    ``error`` class, exit 2, with the server's message; not an unreachable server (exit 3)."""
+    sample = demo_sample(Settings(), size=4)
+    for url in _simulator("--reasoning-parser", "qwen3", "--context-length", "256"):
+        report = run_preflight({"gpu-4": url}, _generation(512, True), sample, timeout_s=60)
+        with pytest.raises(PreflightError) as info:
+            check_preflight(report)
+        assert "gpu-4: error in 4 of 4 results" in str(info.value)
+        assert "HTTP 400" in report.summary().errors[0]
+        assert "HTTP 400" in "\n".join(report.lines())
+
+
 @pytest.fixture(scope="module")
 def sglang_always_thinks() -> Iterator[str]:
     """A simulated SGLang server whose model reasons whatever ``enable_thinking`` says, until the
