@@ -371,8 +371,9 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         say(describe_server(info))
     if options.preflight.enabled:
         # The sample is the run's own input (a replay's is in Kafka: the demo prompts then). The
-        # embedded llama.cpp servers, a CPU stand-in that rambles at 128 tokens, get a short
-        # preflight that reports and never refuses.
+        # embedded llama.cpp servers, a CPU stand-in that rambles at 128 tokens (~30 s a request
+        # on 2 cores), get a short preflight that reports and never refuses: 4 prompts are too few
+        # to judge even LOCAL_GATE's permissive thresholds, which the run's own gate applies.
         pre = options.preflight
         if plan.embedded:
             waiver = "the embedded llama.cpp servers are a CPU stand-in: reported, not enforced"
