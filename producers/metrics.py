@@ -20,7 +20,7 @@ from producers.results import InputStats
 __all__ = ["ProducerMetrics"]
 
 
-@dataclass
+@dataclass(eq=False)  # hashable: the registry keys its collectors
 class ProducerMetrics(Collector):
     """Prometheus metrics of one producer invocation, every series labelled ``run``.
 
