@@ -22,6 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from launch.run import RunOptions, metrics_port_args, producer_argv
 from simulator import DEFAULT_PROFILE, SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import wait_all_done
@@ -164,6 +165,16 @@ def test_the_dashboard_uses_only_documented_series_and_their_labels() -> None:
             assert window == "$__rate_interval", expr
     panels = {p["title"] for p in dashboard["panels"]}
     assert {"Output tokens/s per server", "Prompts lag per partition", "Sink lag per partition"} <= panels
+
+
+def test_the_main_job_gives_each_process_its_metrics_port(tmp_path: Path) -> None:
+    options = RunOptions(metrics_port=24600)
+    argv = producer_argv(options, tmp_path / "bad.jsonl")
+    assert argv[argv.index("--metrics-port") + 1] == "24600"
+    assert metrics_port_args(options, 1) == ["--metrics-port", "24601"]  # the sink
+    assert metrics_port_args(options, 2 + 3) == ["--metrics-port", "24605"]  # consumer 3
+    assert metrics_port_args(RunOptions(), 1) == []
+    assert "--metrics-port" not in producer_argv(RunOptions(), tmp_path / "bad.jsonl")
 
 
 # -- on the stack ----------------------------------------------------------------------------------
