@@ -34,7 +34,9 @@ __all__ = ["generate", "main"]
 @click.option("--group", help="consumer group id (default: <consumer.group>.<run id>)")
 @click.option("--instance-id", help="static membership id (default: <hostname>-<server host>-<port>)")
 @click.option(
-    "--metrics-port", type=click.IntRange(1, 65535), help="serve Prometheus metrics on 127.0.0.1:PORT"
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="serve Prometheus metrics on 127.0.0.1:PORT (docs/metrics.md)",
 )
 @settings_options("run_id", "replay_of")
 @click.pass_context

@@ -159,10 +159,13 @@ class Emitter:
             await self.failure(job, prompt, exc, 1)
             return
         self.stats.completions += 1
-        self.metrics.completions.labels(result.finish_reason).inc()
-        self.metrics.tokens.inc(result.usage.completion_tokens)
-        for flag in completion.quality:
-            self.metrics.quality.labels(flag).inc()
+        self.metrics.completed(
+            result.finish_reason,
+            completion_tokens=result.usage.completion_tokens,
+            reasoning_tokens=result.usage.reasoning_tokens,
+            latency_s=result.latency_s,
+            flags=completion.quality,
+        )
         self.finish(job)
 
     async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:
@@ -175,7 +178,7 @@ class Emitter:
         error = fit_error(error, self.value_budget(error.id))
         await self.produce(self.errors_topic, error.id, encode(error))
         self.stats.errors += 1
-        self.metrics.errors.labels(error.error_type).inc()
+        self.metrics.dead_lettered(error.error_type)
         log.warning(
             "dead-lettered %s (partition %s offset %s): %s",
             error.id[:200],
@@ -195,7 +198,7 @@ class Emitter:
         """Send and wait for the broker's acknowledgement (acks=all); wait out Kafka outages
         (:func:`streams.retry.kafka_outage`) forever with backoff: the record is never dropped and its offset
         is not committed meanwhile. The outage is one warning, a reminder every 30 s, the
-        ``kafkagen_kafka_up`` gauge and the status line (:class:`streams.kafka.KafkaOutage`), not
+        ``kafkagen_generate_kafka_up`` gauge and the status line (:class:`streams.kafka.KafkaOutage`), not
         a line per record.
 
         Raises:

@@ -114,7 +114,7 @@ class GenerationConsumer:
         )
         self.window = WindowPolicy(self._window_config(None))
         self.backoff = Backoff(self.cfg.retry_initial_s, self.cfg.retry_max_s)
-        self.metrics = ConsumerMetrics()
+        self.metrics = ConsumerMetrics(settings.run_id, self.server_url, self.instance_id)
         self.metrics.kafka_up.set_function(lambda: float(self.kafka.up))
         self.stats = ConsumerStats()
         self.server = ServerWatch(self.client, self.cfg, self.metrics, self.server_url)
@@ -223,6 +223,8 @@ class GenerationConsumer:
             info.context_length,
         )
         self.window = WindowPolicy(self._window_config(info.max_running_requests))
+        if info.max_running_requests is not None:
+            self.metrics.slots.set(info.max_running_requests)
         self.server.mark_ready()
         await ensure_topics(
             self.settings, [self.topics["prompts"], self.topics["completions"], self.topics["errors"]]
@@ -264,6 +266,7 @@ class GenerationConsumer:
 
     async def _step(self) -> None:
         """One turn of the loop: watch the server, start what may start, fetch, commit."""
+        self._observe()
         if self.server.is_down:
             await self._watch_down()
         if self._consumer is None:  # left the group while the server was down
@@ -398,8 +401,20 @@ class GenerationConsumer:
                 continue
             if generation == self._generation and tp.partition in self.book.tracker.assigned:
                 self.book.tracker.advance(tp.partition, position)
+
+    def _observe(self) -> None:
+        """Set the gauges read from the loop's state: in flight, window, and per assigned
+        partition its committed offset (:meth:`consumers.offsets.OffsetTracker.base`) and the
+        highwater aiokafka last fetched (:meth:`consumers.metrics.ConsumerMetrics.observe_partitions`)."""
         self.metrics.in_flight.set(self.in_flight)
         self.metrics.window.set(self.window.size)
+        consumer, tracker = self._consumer, self.book.tracker
+        offsets: dict[int, tuple[int | None, int | None]] = {}
+        if consumer is not None:
+            for tp in consumer.assignment():
+                if tp.topic == self.prompts_topic and tp.partition in tracker.assigned:
+                    offsets[tp.partition] = (tracker.base(tp.partition), consumer.highwater(tp))
+        self.metrics.observe_partitions(offsets)
 
     def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
         """Fetch only partitions that can take more work now.

@@ -1,14 +1,20 @@
 """The generation consumer's counters: its Prometheus metrics (the one owner of every
-``kafkagen_*`` series a consumer exports) and the totals of its status line."""
+``kafkagen_generate_*`` series, ``docs/metrics.md``) and the totals of its status line."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ConsumerMetrics", "ConsumerStats"]
+__all__ = ["LATENCY_BUCKETS_S", "ConsumerMetrics", "ConsumerStats"]
+
+LATENCY_BUCKETS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+"""Upper bounds (seconds) of the request latency histogram: one LLM request takes from under a
+second (a short answer) to many minutes (a long reasoning trace at a full batch)."""
 
 
 @dataclass
@@ -34,43 +40,99 @@ class ConsumerStats:
 
 
 class ConsumerMetrics:
-    """Prometheus metrics of one consumer (its own registry, so several can share a process).
+    """Prometheus metrics of one consumer (its own registry, so several can share a process), every
+    series labelled ``run``, ``server`` (the server's base URL) and ``instance`` (the static member
+    id); the names and meanings are listed in ``docs/metrics.md``.
+
+    Args:
+        run: the run id; server: the server's base URL; instance: the consumer's instance id.
 
     Attributes:
         registry: what ``--metrics-port`` serves.
-        completions: completion records written, by ``finish_reason``.
-        errors: error records written, by ``error_type``.
-        quality: quality flags raised (:mod:`consumers.quality`), by ``flag``.
-        retries: requests sent again after a retriable failure.
-        tokens: completion tokens generated.
-        in_flight, window: requests in flight and the in-flight window size (requests).
+        retries: requests sent again after a retriable failure (``.inc()``).
+        in_flight, window, slots: requests in flight, the in-flight window size and the server's
+            concurrent slots (requests; ``.set()``).
         server_up, kafka_up: 1 while the server is healthy / Kafka answers, else 0.
         output_rate: completion tokens per second over the watchdog window.
     """
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.completions = Counter(
-            "kafkagen_completions", "completion records written", ["finish_reason"], registry=self.registry
-        )
-        self.errors = Counter(
-            "kafkagen_dead_letters", "error records written", ["error_type"], registry=self.registry
-        )
-        self.quality = Counter(
-            "kafkagen_quality_flags", "quality flags raised", ["flag"], registry=self.registry
-        )
-        self.retries = Counter(
-            "kafkagen_retries", "requests sent again after a retriable failure", registry=self.registry
-        )
-        self.tokens = Counter(
-            "kafkagen_completion_tokens", "completion tokens generated", registry=self.registry
-        )
-        self.in_flight = Gauge("kafkagen_in_flight", "requests in flight", registry=self.registry)
-        self.window = Gauge("kafkagen_window", "in-flight window size", registry=self.registry)
-        self.server_up = Gauge("kafkagen_server_up", "1 when the server is healthy", registry=self.registry)
-        self.output_rate = Gauge(
-            "kafkagen_output_tokens_per_second",
-            "completion tokens per second finished over the watchdog window",
-            registry=self.registry,
-        )
-        self.kafka_up = Gauge("kafkagen_kafka_up", "1 while Kafka answers", registry=self.registry)
+    def __init__(self, run: str, server: str, instance: str) -> None:
+        self.registry = r = CollectorRegistry()
+        ids = {"run": run, "server": server, "instance": instance}
+        base = list(ids)
+
+        def counter(name: str, doc: str, *extra: str) -> Counter:
+            return Counter(f"kafkagen_generate_{name}", doc, [*base, *extra], registry=r)
+
+        def gauge(name: str, doc: str, *extra: str) -> Gauge:
+            return Gauge(f"kafkagen_generate_{name}", doc, [*base, *extra], registry=r)
+
+        self._ids = ids
+        self._completions = counter("completions", "completion records written", "finish_reason")
+        self._dead_letters = counter("dead_letters", "error records written", "error_type")
+        self._quality = counter("quality_flags", "quality flags raised on completions written", "flag")
+        self._tokens = counter("completion_tokens", "completion tokens of completions written").labels(**ids)
+        self._reasoning = counter("reasoning_tokens", "reasoning tokens of completions written").labels(**ids)
+        self._latency = Histogram(
+            "kafkagen_generate_request_latency_seconds",
+            "seconds from sending a request to its answer (completions written)",
+            base,
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        ).labels(**ids)
+        self.retries = counter("retries", "requests sent again after a retriable failure").labels(**ids)
+        self.in_flight = gauge("in_flight", "requests in flight").labels(**ids)
+        self.window = gauge("window", "in-flight window size (requests)").labels(**ids)
+        self.slots = gauge("slots", "the server's concurrent slots (requests; NaN: unknown)").labels(**ids)
+        self.slots.set(float("nan"))
+        self.server_up = gauge("server_up", "1 while the server is healthy").labels(**ids)
+        self.kafka_up = gauge("kafka_up", "1 while Kafka answers").labels(**ids)
+        self.output_rate = gauge(
+            "output_tokens_per_second", "completion tokens per second answered over the watchdog window"
+        ).labels(**ids)
+        self._committed = gauge("committed_offset", "the partition's committed offset", "partition")
+        self._lag = gauge("lag_records", "highwater offset minus committed offset", "partition")
+        self._partitions: set[str] = set()
+        # the counters by label show at 0 before the first event, so rates start from the beginning
+        self._completions.labels(**ids, finish_reason="stop")
+        self._completions.labels(**ids, finish_reason="length")
+
+    def completed(
+        self,
+        finish_reason: str,
+        *,
+        completion_tokens: int,
+        reasoning_tokens: int,
+        latency_s: float,
+        flags: Sequence[str],
+    ) -> None:
+        """A completion record was written: its ``finish_reason``, its tokens, the request's
+        latency (seconds) and its quality flags (:mod:`consumers.quality`)."""
+        self._completions.labels(**self._ids, finish_reason=finish_reason).inc()
+        self._tokens.inc(completion_tokens)
+        self._reasoning.inc(reasoning_tokens)
+        self._latency.observe(latency_s)
+        for flag in flags:
+            self._quality.labels(**self._ids, flag=flag).inc()
+
+    def dead_lettered(self, error_type: str) -> None:
+        """An error record of ``error_type`` was written to the dead-letter topic."""
+        self._dead_letters.labels(**self._ids, error_type=error_type).inc()
+
+    def observe_partitions(self, offsets: Mapping[int, tuple[int | None, int | None]]) -> None:
+        """The assigned partitions now, ``{partition: (committed offset, highwater offset)}``
+        (either ``None`` while unknown): sets ``committed_offset`` and ``lag_records`` and removes
+        the series of partitions no longer assigned. Called from the consumer's loop."""
+        seen = set()
+        for partition, (committed, highwater) in offsets.items():
+            label = str(partition)
+            seen.add(label)
+            if committed is not None:
+                self._committed.labels(**self._ids, partition=label).set(committed)
+                if highwater is not None:
+                    self._lag.labels(**self._ids, partition=label).set(max(0, highwater - committed))
+        for label in self._partitions - seen:
+            for family in (self._committed, self._lag):
+                with contextlib.suppress(KeyError):
+                    family.remove(*self._ids.values(), label)
+        self._partitions = seen

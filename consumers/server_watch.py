@@ -47,7 +47,7 @@ class ServerWatch:
     Args:
         client: the server's client (its probes and ``/metrics``).
         cfg: the consumer settings (thresholds in failures and seconds).
-        metrics: the consumer's metrics (``kafkagen_server_up``, the output rate).
+        metrics: the consumer's metrics (``kafkagen_generate_server_up``, the output rate).
         server_url: the server's base URL, for log lines.
 
     Attributes:

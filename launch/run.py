@@ -75,6 +75,7 @@ __all__ = [
     "RunPlan",
     "check_prompts",
     "main",
+    "metrics_port_args",
     "plan_run",
     "producer_argv",
     "read_manifest",
@@ -128,6 +129,9 @@ class RunOptions:
     preflight: PreflightOptions = field(default_factory=PreflightOptions)
     """the preflight before anything is published (:mod:`launch.preflight`): ``--no-preflight``,
     ``--ignore-preflight``, ``--preflight-sample``, ``--preflight-timeout``."""
+    metrics_port: int | None = None
+    """``--metrics-port BASE``: Prometheus metrics (``docs/metrics.md``) on 127.0.0.1, the producer
+    on BASE, the sink on BASE+1, consumer i on BASE+2+i (:func:`metrics_port_args`); none: off."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
             "--servers '[]'); give --server URL (once per server) or --serve MODEL_PATH --gpus N, or "
             "unset it for the embedded default (two local llama.cpp servers)"
         )
+    if options.metrics_port is not None and options.metrics_port + 1 + len(servers) > 65535:
+        raise ConfigError(f"--metrics-port {options.metrics_port}: needs ports up to BASE+{1 + len(servers)}")
     seen: dict[str, str] = {}
     for url in servers:
         same = seen.setdefault(url.rstrip("/"), url)
@@ -246,7 +252,14 @@ def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
         "--bad-lines",
         str(bad_lines),
         *(["--no-progress"] if not options.progress else []),
+        *metrics_port_args(options, 0),
     ]
+
+
+def metrics_port_args(options: RunOptions, offset: int) -> list[str]:
+    """``["--metrics-port", BASE + offset]`` with ``--metrics-port BASE``, else nothing (offsets:
+    producer 0, sink 1, consumer i 2+i; :attr:`RunOptions.metrics_port`)."""
+    return [] if options.metrics_port is None else ["--metrics-port", str(options.metrics_port + offset)]
 
 
 def _python(*args: str) -> list[str]:
@@ -419,12 +432,13 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                     url,
                     "--instance-id",
                     f"{settings.run_id}-generate-{i}",
+                    *metrics_port_args(options, 2 + i),
                 )
             ),
         )
         for i, url in enumerate(settings.servers)
     ]
-    programs.append(Program("sink", tuple(_python("-m", "sinks.s3"))))
+    programs.append(Program("sink", tuple(_python("-m", "sinks.s3", *metrics_port_args(options, 1)))))
     supervisor = Supervisor(stack.home / "runs" / settings.run_id, env)
     supervisor.start(programs, cwd=root)
     say(f"consumers and sink started under supervisord; logs in {supervisor.log_dir}")

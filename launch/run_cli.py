@@ -91,6 +91,13 @@ __all__ = ["run_command_", "run_main"]
 )
 @click.option("--keep-running", is_flag=True, help="leave the consumers and the sink running")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    metavar="BASE",
+    help="serve Prometheus metrics on 127.0.0.1 (docs/metrics.md): the producer on BASE, the sink on "
+    "BASE+1, consumer i on BASE+2+i (default: off)",
+)
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def run_command_(
@@ -109,6 +116,7 @@ def run_command_(
     timeout_s: float | None,
     keep_running: bool,
     no_progress: bool,
+    metrics_port: int | None,
 ) -> int:
     from launch.run import RunOptions, plan_run, run
 
@@ -135,6 +143,7 @@ def run_command_(
         progress=not no_progress,
         serve=serve,
         preflight=preflight,
+        metrics_port=metrics_port,
     )
     return run(plan_run(settings, options), options)
 

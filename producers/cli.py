@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from tqdm import tqdm
 
 from producers.badlines import BadLineReport
+from producers.metrics import ProducerMetrics
 from producers.publisher import publish
 from producers.results import RunResult
 from producers.transactions import quiet_abandoned_kafka_futures
@@ -34,6 +35,7 @@ from streams.config import KeyBy
 from streams.errors import ConfigError, StorageError, UnavailableError
 from streams.inputs import FormatName, MappingOptions, resolve_inputs
 from streams.kafka import kafka_unavailable
+from streams.metrics import serve_metrics
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -194,6 +196,11 @@ def _echo(message: str) -> None:
     help="JSON Lines report of bad lines, written only if there are any",
 )
 @click.option("--no-progress", is_flag=True, help="no progress bar (it is off anyway when stderr is no tty)")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="serve Prometheus metrics on 127.0.0.1:PORT while publishing (docs/metrics.md)",
+)
 @settings_options("run_id", log_default="warning")
 @click.pass_context
 def produce(
@@ -204,6 +211,7 @@ def produce(
     allow_bad: bool,
     bad_lines: Path,
     no_progress: bool,
+    metrics_port: int | None,
 ) -> int:
     # The reader thread parses without ever blocking; a short GIL switch interval (default 5 ms)
     # keeps the event loop's acks and commits prompt (measured: ~7% more throughput).
@@ -232,6 +240,9 @@ def produce(
         return s3_client[0]
 
     report = BadLineReport(bad_lines, echo=_echo)
+    metrics = ProducerMetrics(settings.run_id)
+    if metrics_port is not None:
+        serve_metrics(metrics_port, metrics.registry)
 
     async def run() -> RunResult:
         task = asyncio.current_task()
@@ -251,6 +262,7 @@ def produce(
             progress_bar=not no_progress,
             echo=_echo,
             s3=s3,
+            metrics=metrics,
         )
 
     try:

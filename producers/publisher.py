@@ -51,6 +51,7 @@ from producers.badlines import BadLineReport
 from producers.ids import IdIndex, pack_where, unpack_where
 from producers.limits import line_limit, record_limit
 from producers.maker import Made, RecordMaker, Rejected
+from producers.metrics import ProducerMetrics
 from producers.ownership import check_topic_owner
 from producers.progress import (
     InputChangedError,
@@ -96,6 +97,7 @@ class PublishContext:
     from_scratch: bool
     progress_bar: bool
     inputs: list[InputSpec]
+    metrics: ProducerMetrics | None = None
 
 
 class InputPublisher:
@@ -106,6 +108,8 @@ class InputPublisher:
         self.spec = spec
         self.file_index = file_index
         self.stats = InputStats(spec.name)
+        if ctx.metrics is not None:
+            ctx.metrics.inputs.append(self.stats)
         settings = ctx.settings
         self.topic = settings.topics.prompts
         self.progress_topic = settings.topics.producer_progress
@@ -122,6 +126,8 @@ class InputPublisher:
         self.txn_open = False
         self.txn_started = 0.0
         self.txn_records = 0
+        self.txn_partitions: dict[int, int] = {}
+        """records sent per partition in the open transaction (for the metrics)."""
         self.committed_line = 0
         self.producer: Any = None
         self.pkey = b""
@@ -340,6 +346,7 @@ class InputPublisher:
         if not self.txn_open:
             await self._begin()
         builder.close()
+        self.txn_partitions[partition] = self.txn_partitions.get(partition, 0) + builder.record_count()
         try:
             self.txn_futures.append(await self.producer.send_batch(builder, self.topic, partition=partition))
         except IllegalOperation:
@@ -388,6 +395,7 @@ class InputPublisher:
             with contextlib.suppress(Exception):
                 await self.producer.abort_transaction()
             self.txn_open = False
+            self.txn_partitions = {}
             raise failed[0]
         late = failed_transaction(self.producer)  # failed after the last ack arrived
         if late is not None:
@@ -396,6 +404,9 @@ class InputPublisher:
         await self.producer.commit_transaction()
         self.txn_open = False
         self.txn_records = 0
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.transaction_committed(self.txn_partitions)
+        self.txn_partitions = {}
         self.committed_line = self.line
 
 
@@ -409,6 +420,7 @@ async def publish(
     progress_bar: bool = True,
     echo: Callable[[str], None],
     s3: Callable[[], S3Client],
+    metrics: ProducerMetrics | None = None,
 ) -> RunResult:
     """Publish ``inputs`` in order to ``settings.topics.prompts``, exactly once per run id.
 
@@ -422,6 +434,7 @@ async def publish(
         progress_bar: show a progress bar per input (when stderr is a terminal).
         echo: prints one message line (on stderr).
         s3: returns the S3 client (called only for ``s3://`` inputs).
+        metrics: where the counts go for ``--metrics-port`` (:mod:`producers.metrics`); None: nowhere.
 
     Raises:
         ForeignRunError: the prompts topic belongs to another run; nothing is published.
@@ -458,6 +471,7 @@ async def publish(
         from_scratch=from_scratch,
         progress_bar=progress_bar,
         inputs=inputs,
+        metrics=metrics,
     )
     try:
         for file_index, spec in enumerate(inputs):

@@ -30,9 +30,7 @@ __all__ = ["main", "sink"]
     help="S3 sink: the completions and dead-letter topics to S3 as zstd JSON Lines, exactly once "
     "(upload, then commit). Every setting is a flag too, e.g. --sink.flush-records 5000 (--settings-help).",
 )
-@click.option(
-    "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (see sinks/metrics.py)"
-)
+@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT (docs/metrics.md)")
 @settings_options("run_id", "replay_of")
 @click.pass_context
 def sink(ctx: click.Context, metrics_port: int | None) -> int:

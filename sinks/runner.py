@@ -105,7 +105,7 @@ class SinkRunner:
         self._stopping = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._fatal: BaseException | None = None
-        self.metrics = SinkMetrics(self.stats)
+        self.metrics = SinkMetrics(self.stats, settings.run_id)
         self.status_interval_s = 10.0
         self._kafka_backoff = Backoff(settings.sink.retry_initial_s, settings.sink.retry_max_s)
         self.s3 = RetryingStore(
@@ -220,6 +220,7 @@ class SinkRunner:
         return min(1.0, max(0.01, min(deadlines) - time.monotonic()))
 
     def _step(self, now: float) -> None:
+        self._observe()
         for part in list(self._parts.values()):
             if part.frozen:
                 continue
@@ -234,6 +235,17 @@ class SinkRunner:
                 ):
                     self._start_flush(part)
             self._set_paused(part)
+
+    def _observe(self) -> None:
+        """Per assigned partition, its committed offset and highwater for the metrics
+        (:attr:`sinks.metrics.SinkStats.offsets`); a partition still recovering has none yet."""
+        consumer = self._consumer
+        assigned = consumer.assignment() if consumer is not None else set()
+        self.stats.offsets = {
+            (tp.topic, tp.partition): (p.position, consumer.highwater(tp))
+            for tp, p in list(self._parts.items())
+            if consumer is not None and p.position is not None and not p.closed and tp in assigned
+        }
 
     def _set_paused(self, part: PartitionState) -> None:
         """Paused while recovering, and while records wait because both batches are taken."""
@@ -291,6 +303,8 @@ class SinkRunner:
             part.next_offset = rec.offset + 1
             part.last_append = now
             self.stats.records += 1
+            key = (rec.topic, rec.partition)
+            self.stats.partition_records[key] = self.stats.partition_records.get(key, 0) + 1
             if not part.mid_batch_hooked and part.batch.count >= max(1, sink.flush_records // 2):
                 part.mid_batch_hooked = True
                 self.pause("mid_batch", f"tp={rec.topic}-{rec.partition} records={part.batch.count}")

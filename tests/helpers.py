@@ -17,6 +17,7 @@ from typing import IO, TypeVar
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from streams.config import Settings, settings_to_env
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, topic_partitions
@@ -143,6 +144,16 @@ def unused_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def metric_value(text: str, name: str) -> float | None:
+    """The value of the first sample named ``name`` (whatever its labels) in a Prometheus text
+    exposition ``text``; None when there is none."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return None
 
 
 def spawn(

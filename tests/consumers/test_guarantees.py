@@ -20,7 +20,16 @@ from streams.kafka import producer_kwargs
 from streams.records import GenerationParams, PromptRecord, encode
 from streams.topics import ensure_topics, topic_specs
 from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
-from tests.helpers import broker_shapes, committed, make_prompt, publish, spawn, unused_port, wait_for
+from tests.helpers import (
+    broker_shapes,
+    committed,
+    make_prompt,
+    metric_value,
+    publish,
+    spawn,
+    unused_port,
+    wait_for,
+)
 
 
 def _with(settings: Settings, *, partitions: int | None = None, **consumer: object) -> Settings:
@@ -331,16 +340,13 @@ async def _metric(port: int, name: str) -> float | None:
             text = (await client.get(f"http://127.0.0.1:{port}/metrics", timeout=5)).text
     except httpx.HTTPError:
         return None
-    for line in text.splitlines():
-        if line.startswith(f"{name} "):
-            return float(line.split()[1])
-    return None
+    return metric_value(text, name)
 
 
 async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
     cs: Settings, sim: SimulatedServer, fleet: Fleet, local_stack: LocalStack, tmp_path: Path
 ) -> None:
-    """The shared broker stops for ~20 s under a working consumer: ``kafkagen_kafka_up`` drops to
+    """The shared broker stops for ~20 s under a working consumer: ``kafkagen_generate_kafka_up`` drops to
     0, the status line says UNREACHABLE (before: "server up" and nothing else), the outage is a
     handful of lines, not one per record, and once Kafka is back every prompt is generated."""
     port = unused_port()
@@ -358,15 +364,15 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
         return len(await completions(cs)) >= 20
 
     await wait_for(some_done, timeout_s=90, what="the first completions")
-    assert await _metric(port, "kafkagen_kafka_up") == 1.0
+    assert await _metric(port, "kafkagen_generate_kafka_up") == 1.0
     before = len(log.read_text().splitlines())
     assert local_stack.processes.stop("kafka")
     try:
 
         async def kafka_down() -> bool:
-            return await _metric(port, "kafkagen_kafka_up") == 0.0
+            return await _metric(port, "kafkagen_generate_kafka_up") == 0.0
 
-        await wait_for(kafka_down, timeout_s=60, what="kafkagen_kafka_up 0")
+        await wait_for(kafka_down, timeout_s=60, what="kafkagen_generate_kafka_up 0")
         await wait_for(
             lambda: "kafka UNREACHABLE for" in log.read_text(), timeout_s=30, what="the status line"
         )
@@ -383,9 +389,9 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
     assert not failed and set(done) == {p.id for p in prompts}
 
     async def kafka_up() -> bool:
-        return await _metric(port, "kafkagen_kafka_up") == 1.0
+        return await _metric(port, "kafkagen_generate_kafka_up") == 1.0
 
-    await wait_for(kafka_up, timeout_s=60, what="kafkagen_kafka_up 1 again")
+    await wait_for(kafka_up, timeout_s=60, what="kafkagen_generate_kafka_up 1 again")
 
 
 async def test_generations_longer_than_the_hang_timeout_are_not_abandoned(cs: Settings, fleet: Fleet) -> None:

@@ -33,7 +33,7 @@ from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
-from tests.helpers import broker_shapes, partition_leader, unused_port, with_kafka_at
+from tests.helpers import broker_shapes, metric_value, partition_leader, unused_port, with_kafka_at
 from tests.sinks.support import (
     REPO_ROOT,
     SinkProcess,
@@ -486,8 +486,7 @@ def _metric(port: int, name: str) -> float | None:
             text = resp.read().decode()
     except OSError:
         return None
-    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    return float(found[1]) if found else None
+    return metric_value(text, name)
 
 
 async def _wait_metric(sink: SinkProcess, port: int, name: str, value: float, timeout_s: float) -> None:
