@@ -100,7 +100,7 @@ async def progress(settings: Settings) -> Progress:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer.
     """
     quiet_kafka_logs()
-    async with Collector(settings, probe_servers=False) as collector:
+    async with Collector(settings, probe_servers=False, timeout_s=60.0) as collector:
         return from_status(await collector.collect())
 
 
