@@ -29,7 +29,7 @@ from rich.text import Text
 
 from launch.status import Collector, quiet_kafka_logs
 from launch.status_shape import RunStatus
-from launch.status_view import status_line, status_view
+from launch.status_view import PLAIN_WIDTH, status_line, status_view
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import KafkagenError
@@ -73,7 +73,8 @@ async def _once(settings: Settings, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(status.to_dict(), indent=2))
     else:
-        Console(highlight=False).print(status_view(status))
+        width = None if sys.stdout.isatty() else PLAIN_WIDTH
+        Console(highlight=False, width=width).print(status_view(status))
 
 
 async def _watch(settings: Settings, as_json: bool, interval_s: float) -> None:

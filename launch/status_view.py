@@ -16,7 +16,10 @@ from rich.text import Text
 
 from launch.status_shape import RunStatus, ServerView
 
-__all__ = ["duration", "progress_line", "status_line", "status_view"]
+__all__ = ["PLAIN_WIDTH", "duration", "progress_line", "status_line", "status_view"]
+
+PLAIN_WIDTH = 200
+"""columns of the view when stdout is not a terminal (rich would assume 80 and wrap the tables)."""
 
 
 def duration(seconds: float | None) -> str:
@@ -75,13 +78,12 @@ def _opt(value: object) -> str:
 
 
 def _servers_table(servers: list[ServerView]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
-    for name in ("instance", "server", "state", "up", "tok/s", "done/s", "completions", "errors"):
-        table.add_column(
-            name, justify="right" if name in ("tok/s", "done/s", "completions", "errors") else "left"
-        )
-    for name in ("in flight/window", "running", "queued", "slots", "busy", "report"):
-        table.add_column(name, justify="right")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("instance", "server", "state", "up"):
+        table.add_column(name, no_wrap=True)
+    numbers = ("tok/s", "done/s", "done", "err", "flight/win", "running", "queued", "slots", "busy", "report")
+    for name in numbers:
+        table.add_column(name, justify="right", no_wrap=True)
     for s in servers:
         busy = "-" if s.occupancy is None else f"{s.occupancy:.0%}"
         age = "-" if s.report_age_s is None else f"{s.report_age_s:.0f} s ago"
@@ -107,7 +109,7 @@ def _servers_table(servers: list[ServerView]) -> Table:
 def _consumers_table(status: RunStatus) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("member", "host", "partitions", "lag"):
-        table.add_column(name, justify="right" if name == "lag" else "left")
+        table.add_column(name, justify="right" if name == "lag" else "left", no_wrap=True)
     for c in status.lag.consumers:
         table.add_row(c.member, c.client_host, ",".join(map(str, c.partitions)) or "-", str(c.lag))
     return table
