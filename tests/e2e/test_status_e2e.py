@@ -10,7 +10,10 @@ both consumers listed with the partitions they hold, the export's report), and `
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -54,6 +57,38 @@ def servers(tmp_path: Path) -> Iterator[list[str]]:
             proc.terminate()
         for proc in procs:
             proc.wait(20)
+
+
+def _on_a_terminal(argv: list[str], *, seconds: float) -> str:
+    """What ``argv`` writes on a pseudo-terminal in ``seconds`` seconds, then interrupted (SIGINT)."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdin=secondary, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 0.2)
+            if ready:
+                try:
+                    chunks.append(os.read(primary, 65536))
+                except OSError:  # the process closed the terminal
+                    break
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        while select.select([primary], [], [], 0.2)[0]:
+            try:
+                data = os.read(primary, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(primary)
+        if proc.poll() is None:
+            proc.kill()
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def _status(run_id: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -139,5 +174,24 @@ def test_status_and_progress_on_a_real_pipeline(
         for line in watched:
             assert re.match(rf"\d\d:\d\d:\d\d run {re.escape(run_id)} done: published 100, ", line), line
         assert "Traceback" not in err, err
+
+        # --watch on a terminal: one live view, redrawn in place (rich Live), not lines appended
+        screen = _on_a_terminal(
+            [
+                sys.executable,
+                "-m",
+                "launch.cli",
+                "status",
+                "--run-id",
+                run_id,
+                "--watch",
+                "--interval",
+                "0.5",
+            ],
+            seconds=5.0,
+        )
+        assert screen.count("generation consumers") >= 3, screen[-2000:]
+        assert "\x1b[1A" in screen or "\x1b[2K" in screen, "the view is redrawn in place"
+        assert "Traceback" not in screen, screen[-2000:]
     finally:
         supervisor.shutdown()
