@@ -137,7 +137,8 @@ class Collector:
         settings: the run's (``run_id``, ``replay_of``, ``topics``, ``kafka``, ``generation``).
         servers: server URLs to list and ask even without a member report (the main job's).
         probe_servers: ask the servers themselves (False: member reports only).
-        timeout_s: seconds one collection may take against Kafka.
+        timeout_s: seconds one collection may take against Kafka (the first one: at least 60,
+            as it reads the control and progress topics from their beginning).
         probe_timeout_s: seconds each server may take to answer.
 
     Use as ``async with Collector(settings) as c: status = await c.collect()``.
@@ -171,6 +172,7 @@ class Collector:
         self._described: dict[str, float] = {}
         self._results: deque[tuple[float, int]] = deque()
         self._host = socket.gethostname()
+        self._warm = False
 
     async def __aenter__(self) -> Collector:
         await self.start()
@@ -215,6 +217,7 @@ class Collector:
             with contextlib.suppress(KafkaError, OSError):
                 await self._admin.close()
         self._admin = self._consumer = self._control = self._http = None
+        self._warm = False
         self._clients.clear()
 
     async def _partitions(self, topics: list[str]) -> dict[str, list[int]]:
@@ -344,7 +347,8 @@ class Collector:
         assert self._consumer is not None and self._progress is not None
         t = self.settings.topics
         at = time.time()
-        async with asyncio.timeout(self.timeout_s):
+        # The first collection reads the control and progress topics whole: give it more time.
+        async with asyncio.timeout(self.timeout_s if self._warm else max(60.0, self.timeout_s)):
             found = await self._partitions(
                 [t.prompts, t.completions, t.errors, t.control, t.producer_progress]
             )
@@ -366,6 +370,7 @@ class Collector:
                 await self._progress.read((await self._consumer.end_offsets([ptp]))[ptp])
                 published = self._progress.published
             control = await self._read_control(t.control in found)
+        self._warm = True
         probes = await self._probes(control)
 
         def by_partition(topic: str) -> dict[int, int]:
