@@ -4,7 +4,9 @@ member, servers from reports and probes, rates, ETA, and the schema's keys."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
 from launch.status_shape import GroupMember, Observation, ServerProbe, occupancy, shape
 from launch.status_view import progress_line, status_line, status_view
@@ -251,3 +253,22 @@ def test_the_lines_count_prompts_and_are_one_line() -> None:
     assert "\n" not in full and "run demo running: published 100, results 80 (5 errors), in S3 70" in full
     assert "107" not in full, "offsets are not counts"
     assert status_view(status) is not None
+
+
+def test_the_terminal_view_shows_the_halt_with_its_fix_and_the_tables() -> None:
+    from rich.console import Console
+
+    control = ControlState(
+        gate=GateRecord(
+            run_id="demo", state="halted", epoch=2, at=NOW, by="gen-0", reason="93% empty content",
+            fix="raise --max-tokens",
+        ),
+        members={"gen-0": _report("gen-0", tokens_per_s=170.0, running=7, queued=0, slots=8)},
+    )  # fmt: skip
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(status_view(shape(_obs(control=control))))
+    text = console.export_text()
+    assert "gate       HALTED (epoch 2): 93% empty content" in text
+    assert "fix: raise --max-tokens" in text
+    assert re.search(r"gen-0 +http://gen-0:30000 +running +yes +170 ", text), text
+    assert re.search(r"gen-1 +/10\.0\.0\.2 +1 +14", text), text
