@@ -130,6 +130,20 @@ async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(0.5)
 
 
+async def _closing(close: Awaitable[object]) -> None:
+    """Await a client's ``close``/``stop``, ignoring its errors. With the broker gone, aiokafka 0.14's
+    ``AIOKafkaConsumer.stop`` raises the ``CancelledError`` of its own cancelled fetch task
+    (``Fetcher.close``); that one is ignored too, unless this task is being cancelled itself."""
+    try:
+        await close
+    except (KafkaError, OSError):
+        pass
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+
+
 class Collector:
     """Reads a run's status again and again over the same clients (:meth:`collect`).
 
@@ -211,11 +225,9 @@ class Collector:
         if self._http is not None:
             await self._http.aclose()
         if self._consumer is not None:
-            with contextlib.suppress(KafkaError, OSError):
-                await self._consumer.stop()
+            await _closing(self._consumer.stop())
         if self._admin is not None:
-            with contextlib.suppress(KafkaError, OSError):
-                await self._admin.close()
+            await _closing(self._admin.close())
         self._admin = self._consumer = self._control = self._http = None
         self._warm = False
         self._clients.clear()

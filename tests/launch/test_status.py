@@ -5,6 +5,7 @@ stops on a halted gate. The whole pipeline: ``tests/e2e/test_status_e2e.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 import socket
@@ -85,8 +86,6 @@ def test_a_run_that_does_not_exist_exits_1_and_kafka_unreachable_exits_3(
 
 
 def collect_state(settings: Settings) -> str:
-    import asyncio
-
     return asyncio.run(collect(settings)).state
 
 
@@ -185,3 +184,23 @@ async def test_the_control_topic_feeds_servers_rates_gate_and_export(
         assert lines == [lines[0]] and lines[0].startswith("progress: generated 0/10, in S3 0/0"), lines
     finally:
         await control.stop()
+
+
+async def test_closing_ignores_a_clients_own_cancelled_task_but_not_our_cancellation() -> None:
+    """With the broker gone, aiokafka's ``AIOKafkaConsumer.stop`` raises the CancelledError of its
+    own fetch task; the main job's progress must not end there (it ended as "interrupted")."""
+    from launch.status import _closing
+
+    async def stop_like_aiokafka() -> None:
+        raise asyncio.CancelledError
+
+    await _closing(stop_like_aiokafka())  # not raised
+
+    async def closing_forever() -> None:
+        await _closing(asyncio.sleep(3600))
+
+    task = asyncio.create_task(closing_forever())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
