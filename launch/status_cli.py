@@ -103,6 +103,7 @@ async def _live(collector: Collector, status: RunStatus, interval_s: float) -> N
                 live.update(status_view(await collector.collect()), refresh=True)
             except (KafkaError, TimeoutError, OSError) as exc:
                 live.update(Text(f"Kafka unreachable ({type(exc).__name__}); asking again"), refresh=True)
+                await collector.stop()  # the next collection connects anew
 
 
 async def _lines(collector: Collector, status: RunStatus, interval_s: float, as_json: bool) -> None:
@@ -120,6 +121,7 @@ async def _lines(collector: Collector, status: RunStatus, interval_s: float, as_
         except (KafkaError, TimeoutError, OSError) as exc:
             when, name = time.strftime("%H:%M:%S"), type(exc).__name__
             line = f"{when} run {collector.settings.run_id}: Kafka unreachable ({name}); asking again"
+            await collector.stop()  # the next collection connects anew
         else:
             line = json.dumps(status.to_dict()) if as_json else status_line(status)
 
