@@ -25,7 +25,9 @@ from aiokafka import AIOKafkaProducer
 from sinks.export import main
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
 from sinks.store import ObjectStore
+from streams import naming
 from streams.config import Settings, settings_to_env
+from streams.control import read_control
 from streams.kafka import producer_kwargs
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of
 from tests.sinks.support import (
@@ -171,7 +173,14 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     errors = [msgspec.json.decode(line, type=ErrorRecord) for line in _lines(out / shards[2]["path"])]
     assert [e.id for e in errors] == ["id-000005"]  # id-000002's error lost to its completion
 
+    # a successful export reports itself on the run's control topic; the failed one above did not
+    control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
+    assert asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export is None
     assert main(_argv(cfg, str(tmp_path / "again"), run, "--allow-missing")) == 0
+    report = asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export
+    assert report is not None and report.run_id == cfg.run_id
+    assert (report.ids, report.completions, report.errors, report.missing) == (5, 4, 1, 2)
+    assert (report.duplicates_dropped, report.destination) == (2, str(tmp_path / "again"))
 
 
 def test_export_to_s3(cfg: Settings, run: Path) -> None:
