@@ -302,7 +302,6 @@ class FleetGate:
                 wait_s = max(0.0, min(_POLL_SLICE_S, next_report - time.monotonic()))
                 if await self.control.poll(timeout_ms=int(wait_s * 1000)):
                     self._after_records()
-                self.kafka.ok()
             except (KafkaError, TimeoutError, OSError) as exc:
                 self.kafka.failed(f"control topic {self.control.topic}: {exc}")
                 await asyncio.sleep(min(5.0, interval))
@@ -351,8 +350,15 @@ class FleetGate:
         self._announce()
 
     async def _publish(self, record: MemberReport | GateRecord) -> None:
+        """Write ``record``, waiting at most a few report intervals (a fetch poll returns nothing
+        while Kafka is away; only a write that the broker acknowledged says it answers).
+
+        Raises:
+            aiokafka.errors.KafkaError, TimeoutError: not acknowledged in time.
+        """
         async with asyncio.timeout(max(5.0, 5 * self.settings.gate.report_interval_s)):
             await self.control.publish(record)
+        self.kafka.ok()
 
     def _announce(self) -> None:
         """Log a change of the gate's state once: the halt as one error line (cause, fix, resume)."""
