@@ -12,12 +12,13 @@ passes its threshold, this consumer publishes ``GateRecord(state="halted")`` wit
 fix (:func:`consumers.gate.halt_message`), unless the run is halted already.
 
 While the run is halted (:attr:`FleetGate.halted`: a halt record of the current epoch, or this
-consumer's own trip not yet written) the consumer starts no new prompt and fetches nothing; the
-requests in flight finish and are written and committed as usual. One error line says why, what to
-fix and how to resume (``kafkagen gate resume --run-id R``). The process stays alive and reports
-``state="halted"``: a process supervisor would restart an exiting one anyway. A resume
-(``GateRecord(state="resumed", epoch=e + 1)``) starts epoch ``e + 1``: counts from zero, a new
-gate, prompts start again.
+consumer's own trip not yet written) the consumer starts no new prompt (it fetches only until
+its prefetch buffer is full, so that records fetched again after a rebalance still adopt their
+requests in flight); the requests in flight finish and are written and committed as usual. One
+error line says why, what to fix and how to resume (``kafkagen gate resume --run-id R``). The
+process stays alive and reports ``state="halted"``: a process supervisor would restart an
+exiting one anyway. A resume (``GateRecord(state="resumed", epoch=e + 1)``) starts epoch
+``e + 1``: counts from zero, a new gate, prompts start again.
 
 Counts are cumulative per instance id: a consumer restarted with the same ``--instance-id``
 continues them from its own last report (its epoch's counts only if the epoch is still the

@@ -40,8 +40,8 @@ Quality gate (:mod:`consumers.fleet_gate`, ``docs/gate.md``): before joining the
 consumer reads the run's control topic; it counts the quality classes of every result Kafka
 acknowledged and reports them there every ``gate.report_interval_s``. When the fleet's share of a
 class passes its threshold, or another consumer (or ``kafkagen gate halt``) halted the run, no new
-prompt starts and fetching pauses, while the requests in flight finish and are written and
-committed as usual; the process stays up, idle, until ``kafkagen gate resume``.
+prompt starts (fetching pauses once the prefetch buffer is full), while the requests in flight
+finish and are written and committed as usual; the process stays up, idle, until ``kafkagen gate resume``.
 
 Runs (``docs/runs.md``, :mod:`consumers.ownership`): the consumer reads ``<run id>.prompts``
 (``<replay_of>.prompts`` for a replay) in group ``<consumer.group>.<run id>`` and writes
@@ -455,14 +455,16 @@ class GenerationConsumer:
     def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
         """Fetch only partitions that can take more work now.
 
-        Paused: every partition while the window and the prefetch buffer are full, the server
-        is down or the run is halted by its quality gate (:mod:`consumers.fleet_gate`); else a
-        partition holding its share of the buffer (``(window + prefetch) / partitions``), or
-        whose uncommitted span reached ``max_uncommitted``. A pause only stops fetching: records
-        already returned are kept.
+        Paused: every partition while the window and the prefetch buffer are full or the server
+        is down; else a partition holding its share of the buffer (``(window + prefetch) /
+        partitions``), or whose uncommitted span reached ``max_uncommitted``. A pause only stops
+        fetching: records already returned are kept. While the run is halted by its quality gate
+        nothing starts, so the buffer fills and every partition pauses by the same rule; until
+        then the records fetched again after a rebalance adopt their orphans, so the results of
+        requests in flight at the halt are committed (:meth:`consumers.jobs.JobBook.accept`).
         """
         assignment = consumer.assignment()
-        if room <= 0 or self.server.is_down or self._stopping.is_set() or self.gate.halted:
+        if room <= 0 or self.server.is_down or self._stopping.is_set():
             want = set(assignment)
         else:
             share = -(-(self.window.size + self.cfg.prefetch) // max(1, len(assignment)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -27,7 +29,7 @@ from streams.control import ControlState, GateRecord, read_control
 from streams.kafka import consumer_kwargs, end_offsets
 from streams.records import CompletionRecord, PromptRecord, decode
 from tests.consumers.support import Fleet, completions, errors
-from tests.helpers import REPO_ROOT, committed, unused_port, wait_for
+from tests.helpers import REPO_ROOT, committed, make_prompt, publish, unused_port, wait_for
 
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
 NAMES = ("gate-0", "gate-1", "gate-2")
@@ -68,9 +70,15 @@ def simulators(n: int, time_scale: float, logs: Path, tag: str) -> Iterator[list
             proc.wait(10)
 
 
+def sim_stats(url: str) -> dict[str, Any]:
+    """The simulator's own counters (``GET /simulator/stats``: ``simulator.SimulatorStats``)."""
+    stats: dict[str, Any] = httpx.get(f"{url}/simulator/stats", timeout=5).json()
+    return stats
+
+
 def received(urls: list[str]) -> list[int]:
-    """Generation requests each simulator accepted so far (its own counter, ``/simulator/stats``)."""
-    return [int(httpx.get(f"{url}/simulator/stats", timeout=5).json()["requests_received"]) for url in urls]
+    """Generation requests each simulator accepted so far (its own counter)."""
+    return [int(sim_stats(url)["requests_received"]) for url in urls]
 
 
 def env(settings: Settings) -> dict[str, str]:
@@ -211,6 +219,7 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
         # 2. within a few seconds no consumer sends a request: every one reports "halted", then
         # the simulators' own counters stand still over a window of seconds
         await wait_members(s512, "halted", record.at, NAMES)
+        assert time.time() - record.at < 15, "the consumers took too long to see the halt"
         await asyncio.sleep(2.0)  # requests in flight at the halt finish and are written
         before = received(urls)
         await asyncio.sleep(5.0)
@@ -297,3 +306,60 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
     longer = sum(1 for c in later if c.usage.reasoning_tokens > 512)
     assert longer >= 0.85 * len(later), f"only {longer} of {len(later)} reasoned past 512 tokens"
     await assert_commits_covered(s4096)
+
+
+async def test_requests_in_flight_at_a_halt_are_committed_across_a_rebalance(
+    cs: Settings, fleet: Fleet, tmp_path: Path
+) -> None:
+    """Consumer A has long requests in flight when the run is halted by hand; a second consumer
+    joins while they run, so A's requests become orphans and A keeps some of their partitions.
+    Orphans (and results finished while their partition was revoked) count as done only when
+    their records are fetched again, so a halted consumer goes on fetching up to its buffer: the
+    results of the requests in flight at the halt must be committed, or they are generated again
+    after the resume. (Before the fix a halted consumer paused fetching at once; one run in four
+    of the test above regenerated such results: they finished during the revoke's commit.)"""
+    await publish(cs, [make_prompt(i, max_tokens=2500, min_tokens=2500) for i in range(60)])
+    with simulators(2, 2.0, tmp_path, "slow") as urls:
+        fleet.start("ga", urls[0])
+
+        async def in_flight() -> bool:
+            fleet.assert_alive()
+            return received(urls[:1])[0] >= 16
+
+        await wait_for(in_flight, timeout_s=60, what="A's first requests")
+        halt = gate_command(cs, "halt", "--reason", "test: in flight at the halt")
+        assert halt.returncode == 0, halt.stderr
+        await wait_members(cs, "halted", time.time() - 1, ("ga",))
+        fleet.start("gb", urls[1])
+        log = fleet.logs / "ga.log"
+        await wait_for(
+            lambda: re.search(
+                r"revoked partitions \[[0-9, ]+\] \([1-9][0-9]* requests kept", log.read_text()
+            ),
+            timeout_s=60,
+            what="A's revoke with requests in flight",
+        )
+
+        def idle() -> bool:
+            stats = sim_stats(urls[0])
+            return bool(stats["running"] == 0 and stats["queued"] == 0)
+
+        await wait_for(idle, timeout_s=90, what="A's requests in flight to finish")
+        await asyncio.sleep(3.0)  # written, then committed (commit_interval_s 0.3)
+        assert received(urls) == [received(urls[:1])[0], 0], "B started a prompt while halted"
+        mine = [
+            int(p)
+            for p in re.findall(r"assigned partitions \[([0-9, ]*)\]", log.read_text())[-1].split(",")
+            if p.strip()
+        ]
+        assert mine, "A kept no partition: the scenario did not happen"
+        commits = await committed(cs, group_id(cs), cs.topics.prompts)
+        written = await completions(cs)
+        for p in mine:
+            offsets = sorted(
+                c.source.offset for c in written if c.source is not None and c.source.partition == p
+            )
+            assert (commits.get(p) or 0) >= (offsets[-1] + 1 if offsets else 0), (
+                f"partition {p}: results at offsets {offsets} but committed {commits.get(p)}"
+            )
+        await assert_commits_covered(cs)
