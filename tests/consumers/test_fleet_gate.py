@@ -185,7 +185,7 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
     cs: Settings, fleet: Fleet, tmp_path: Path
 ) -> None:
     generation = cs.generation.with_budget(max_tokens=512, thinking=True)
-    gate = cs.gate.model_copy(update={"report_interval_s": 0.5})
+    gate = cs.gate.model_copy(update={"enabled": True, "report_interval_s": 0.5})
     s512 = cs.model_copy(update={"generation": generation, "gate": gate})
     fleet.settings = s512
     produce(s512)
