@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from aiokafka.errors import KafkaError
-from prometheus_client import CollectorRegistry, Gauge
 
 from consumers.gate import QualityGate, halt_message, result_classes, tally
+from consumers.metrics import ConsumerMetrics
 from streams.config import Settings
 from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberReport
 from streams.kafka import KafkaOutage
@@ -97,7 +97,8 @@ class FleetGate:
         server_url: the consumer's server, for its reports.
         kafka: the consumer's outage tracker.
         load: the consumer's current :class:`MemberLoad`.
-        registry: where the ``kafkagen_gate_*`` gauges go (the consumer's metrics registry).
+        metrics: the consumer's metrics, whose ``gate_halted`` and ``gate_epoch`` gauges follow
+            this gate.
 
     Use: ``await start()`` before joining the group, ``count(...)`` per acknowledged result,
     ``run()`` as a background task, ``await stop()`` at the end.
@@ -111,7 +112,7 @@ class FleetGate:
         server_url: str,
         kafka: KafkaOutage,
         load: Callable[[], MemberLoad],
-        registry: CollectorRegistry | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.instance_id = instance_id
@@ -141,14 +142,9 @@ class FleetGate:
         self._announced: tuple[int, str] | None = None
         """(epoch, state) last logged, so a halt is one error line."""
         self._stopped = False
-        self.halted_gauge: Gauge | None = None
-        if registry is not None:
-            self.halted_gauge = Gauge(
-                "kafkagen_gate_halted", "1 while the run's quality gate holds it halted", registry=registry
-            )
-            self.halted_gauge.set_function(lambda: float(self.halted))
-            epoch = Gauge("kafkagen_gate_epoch", "the quality gate's epoch", registry=registry)
-            epoch.set_function(lambda: float(self.epoch))
+        if metrics is not None:
+            metrics.gate_halted.set_function(lambda: float(self.halted))
+            metrics.gate_epoch.set_function(lambda: float(self.epoch))
 
     # -- state ------------------------------------------------------------------------------------
     @property

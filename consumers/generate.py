@@ -137,7 +137,7 @@ class GenerationConsumer:
             server_url=self.server_url,
             kafka=self.kafka,
             load=self._member_load,
-            registry=self.metrics.registry,
+            metrics=self.metrics,
         )
         self.emitter = Emitter(
             settings,
