@@ -42,7 +42,8 @@ def _by() -> str:
 
 def describe_state(settings: Settings, state: ControlState, *, now: float | None = None) -> list[str]:
     """The lines ``kafkagen gate status`` prints for ``state`` (run ``settings.run_id``; report
-    ages in seconds from ``now``, Unix seconds)."""
+    ages in seconds from ``now``, Unix seconds). A consumer whose last report is older than 10
+    report intervals and that did not say it stopped shows as ``silent`` (killed, or cut off)."""
     now = time.time() if now is None else now
     run = settings.run_id
     gate = state.gate
@@ -70,15 +71,19 @@ def describe_state(settings: Settings, state: ControlState, *, now: float | None
         lines.append(f"  {name:<22} {count:>8} {share:>7.1%}  (max {limit:.0%}){over}")
     if not state.members:
         lines.append("no consumer has reported yet")
+    else:
+        lines.append("consumers (latest report of each; silent: no report for 10 intervals, not stopped):")
+    silent_s = 10 * settings.gate.report_interval_s
     for report in sorted(state.members.values(), key=lambda r: r.instance):
-        lines.append(_member_line(report, now))
+        lines.append(_member_line(report, now, silent_s))
     return lines
 
 
-def _member_line(r: MemberReport, now: float) -> str:
+def _member_line(r: MemberReport, now: float, silent_s: float) -> str:
     slots = f"{r.running if r.running is not None else '?'}/{r.slots if r.slots is not None else '?'}"
+    shown = "silent" if r.state != "stopped" and now - r.at > silent_s else r.state
     return (
-        f"  {r.instance:<24} {r.state:<11} epoch {r.epoch} results {r.gate.results}/{r.totals.results} "
+        f"  {r.instance:<24} {shown:<11} epoch {r.epoch} results {r.gate.results}/{r.totals.results} "
         f"completions {r.completions} errors {r.errors} {r.tokens_per_s:.0f} tok/s "
         f"in flight {r.in_flight}/{r.window} waiting {r.waiting} server {r.server} running {slots} "
         f"max_tokens {r.max_tokens} thinking {'on' if r.thinking else 'off'} "

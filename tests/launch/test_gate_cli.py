@@ -9,6 +9,7 @@ import time
 import pytest
 
 from launch.cli import main
+from launch.gate_cli import describe_state
 from streams.config import Settings, settings_to_env
 from streams.control import ClassCounts, ControlLog, MemberReport, read_control
 from streams.topics import ensure_topics, topic_specs
@@ -65,6 +66,8 @@ def test_halt_status_resume_by_hand(
     out = capsys.readouterr().out
     assert "running, gate epoch 0" in out and "gpu-0" in out
     assert "empty_content" in out and "75.0%" in out and "OVER" in out  # 30 of 40 > 25%
+    later = describe_state(settings, asyncio.run(read_control(settings)), now=time.time() + 60)
+    assert any(line.split()[:2] == ["gpu-0", "silent"] for line in later)  # no report for 60 s
 
     assert run(settings, monkeypatch, "halt", "--reason", "wrong model on gpu-3") == 0
     assert "halted (epoch 0)" in capsys.readouterr().out
