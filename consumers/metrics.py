@@ -54,6 +54,7 @@ class ConsumerMetrics:
             concurrent slots (requests; ``.set()``).
         server_up, kafka_up: 1 while the server is healthy / Kafka answers, else 0.
         output_rate: completion tokens per second over the watchdog window.
+        gate_halted, gate_epoch: the quality gate's state (:mod:`consumers.fleet_gate`).
     """
 
     def __init__(self, run: str, server: str, instance: str) -> None:
@@ -93,6 +94,13 @@ class ConsumerMetrics:
         self._committed = gauge("committed_offset", "the partition's committed offset", "partition")
         self._lag = gauge("lag_records", "highwater offset minus committed offset", "partition")
         self._partitions: set[str] = set()
+        # the fleet-wide quality gate (consumers/fleet_gate.py, docs/gate.md)
+        self.gate_halted = gauge("gate_halted", "1 while the run's quality gate holds it halted").labels(
+            **ids
+        )
+        self.gate_epoch = gauge(
+            "gate_epoch", "the quality gate's epoch (0, then one more per resume)"
+        ).labels(**ids)
         # the counters by label show at 0 before the first event, so rates start from the beginning
         self._completions.labels(**ids, finish_reason="stop")
         self._completions.labels(**ids, finish_reason="length")

@@ -12,6 +12,7 @@ command                 what                                                  al
 ``kafkagen serve``      a fleet of SGLang servers, one per GPU (docs/serve)   :mod:`launch.serve.cli`
 ``kafkagen preflight``  a sample of the input judged on every server          :mod:`launch.preflight_cli`
 ``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
+``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -41,6 +42,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("launch.serve.cli", "serve"),
     "preflight": ("launch.preflight_cli", "preflight_command"),
     "status": ("launch.status_cli", "status_command"),
+    "gate": ("launch.gate_cli", "gate"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -52,6 +54,7 @@ _SUMMARIES = {
     "serve": "A fleet of SGLang servers, one per GPU, detached under supervisord.",
     "preflight": "Send a sample of the input to every server and judge it before a run.",
     "status": "A run's status: counts, lag, servers, quality, ETA (--json, --watch).",
+    "gate": "The run's fleet-wide quality gate: status, halt, resume.",
 }
 
 
