@@ -67,6 +67,7 @@ from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
     "DEMO_KEEP_FIELDS",
+    "LOCAL_GATE",
     "LOCAL_MAX_TOKENS",
     "RunOptions",
     "RunPlan",
@@ -81,6 +82,18 @@ __all__ = [
 
 LOCAL_MAX_TOKENS = 128
 """``max_tokens`` for the llama.cpp servers the main job starts itself (2-core CPU budget)."""
+
+LOCAL_GATE = {
+    "max_truncated": 1.0,
+    "max_echoed_prompt": 1.0,
+    "max_repetition_loop": 0.6,
+    "max_degenerate": 0.9,
+}
+"""The quality gate's thresholds for the llama.cpp servers the main job starts itself, where the
+user set none: Gemma-3-270M on CPU at 128 tokens stops at ``length`` on nearly every prompt and
+repeats a third of them (measured on the demo file: truncated 99-100, echoed_prompt 29-30,
+repetition_loop 21-22 of 100), which would halt the demo at once; the local run shows the gate
+counting, not halting. Every other run keeps the production thresholds (``settings.gate``)."""
 
 DEMO_KEEP_FIELDS = ("source", "reference")
 """Fields kept in ``metadata.extra`` when no ``--keep-field`` is given (the bundled demo file's)."""
@@ -191,8 +204,12 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
     generation = gen.with_budget(max_tokens, thinking)
     # Static membership for the sink: a restarted sink gets its partitions back at once.
     sink = settings.sink.model_copy(update={"instance_id": settings.sink.instance_id or f"{run}-sink"})
+    gate = settings.gate
+    if embedded:
+        local = {k: v for k, v in LOCAL_GATE.items() if k not in gate.model_fields_set}
+        gate = gate.model_copy(update=local)
     updated = settings.model_copy(
-        update={"topics": topics, "servers": servers, "generation": generation, "sink": sink}
+        update={"topics": topics, "servers": servers, "generation": generation, "sink": sink, "gate": gate}
     )
     return RunPlan(updated, embedded)
 
