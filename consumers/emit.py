@@ -32,6 +32,7 @@ from streams.records import (
     ErrorRecord,
     PromptRecord,
     Timings,
+    Usage,
     encode,
     fit_error,
     key_of,
@@ -95,6 +96,9 @@ class Emitter:
         backoff, rng: the waits between produce attempts (seconds).
         metrics, stats: counted after each write.
         finish: called once a job's result is acknowledged (its offset may be committed).
+        counted: called with each acknowledged result before ``finish``: a completion's quality
+            flags and usage, or ``(None, None)`` for a dead letter (the fleet's quality gate,
+            :meth:`consumers.fleet_gate.FleetGate.count`).
 
     ``producer`` is set by the consumer once started.
     """
@@ -114,6 +118,7 @@ class Emitter:
         metrics: ConsumerMetrics,
         stats: ConsumerStats,
         finish: Callable[[Job], None],
+        counted: Callable[[list[str] | None, Usage | None], None] | None = None,
     ) -> None:
         self.settings = settings
         self.completions_topic = completions_topic
@@ -127,6 +132,7 @@ class Emitter:
         self.metrics = metrics
         self.stats = stats
         self.finish = finish
+        self.counted = counted
         self.producer: AIOKafkaProducer | None = None
 
     async def completion(
@@ -163,6 +169,8 @@ class Emitter:
         self.metrics.tokens.inc(result.usage.completion_tokens)
         for flag in completion.quality:
             self.metrics.quality.labels(flag).inc()
+        if self.counted is not None:
+            self.counted(list(completion.quality), result.usage)
         self.finish(job)
 
     async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:
@@ -183,6 +191,8 @@ class Emitter:
             job.record.offset,
             error.message[:200],
         )
+        if self.counted is not None:
+            self.counted(None, None)
         self.finish(job)
 
     def value_budget(self, record_id: str) -> int:

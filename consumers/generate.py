@@ -36,6 +36,13 @@ down for ``down_grace_s``, the consumer leaves the group with an explicit LeaveG
 ``session_timeout_ms`` expires), so its partitions move to the other members within seconds, and
 rejoins once the server is healthy again.
 
+Quality gate (:mod:`consumers.fleet_gate`, ``docs/gate.md``): before joining the group the
+consumer reads the run's control topic; it counts the quality classes of every result Kafka
+acknowledged and reports them there every ``gate.report_interval_s``. When the fleet's share of a
+class passes its threshold, or another consumer (or ``kafkagen gate halt``) halted the run, no new
+prompt starts and fetching pauses, while the requests in flight finish and are written and
+committed as usual; the process stays up, idle, until ``kafkagen gate resume``.
+
 Runs (``docs/runs.md``, :mod:`consumers.ownership`): the consumer reads ``<run id>.prompts``
 (``<replay_of>.prompts`` for a replay) in group ``<consumer.group>.<run id>`` and writes
 ``<run id>.completions`` and ``.errors`` (:mod:`streams.naming`); a prompts topic of another run
@@ -61,10 +68,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from consumers.assignor import stable_sticky_assignor
-from consumers.client import ServerClient
+from consumers.client import ServerClient, ServerInfo
 from consumers.commits import Committer
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
+from consumers.fleet_gate import FleetGate, MemberLoad
 from consumers.jobs import Job, JobBook
 from consumers.membership import default_instance_id, group_consumer, group_id, stop_member
 from consumers.metrics import ConsumerMetrics, ConsumerStats
@@ -122,6 +130,15 @@ class GenerationConsumer:
         self.kafka = KafkaOutage(settings.kafka.bootstrap_servers, log)
         self._rng = random.Random()
         dead_letters = DeadLetters(settings.run_id, self.server_url)
+        self.info: ServerInfo | None = None
+        self.gate = FleetGate(
+            settings,
+            instance_id=self.instance_id,
+            server_url=self.server_url,
+            kafka=self.kafka,
+            load=self._member_load,
+            registry=self.metrics.registry,
+        )
         self.emitter = Emitter(
             settings,
             completions_topic=self.topics["completions"].name,
@@ -135,6 +152,7 @@ class GenerationConsumer:
             metrics=self.metrics,
             stats=self.stats,
             finish=self._finish,
+            counted=self.gate.count,
         )
         self.prompts = PromptRunner(
             settings,
@@ -213,7 +231,7 @@ class GenerationConsumer:
             await self.client.aclose()
             log.info("stopped before server %s was ready", self.server_url)
             return
-        info = discovery.result()
+        info = self.info = discovery.result()
         log.info(
             "server %s: %s model=%s slots=%s context=%s",
             info.url,
@@ -225,14 +243,17 @@ class GenerationConsumer:
         self.window = WindowPolicy(self._window_config(info.max_running_requests))
         self.server.mark_ready()
         await ensure_topics(
-            self.settings, [self.topics["prompts"], self.topics["completions"], self.topics["errors"]]
+            self.settings,
+            [self.topics[role] for role in ("prompts", "completions", "errors", "control")],
         )
+        await self.gate.start()  # before joining: a run halted already starts nothing
         self.emitter.producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
         await self.emitter.producer.start()
         background = [
             asyncio.create_task(self.server.watch_load(lambda: self.window, lambda: self.in_flight)),
             asyncio.create_task(self._report()),
             asyncio.create_task(self.kafka.watch(lambda: self._consumer)),
+            asyncio.create_task(self.gate.run()),
         ]
         try:
             await self._join()
@@ -243,6 +264,21 @@ class GenerationConsumer:
             for task in background:
                 task.cancel()
             await self._close()
+
+    def _member_load(self) -> MemberLoad:
+        """This consumer's work and its server's load now, for its gate reports."""
+        load = self.server.last_load
+        return MemberLoad(
+            in_flight=self.in_flight,
+            window=self.window.size,
+            waiting=self.waiting,
+            slots=self.info.max_running_requests if self.info is not None else None,
+            running=load.running if load is not None else None,
+            queued=load.queued if load is not None else None,
+            server_up=not self.server.is_down,
+            partitions=sorted(self.book.tracker.assigned),
+            model=self.info.model if self.info is not None else None,
+        )
 
     def _window_config(self, max_running: int | None) -> WindowConfig:
         return WindowConfig(
@@ -404,13 +440,14 @@ class GenerationConsumer:
     def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
         """Fetch only partitions that can take more work now.
 
-        Paused: every partition while the window and the prefetch buffer are full or the server
-        is down; else a partition holding its share of the buffer (``(window + prefetch) /
-        partitions``), or whose uncommitted span reached ``max_uncommitted``. A pause only stops
-        fetching: records already returned are kept.
+        Paused: every partition while the window and the prefetch buffer are full, the server
+        is down or the run is halted by its quality gate (:mod:`consumers.fleet_gate`); else a
+        partition holding its share of the buffer (``(window + prefetch) / partitions``), or
+        whose uncommitted span reached ``max_uncommitted``. A pause only stops fetching: records
+        already returned are kept.
         """
         assignment = consumer.assignment()
-        if room <= 0 or self.server.is_down or self._stopping.is_set():
+        if room <= 0 or self.server.is_down or self._stopping.is_set() or self.gate.halted:
             want = set(assignment)
         else:
             share = -(-(self.window.size + self.cfg.prefetch) // max(1, len(assignment)))
@@ -427,8 +464,9 @@ class GenerationConsumer:
 
     def _start_buffered(self) -> None:
         """Start queued records (:meth:`consumers.jobs.JobBook.start_buffered`) while the window
-        has room, the server is up and no rebalance is under way."""
-        if self.server.is_down or self._stopping.is_set() or self._rebalancing:
+        has room, the server is up, no rebalance is under way and the run is not halted by its
+        quality gate."""
+        if self.server.is_down or self._stopping.is_set() or self._rebalancing or self.gate.halted:
             return
         self.book.start_buffered(self.window.size - self.in_flight, self._start)
 
@@ -486,6 +524,7 @@ class GenerationConsumer:
         if self.emitter.producer is not None:
             with contextlib.suppress(Exception):
                 await self.emitter.producer.stop()
+        await self.gate.stop()
         await self.client.aclose()
 
     async def _report(self) -> None:

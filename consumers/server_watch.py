@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from consumers.client import ServerClient
+from consumers.client import ServerClient, ServerLoad
 from consumers.health import HealthConfig, ServerHealth
 from consumers.metrics import ConsumerMetrics
 from consumers.watchdog import ThroughputWatchdog, WatchdogConfig
@@ -54,6 +54,7 @@ class ServerWatch:
         ok: set while requests may be sent (the server is up).
         abandon: set (then replaced) when the server is declared down: requests in flight are
             abandoned as retriable failures.
+        last_load: the server's last ``/metrics`` reading (None before one, or without metrics).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class ServerWatch:
         """while the server is down for a throughput collapse: no health probe before this time."""
         self._give_up = False
         """leave the group at once, without waiting for ``down_grace_s``."""
+        self.last_load: ServerLoad | None = None
 
     @property
     def is_down(self) -> bool:
@@ -233,6 +235,7 @@ class ServerWatch:
             if not self.health.is_down:
                 try:
                     load = await self.client.load()
+                    self.last_load = load
                     if load is not None:
                         window().observe_metrics(
                             load.running,

@@ -10,6 +10,7 @@ command                 what                                                  al
 ``kafkagen export``     the dataset and its manifest from S3                  ``python -m sinks.export``
 ``kafkagen stack``      the local Kafka, S3 and llama.cpp servers             ``python -m launch.stack``
 ``kafkagen serve``      a fleet of SGLang servers, one per GPU (docs/serve)   :mod:`launch.serve.cli`
+``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -37,6 +38,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("sinks.export.cli", "export_command"),
     "stack": ("launch.stack.cli", "stack"),
     "serve": ("launch.serve.cli", "serve"),
+    "gate": ("launch.gate_cli", "gate"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -46,6 +48,7 @@ _SUMMARIES = {
     "export": "Build the dataset and its manifest from a run's S3 objects.",
     "stack": "Run the local Kafka, S3 and LLM servers.",
     "serve": "A fleet of SGLang servers, one per GPU, detached under supervisord.",
+    "gate": "The run's fleet-wide quality gate: status, halt, resume.",
 }
 
 

@@ -121,6 +121,7 @@ def settings(base_settings: Settings, unique: str, brokers: int, request: pytest
             "prompts": f"prompts-{unique}",
             "completions": f"completions-{unique}",
             "errors": f"errors-{unique}",
+            "control": f"control-{unique}",
             "producer_progress": f"progress-{unique}",
         }
     )

@@ -1,0 +1,395 @@
+"""The generation consumer's part in the run's fleet-wide quality gate (docs/gate.md).
+
+Every consumer of a run counts the quality classes of the results it wrote
+(:func:`consumers.gate.result_classes`: its completions' quality flags, ``error`` for a dead
+letter), counted once Kafka acknowledged the record (:meth:`FleetGate.count`, called by
+:class:`consumers.emit.Emitter`). Every ``gate.report_interval_s`` it publishes its
+:class:`streams.control.MemberReport` on the run's control topic (:mod:`streams.control`) and
+reads the others'. The fleet's counts of the current
+gate epoch (the others' latest reports plus this consumer's own counts, up to date) are judged by
+:class:`consumers.gate.QualityGate` at each result counted and at each report read; when a class
+passes its threshold, this consumer publishes ``GateRecord(state="halted")`` with the cause and the
+fix (:func:`consumers.gate.halt_message`), unless the run is halted already.
+
+While the run is halted (:attr:`FleetGate.halted`: a halt record of the current epoch, or this
+consumer's own trip not yet written) the consumer starts no new prompt and fetches nothing; the
+requests in flight finish and are written and committed as usual. One error line says why, what to
+fix and how to resume (``kafkagen gate resume --run-id R``). The process stays alive and reports
+``state="halted"``: a process supervisor would restart an exiting one anyway. A resume
+(``GateRecord(state="resumed", epoch=e + 1)``) starts epoch ``e + 1``: counts from zero, a new
+gate, prompts start again.
+
+Counts are cumulative per instance id: a consumer restarted with the same ``--instance-id``
+continues them from its own last report (its epoch's counts only if the epoch is still the
+current one), so a SIGKILL and restart neither resets the gate nor its totals. Results written
+after the last report before a SIGKILL are not counted (at most ``report_interval_s`` of them).
+
+Kafka outages: the loop never raises on a Kafka error; it reports through the consumer's
+:class:`streams.kafka.KafkaOutage` (one warning, reminders) and tries again. A local trip holds
+even while the halt record cannot be written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, Gauge
+
+from consumers.gate import QualityGate, halt_message, result_classes, tally
+from streams.config import Settings
+from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberReport
+from streams.kafka import KafkaOutage
+from streams.records import Usage
+
+__all__ = ["FleetGate", "MemberLoad", "MemberState"]
+
+log = logging.getLogger("kafkagen.generate")
+
+MemberState = Literal["starting", "running", "halted", "server_down", "stopped"]
+"""A member's state as its reports show it (:attr:`streams.control.MemberReport.state`)."""
+
+RATE_WINDOW_S = 30.0
+"""Seconds over which a report's tokens/s and completions/s are measured."""
+
+_POLL_SLICE_S = 0.2
+"""Longest wait for control records between checks of the report clock and of this consumer's
+own trip, seconds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberLoad:
+    """What the consumer knows of its work and its server now (a report's load fields).
+
+    Counts are requests; ``slots`` is the server's running-request limit (SGLang
+    ``max_running_requests``), ``running``/``queued`` its last ``/metrics`` reading (None when it
+    does not tell)."""
+
+    in_flight: int = 0
+    window: int = 0
+    waiting: int = 0
+    slots: int | None = None
+    running: int | None = None
+    queued: int | None = None
+    server_up: bool = True
+    partitions: list[int] = field(default_factory=list)
+    model: str | None = None
+
+
+class FleetGate:
+    """One consumer's participant in the run's quality gate (module docstring).
+
+    Args:
+        settings: ``run_id``, ``gate``, ``generation`` (the parameters a halt names) and the
+            control topic (``topics.control``, which must exist: :func:`streams.topics.ensure_topics`).
+        instance_id: the consumer's static member id (the report's key, ``member:<id>``).
+        server_url: the consumer's server, for its reports.
+        kafka: the consumer's outage tracker.
+        load: the consumer's current :class:`MemberLoad`.
+        registry: where the ``kafkagen_gate_*`` gauges go (the consumer's metrics registry).
+
+    Use: ``await start()`` before joining the group, ``count(...)`` per acknowledged result,
+    ``run()`` as a background task, ``await stop()`` at the end.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        instance_id: str,
+        server_url: str,
+        kafka: KafkaOutage,
+        load: Callable[[], MemberLoad],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = instance_id
+        self.server_url = server_url
+        self.kafka = kafka
+        self.load = load
+        self.control = ControlLog(settings)
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.started_at = time.time()
+        self._started_mono = time.monotonic()
+        self.epoch = 0
+        self.counts = ClassCounts()
+        """this instance's counts of gate epoch :attr:`epoch`."""
+        self.totals = ClassCounts()
+        self.completions = 0
+        self.errors = 0
+        self.completion_tokens = 0
+        self.reasoning_tokens = 0
+        self.quality = QualityGate(settings.gate)
+        self.trip: list[Breach] | None = None
+        """the breaches this consumer found, until the halt record is written (or a resume)."""
+        self._trip_counts = ClassCounts()
+        self._judged = -1
+        """fleet results at the last judgement: the gate is fed only when the counts changed."""
+        self._recent: deque[tuple[float, int]] = deque()
+        """(monotonic seconds, completion tokens) of the results of the last :data:`RATE_WINDOW_S`."""
+        self._announced: tuple[int, str] | None = None
+        """(epoch, state) last logged, so a halt is one error line."""
+        self._stopped = False
+        self.halted_gauge: Gauge | None = None
+        if registry is not None:
+            self.halted_gauge = Gauge(
+                "kafkagen_gate_halted", "1 while the run's quality gate holds it halted", registry=registry
+            )
+            self.halted_gauge.set_function(lambda: float(self.halted))
+            epoch = Gauge("kafkagen_gate_epoch", "the quality gate's epoch", registry=registry)
+            epoch.set_function(lambda: float(self.epoch))
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def halted(self) -> bool:
+        """Whether the run is halted: a halt record of the current epoch, or this consumer's own
+        trip not yet written. Nothing new may start while it is."""
+        return self.trip is not None or self.control.state.halted
+
+    def params(self) -> dict[str, object]:
+        """The generation parameters a halt record names: ``max_tokens`` (tokens), ``thinking``,
+        ``model`` (the server's, when known)."""
+        generation = self.settings.generation
+        return {
+            "max_tokens": generation.max_tokens,
+            "thinking": bool(generation.chat_template_kwargs.get("enable_thinking")),
+            "model": self.load().model,
+        }
+
+    def fleet_counts(self) -> ClassCounts:
+        """The fleet's counts of the current epoch: the other members' latest reports of it plus
+        this consumer's own counts."""
+        total = self.counts
+        for instance, report in self.control.state.members.items():
+            if instance != self.instance_id and report.epoch == self.epoch:
+                total = total + report.gate
+        return total
+
+    # -- start --------------------------------------------------------------------------------------
+    async def start(self, *, timeout_s: float = 30.0) -> None:
+        """Read the control topic to its end, continue this instance's counts from its last
+        report, and announce a halt already in force.
+
+        Raises:
+            aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` s.
+        """
+        state = await self.control.start(timeout_s=timeout_s)
+        self.epoch = state.epoch
+        own = state.members.get(self.instance_id)
+        if own is not None:
+            self.totals = own.totals
+            self.completions, self.errors = own.completions, own.errors
+            self.completion_tokens, self.reasoning_tokens = own.completion_tokens, own.reasoning_tokens
+            if own.epoch == self.epoch:
+                self.counts = own.gate
+            log.info(
+                "quality gate: continuing %s's counts from its last report (%d results, %d this epoch)",
+                self.instance_id,
+                self.totals.results,
+                self.counts.results,
+            )
+        self._announce()
+
+    # -- counting -----------------------------------------------------------------------------------
+    def count(self, flags: list[str] | None, usage: Usage | None = None) -> None:
+        """One result acknowledged by Kafka: a completion with its quality ``flags`` and
+        ``usage``, or a dead letter (``flags`` None). Judges the fleet's counts at once."""
+        classes = result_classes(flags)
+        self.counts = tally(self.counts, classes)
+        self.totals = tally(self.totals, classes)
+        tokens = usage.completion_tokens if usage is not None else 0
+        if flags is None:
+            self.errors += 1
+        else:
+            self.completions += 1
+            self.completion_tokens += tokens
+            self.reasoning_tokens += usage.reasoning_tokens if usage is not None else 0
+        now = time.monotonic()
+        self._recent.append((now, tokens))
+        self._judge()
+
+    def _judge(self) -> None:
+        """Feed the gate the fleet's counts when they changed; on breaches, trip (once per epoch)
+        which the loop writes as the halt record."""
+        if self.halted:
+            return
+        fleet = self.fleet_counts()
+        if fleet.results == self._judged:
+            return
+        self._judged = fleet.results
+        found = self.quality.judge(fleet)
+        if found:
+            self.trip = found
+            self._trip_counts = fleet
+            self._announce()
+
+    def rates(self, now: float | None = None) -> tuple[float, float]:
+        """(completion tokens per second, results per second) over the last :data:`RATE_WINDOW_S`
+        seconds (or since start, when shorter)."""
+        now = time.monotonic() if now is None else now
+        while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
+            self._recent.popleft()
+        span = min(RATE_WINDOW_S, max(1e-9, now - self._started_mono))
+        tokens = sum(t for _, t in self._recent)
+        return tokens / span, len(self._recent) / span
+
+    # -- the control loop --------------------------------------------------------------------------
+    def report(self, state: MemberState | None = None) -> MemberReport:
+        """This member's report now (``state`` overrides the derived one)."""
+        load = self.load()
+        if state is None:
+            state = "halted" if self.halted else ("running" if load.server_up else "server_down")
+        tokens_per_s, completions_per_s = self.rates()
+        generation = self.settings.generation
+        return MemberReport(
+            run_id=self.settings.run_id,
+            instance=self.instance_id,
+            incarnation=self.incarnation,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            server=self.server_url,
+            model=load.model,
+            state=state,
+            started_at=self.started_at,
+            at=time.time(),
+            epoch=self.epoch,
+            gate=self.counts,
+            totals=self.totals,
+            completions=self.completions,
+            errors=self.errors,
+            completion_tokens=self.completion_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            tokens_per_s=tokens_per_s,
+            completions_per_s=completions_per_s,
+            in_flight=load.in_flight,
+            window=load.window,
+            waiting=load.waiting,
+            slots=load.slots,
+            running=load.running,
+            queued=load.queued,
+            server_up=load.server_up,
+            partitions=load.partitions,
+            max_tokens=generation.max_tokens,
+            thinking=bool(generation.chat_template_kwargs.get("enable_thinking")),
+        )
+
+    async def run(self) -> None:
+        """Until cancelled: read the control topic as records arrive (a halt or resume written by
+        anyone is seen within about a second), publish this member's report every
+        ``gate.report_interval_s``, judge the fleet, write the halt record when this consumer
+        tripped (within :data:`_POLL_SLICE_S`). Kafka errors are reported to the outage tracker
+        and retried; never raises."""
+        interval = self.settings.gate.report_interval_s
+        next_report = 0.0
+        while True:
+            try:
+                now = time.monotonic()
+                if self.trip is not None and not self.control.state.halted:
+                    await self._publish_halt()
+                if now >= next_report:
+                    await self._publish(self.report())
+                    next_report = time.monotonic() + interval
+                wait_s = max(0.0, min(_POLL_SLICE_S, next_report - time.monotonic()))
+                if await self.control.poll(timeout_ms=int(wait_s * 1000)):
+                    self._after_records()
+                self.kafka.ok()
+            except (KafkaError, TimeoutError, OSError) as exc:
+                self.kafka.failed(f"control topic {self.control.topic}: {exc}")
+                await asyncio.sleep(min(5.0, interval))
+
+    def _after_records(self) -> None:
+        """Take in what the control topic said: a resume starts a new epoch; a halt is announced;
+        the others' counts may trip the gate."""
+        state = self.control.state
+        if state.epoch > self.epoch:
+            log.info(
+                "quality gate of run %s resumed by %s: epoch %d starts, counts from zero; "
+                "starting prompts again",
+                self.settings.run_id,
+                state.gate.by if state.gate else "?",
+                state.epoch,
+            )
+            self.epoch = state.epoch
+            self.counts = ClassCounts()
+            self.quality = QualityGate(self.settings.gate)
+            self.trip = None
+            self._judged = -1
+        if state.halted and self.trip is not None:
+            self.trip = None  # someone's halt (ours or another's) is written
+        self._announce()
+        self._judge()
+
+    async def _publish_halt(self) -> None:
+        """Write this consumer's trip as the run's halt record (its epoch, cause, fix, counts)."""
+        assert self.trip is not None
+        reason, fix = halt_message(self.trip, self.params())
+        record = GateRecord(
+            run_id=self.settings.run_id,
+            state="halted",
+            epoch=self.epoch,
+            at=time.time(),
+            by=self.instance_id,
+            reason=reason,
+            fix=fix,
+            breaches=self.trip,
+            counts=self._trip_counts,
+            params=self.params(),
+        )
+        await self._publish(record)
+        self.control.state.apply(record)
+        self.trip = None
+        self._announce()
+
+    async def _publish(self, record: MemberReport | GateRecord) -> None:
+        async with asyncio.timeout(max(5.0, 5 * self.settings.gate.report_interval_s)):
+            await self.control.publish(record)
+
+    def _announce(self) -> None:
+        """Log a change of the gate's state once: the halt as one error line (cause, fix, resume)."""
+        state = self.control.state
+        gate = state.gate
+        if self.halted:
+            key = (self.epoch, "halted")
+            if self._announced == key:
+                return
+            self._announced = key
+            if self.trip is not None:
+                reason, fix = halt_message(self.trip, self.params())
+                by = self.instance_id
+            else:
+                reason, fix = (gate.reason, gate.fix) if gate is not None else ("", "")
+                by = gate.by if gate is not None else "?"
+            log.error(
+                "QUALITY GATE HALTED run %s (epoch %d, by %s): %s. Fix: %s. No new prompt starts; "
+                "requests in flight finish and are written. After the fix, restart the consumers "
+                "with the new settings and run: kafkagen gate resume --run-id %s",
+                self.settings.run_id,
+                self.epoch,
+                by,
+                reason or "halted by hand",
+                fix or "see the halt's reason",
+                self.settings.run_id,
+            )
+        else:
+            self._announced = (self.epoch, "running")
+
+    async def stop(self) -> None:
+        """Publish a last report (``state="stopped"``, best effort within a few seconds) and
+        close the control clients."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with contextlib.suppress(KafkaError, TimeoutError, OSError, AssertionError):
+            async with asyncio.timeout(5.0):
+                await self.control.publish(self.report("stopped"))
+        await self.control.stop()
