@@ -10,10 +10,12 @@ seconds into a ring buffer (:mod:`.history`), so a page opened late shows the la
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from launch.dashboard.history import History, sample_of
 from launch.dashboard.server import STATIC, Dashboard, StatusSource, run_dashboard
+from launch.status import Collector, quiet_kafka_logs
 from streams.config import Settings
 from streams.errors import ConfigError
 
@@ -32,36 +34,51 @@ DEFAULT_PORT = 8765
 """The dashboard's port when ``--port`` is not given (it binds 127.0.0.1 unless ``--host`` says)."""
 
 
-def _collector(settings: Settings) -> StatusSource:
-    # imported when used: the status module loads the Kafka clients (until branch status lands here)
-    from launch.status import collect  # type: ignore[import-not-found, unused-ignore]
-
-    async def source() -> dict[str, Any]:
-        status = await collect(settings)
-        data: dict[str, Any] = status.to_dict()
-        return data
-
-    return source
-
-
 def serve_dashboard(
     settings: Settings,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     *,
     source: StatusSource | None = None,
+    servers: Sequence[str] = (),
     interval_s: float = 5.0,
     history_s: float = 1800.0,
 ) -> None:
     """Serve the dashboard of ``settings.run_id`` on ``http://host:port/`` until SIGINT or SIGTERM
-    (blocking; prints the URL once it listens). ``source`` replaces the status collection
-    (default: :func:`launch.status.collect` on ``settings``); ``interval_s`` is the seconds between
-    collections, ``history_s`` the seconds of history kept.
+    (blocking; prints the URL once it listens). The status comes from one
+    :class:`launch.status.Collector` kept open (``servers``: URLs to show besides the members'
+    own, as ``kafkagen status --server``), or from ``source`` when given; ``interval_s`` is the
+    seconds between collections, ``history_s`` the seconds of history kept.
 
     Raises:
         ConfigError: the address cannot be bound, or ``interval_s``/``history_s`` is not positive.
     """
     if not (interval_s > 0 and history_s > 0):
         raise ConfigError(f"the dashboard needs --interval > 0 (got {interval_s:g} s)")
-    dashboard = Dashboard(source or _collector(settings), interval_s=interval_s, history_s=history_s)
-    asyncio.run(run_dashboard(dashboard, host, port))
+    asyncio.run(_serve(settings, host, port, source, servers, interval_s, history_s))
+
+
+async def _serve(
+    settings: Settings,
+    host: str,
+    port: int,
+    source: StatusSource | None,
+    servers: Sequence[str],
+    interval_s: float,
+    history_s: float,
+) -> None:
+    quiet_kafka_logs()
+    collector = Collector(settings, servers=servers)
+
+    async def collect() -> dict[str, Any]:
+        try:
+            return (await collector.collect()).to_dict()
+        except BaseException:
+            await collector.stop()  # connect again at the next collection
+            raise
+
+    try:
+        dashboard = Dashboard(source or collect, interval_s=interval_s, history_s=history_s)
+        await run_dashboard(dashboard, host, port)
+    finally:
+        await collector.stop()

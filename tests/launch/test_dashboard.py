@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,8 @@ from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
-from tests.helpers import unused_port, wait_for
+from streams.config import Settings
+from tests.helpers import REPO_ROOT, spawn, unused_port, wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -305,3 +309,246 @@ def _pixels(
     return sum(
         n for n, rgb in colours if sum(abs(a - b) for a, b in zip(rgb, colour, strict=True)) <= tolerance
     )
+
+
+# --- the issue's check: status --serve over a real pipeline, in Chromium -----------------------
+
+PROMPTS = 160
+GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
+
+
+def _simulator(log: Path) -> tuple[subprocess.Popen[str], str]:
+    """``python -m simulator`` on a free port, 4 slots, at 5 times real time: the process and its URL."""
+    args = ["-m", "simulator", "--port", "0", "--time-scale", "5", "--max-running-requests", "4"]
+    proc = subprocess.Popen(
+        [sys.executable, *args, "--served-model-name", "sim-qwen3"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the simulator prints its URL once it listens
+    match = re.search(r"http://127\.0\.0\.1:\d+", line)
+    assert match, f"simulator printed {line!r}; see {log}"
+    return proc, match.group(0)
+
+
+class Pipeline:
+    """The test's processes (simulators, consumers, sink, producer, the dashboard); all stopped at
+    the end, and a failure shows the end of the log of any that exited on its own."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[Any]] = {}
+        self.one_shot: set[str] = set()
+
+    def add(self, name: str, proc: subprocess.Popen[Any], *, one_shot: bool = False) -> None:
+        """Track ``proc`` (``one_shot``: it may end, with status 0: the producer)."""
+        self.procs[name] = proc
+        if one_shot:
+            self.one_shot.add(name)
+
+    def assert_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None and not (name in self.one_shot and proc.returncode == 0):
+                log = self.logs / f"{name}.log"
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+                raise AssertionError(f"{name} exited with {proc.returncode}; end of {log}:\n{tail}")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
+    p = Pipeline(tmp_path)
+    yield p
+    p.stop()
+
+
+def _prompts(path: Path, count: int) -> Path:
+    path.write_text("".join(line + "\n" for line in GSM8K.read_text().splitlines()[:count]))
+    return path
+
+
+async def _page_data(page: Page) -> dict[str, Any]:
+    data: dict[str, Any] = await page.evaluate(
+        """() => {
+          const d = window.kafkagenDashboard;
+          const fields = {};
+          for (const el of document.querySelectorAll("[data-field]")) {
+            fields[el.dataset.field] = {value: el.dataset.value, text: el.textContent};
+          }
+          return {latest: d.latest, history: d.history, charts: d.charts, error: d.error,
+                  updates: d.updates, fields};
+        }"""
+    )
+    return data
+
+
+@pytest.mark.timeout(150)
+async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chromium(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, pipeline: Pipeline, browser: BrowserContext
+) -> None:
+    # thinking off and room for the simulator's answers (median 300 tokens): a healthy run, which the
+    # quality gate lets finish
+    generation = settings.generation.with_budget(max_tokens=1024, thinking=False)
+    settings = settings.model_copy(update={"generation": generation})
+    for i in range(2):
+        proc, server = _simulator(tmp_path / f"sim-{i}.log")
+        pipeline.add(f"sim-{i}", proc)
+        generate = ["-m", "consumers.generate", "--server", server, "--instance-id", f"gen-{i}"]
+        pipeline.add(f"gen-{i}", spawn(generate, settings, tmp_path / f"gen-{i}.log"))
+    pipeline.add("sink", spawn(["-m", "sinks.s3"], settings, tmp_path / "sink.log"))
+    prompts = _prompts(tmp_path / "gsm8k.jsonl", PROMPTS)
+    produce = ["-m", "producers.prompts", str(prompts), "--prompt-field", "question"]
+    produce += ["--bad-lines", str(tmp_path / "bad.jsonl")]
+    pipeline.add("produce", spawn(produce, settings, tmp_path / "produce.log"), one_shot=True)
+    port = unused_port()
+    serve = [
+        "-c",
+        f"from launch.dashboard import serve_dashboard as s; from streams.config import Settings; s(Settings(), port={port}, interval_s=1)",
+    ]  # noqa: E501
+    pipeline.add("dashboard", spawn(serve, settings, tmp_path / "dashboard.log"))
+    url = f"http://127.0.0.1:{port}/"
+    errors: list[str] = []
+    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+
+        async def listening() -> bool:
+            pipeline.assert_alive()
+            with contextlib.suppress(httpx.TransportError):
+                return (await http.get("/api/status")).status_code == 200
+            return False
+
+        await wait_for(listening, timeout_s=30, what=f"the dashboard on {url}")
+        page = await open_dashboard(browser, url, errors)
+
+        async def generating() -> bool:  # results arrive and the page has drawn several samples
+            pipeline.assert_alive()
+            data = await _page_data(page)
+            latest = data["latest"] or {}
+            results = [s["results"] or 0 for s in data["history"]]
+            both = len(latest.get("servers") or []) == 2  # each consumer has reported
+            return both and len(set(results)) >= 3
+
+        await wait_for(generating, timeout_s=60, what="the page to show results growing", interval_s=0.5)
+        # The page's numbers are the API's: the same status (same "at") as /api/status gives.
+        # (the page polls every interval: wait until it has the status the API answered just now)
+        seen_at = []
+        for _ in range(15):
+            api = (await http.get("/api/status")).json()
+            for _ in range(50):
+                data = await _page_data(page)
+                if data["latest"]["at"] >= api["at"]:
+                    break
+                await asyncio.sleep(0.1)
+            seen_at.append((api["at"], data["latest"]["at"]))
+            if data["latest"]["at"] == api["at"]:
+                break
+        assert data["latest"] == api, f"the page shows the status /api/status answers (at: {seen_at})"
+        assert data["error"] is None and not errors, (data["error"], errors)
+        fields = data["fields"]
+        for path in ("prompts.published", "prompts.results", "prompts.in_s3", "lag.total"):
+            value = _get(api, path)
+            assert fields[path]["value"] == str(value), (path, fields[path], value)
+            assert fields[path]["text"].replace(",", "") == str(value), (path, fields[path])
+        assert fields["prompts.exported"]["text"] == "—" and fields["state"]["text"] == api["state"]
+        rows = await page.locator("#servers tbody tr").count()
+        assert rows == len(api["servers"]) == 2, "one row per consumer"
+        # The charts got the history's samples, value for value.
+        history = (await http.get("/api/history")).json()["samples"]
+        by_time = {s["at"]: s for s in history}
+        charts = data["charts"]
+        for name, chart in charts.items():
+            xs = chart["data"][0]
+            assert len(xs) > 1 and all(len(ys) == len(xs) for ys in chart["data"][1:]), name
+        progress = charts["progress"]
+        assert [s["label"] for s in progress["series"]] == ["published", "results", "in S3"]
+        for x, published, results, in_s3 in zip(*progress["data"], strict=True):
+            if x in by_time:
+                assert (published, results, in_s3) == (
+                    by_time[x]["published"],
+                    by_time[x]["results"],
+                    by_time[x]["in_s3"],
+                )
+        assert sorted(progress["data"][2])[-1] < progress["data"][1][-1] + 1
+        tokens = charts["tokens"]
+        assert [s["label"] for s in tokens["series"]] == ["gen-0", "gen-1", "total"]
+        assert max(v or 0 for v in tokens["data"][3]) > 0, "tokens were generated"
+        for x, gen0, gen1, total in zip(*tokens["data"], strict=True):
+            if x in by_time:
+                servers = by_time[x]["servers"]
+                assert total == by_time[x]["tokens_per_s"], x
+                assert gen0 == servers.get("gen-0", {}).get("tokens_per_s"), x
+                assert gen1 == servers.get("gen-1", {}).get("tokens_per_s"), x
+        occupancy = charts["occupancy"]
+        assert [s["label"] for s in occupancy["series"]] == ["gen-0", "gen-1"]
+        for x, *percent in zip(*occupancy["data"], strict=True):
+            if x in by_time:
+                servers = by_time[x]["servers"]
+                shares = [servers.get(n, {}).get("occupancy") for n in ("gen-0", "gen-1")]
+                assert percent == [None if v is None else v * 100 for v in shares], x
+        # From the screenshot: every chart's plot area has its series drawn, in their colours.
+        shot_path = tmp_path / "dashboard.png"
+        await page.screenshot(path=str(shot_path), full_page=True)
+        with Image.open(shot_path) as shot:
+            for name, chart in charts.items():
+                box = await page.locator(f"#chart-{name} canvas").bounding_box()
+                assert box is not None, name
+                area = (
+                    int(box["x"]),
+                    int(box["y"]),
+                    int(box["x"] + box["width"]),
+                    int(box["y"] + box["height"]),
+                )
+                drawn = {
+                    s["label"]: _pixels(shot, area, _rgb(s["color"]))
+                    for s in _visible_series(chart["series"], chart["data"][1:])
+                }
+                # a healthy run may have no quality class yet: then that chart has no series
+                empty = name == "quality" and not any(s["quality"] for s in data["history"])
+                assert (drawn or empty) and all(n >= 10 for n in drawn.values()), (name, drawn, shot_path)
+
+        async def all_in_s3() -> bool:  # and at the end the page shows the whole run
+            # (results may pass the prompts: a prompt generated twice around a rebalance, README)
+            status = seen["prompts"] = (await _page_data(page))["latest"]["prompts"]
+            done = status["results"] >= status["published"] == PROMPTS and status["remaining"] == 0
+            return bool(done and status["in_s3"] == status["results"])
+
+        seen: dict[str, Any] = {}
+        try:
+            await wait_for(all_in_s3, timeout_s=60, what=f"the page to show all {PROMPTS} prompts in S3")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the page's last counts: {seen}") from None
+    assert not errors, errors
+
+
+def _get(data: dict[str, Any], path: str) -> Any:
+    for key in path.split("."):
+        data = data[key]
+    return data
+
+
+def _visible_series(series: list[dict[str, Any]], values: list[list[float | None]]) -> list[dict[str, Any]]:
+    """The series a reader must see: those with data, less any equal value for value to one drawn
+    after it on the same scale (it lies under that one: four quality classes all at 12, say)."""
+    shown = []
+    for i, (s, ys) in enumerate(zip(series, values, strict=True)):
+        later = [v for t, v in zip(series[i + 1 :], values[i + 1 :], strict=True) if t["scale"] == s["scale"]]
+        if any(v is not None for v in ys) and ys not in later:
+            shown.append(s)
+    return shown
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    """``#rrggbb`` as a tuple."""
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)

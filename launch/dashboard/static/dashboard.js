@@ -2,7 +2,8 @@
 // (the server's samples, launch/dashboard/history.py) every interval and draws them with uPlot.
 // What the page shows is also in window.kafkagenDashboard, for tests and the browser console:
 //   latest   the last status (schema_version 1)     history  the samples, oldest first
-//   charts   name -> {series: [{label, color}], data: [[x: Unix s], [y of series 1], ...]}
+//   charts   name -> {series: [{label, color, scale}], data: [[x: Unix s], [y of series 1], ...]}
+//            (series in drawing order: a later one is drawn over an earlier one)
 //   error    why the last refresh failed, or null   updates  refreshes done
 "use strict";
 (function () {
@@ -46,14 +47,15 @@
       get: server(n, field, factor)}));
   }
   const CHARTS = {
-    tokens: {el: "chart-tokens", lines: (h) => [{label: "total", color: PALETTE[0], get: (s) => s.tokens_per_s},
-      ...perServer(h, "tokens_per_s", 1, 1)]},
-    completions: {el: "chart-completions", lines: (h) => [{label: "total", color: PALETTE[0],
-      get: (s) => s.completions_per_s}, ...perServer(h, "completions_per_s", 1, 1)]},
+    // the total last (drawn on top) and dashed: a server that makes all of it shows through the gaps
+    tokens: {el: "chart-tokens", lines: (h) => [...perServer(h, "tokens_per_s", 1, 1),
+      {label: "total", color: PALETTE[0], dash: [8, 5], get: (s) => s.tokens_per_s}]},
+    completions: {el: "chart-completions", lines: (h) => [...perServer(h, "completions_per_s", 1, 1),
+      {label: "total", color: PALETTE[0], dash: [8, 5], get: (s) => s.completions_per_s}]},
     lag: {el: "chart-lag", lines: () => [
       {label: "prompts lag", color: PALETTE[0], get: (s) => s.lag},
       {label: "sink lag", color: PALETTE[1], get: (s) => s.sink_lag},
-      {label: "ETA (s)", color: PALETTE[2], get: (s) => s.eta_s, scale: "s"}]},
+      {label: "ETA (s)", color: PALETTE[2], dash: [8, 5], get: (s) => s.eta_s, scale: "s"}]},
     progress: {el: "chart-progress", lines: () => [
       {label: "published", color: PALETTE[0], get: (s) => s.published},
       {label: "results", color: PALETTE[1], get: (s) => s.results},
@@ -72,7 +74,7 @@
       scales: {x: {time: true}, y: {range: (u, lo, hi) => [Math.min(0, lo), hi > 0 ? hi * 1.1 : 1]},
         s: {range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1]}},
       series: [{}, ...lines.map((l) => ({label: l.label, stroke: l.color, width: 2, scale: l.scale || "y",
-        points: {show: false}}))],
+        dash: l.dash, points: {show: false}}))],
       axes,
       legend: {live: false},
       cursor: {show: false},
@@ -85,7 +87,7 @@
     for (const [name, spec] of Object.entries(CHARTS)) {
       const lines = spec.lines(h);
       const data = [xs, ...lines.map((l) => h.map((s) => { const v = l.get(s); return none(v) ? null : v; }))];
-      dash.charts[name] = {series: lines.map((l) => ({label: l.label, color: l.color})), data};
+      dash.charts[name] = {series: lines.map((l) => ({label: l.label, color: l.color, scale: l.scale || "y"})), data};
       const el = document.getElementById(spec.el);
       const key = lines.map((l) => l.label + l.color).join("|");
       if (plots[name] && plots[name].key === key) {
