@@ -11,6 +11,7 @@ command                 what                                                  al
 ``kafkagen stack``      the local Kafka, S3 and llama.cpp servers             ``python -m launch.stack``
 ``kafkagen serve``      a fleet of SGLang servers, one per GPU (docs/serve)   :mod:`launch.serve.cli`
 ``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
+``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -39,6 +40,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "stack": ("launch.stack.cli", "stack"),
     "serve": ("launch.serve.cli", "serve"),
     "gate": ("launch.gate_cli", "gate"),
+    "status": ("launch.status_cli", "status_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -49,6 +51,7 @@ _SUMMARIES = {
     "stack": "Run the local Kafka, S3 and LLM servers.",
     "serve": "A fleet of SGLang servers, one per GPU, detached under supervisord.",
     "gate": "The run's fleet-wide quality gate: status, halt, resume.",
+    "status": "A run's status: counts, lag, servers, quality, ETA (--json, --watch).",
 }
 
 

@@ -60,11 +60,11 @@ T = TypeVar("T")
 
 
 def quiet_kafka_logs() -> None:
-    """Keep aiokafka's own INFO and WARNING lines (coordinator discovery,
-    ``GroupCoordinatorNotAvailableError`` while a broker starts, connection retries) out of a
-    terminal view: a status reader only reads, and its failures reach the caller as exceptions."""
+    """Keep aiokafka's own log lines (coordinator discovery, ``GroupCoordinatorNotAvailableError``
+    while a broker starts, ``Unable connect to ...`` while it is down) out of a terminal view: a
+    status reader only reads, and its failures reach the caller as exceptions."""
     for name in ("aiokafka", "kafka"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 class _ProgressReader:

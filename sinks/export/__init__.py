@@ -58,6 +58,12 @@ Destination
     ``errors-NNNNN.jsonl.zst``) that the new manifest does not list are deleted, so re-exporting
     into the same folder leaves no stale shard of an earlier export.
 
+Report
+    After a successful export (exit 0), its :class:`streams.control.ExportReport` (ids,
+    completions, errors, missing, duplicates dropped, destination, host) is written to the run's
+    control topic (:mod:`~sinks.export.report`; not with ``--no-topic-check``), where ``kafkagen
+    status`` reads it. A Kafka that does not take it is a warning: the dataset is written.
+
 Two passes over the objects keep memory to the id index (about 300 bytes per id) plus one
 object; shards are streamed to disk (uploaded per shard for an ``s3://`` destination).
 
@@ -65,7 +71,8 @@ Modules: :mod:`~sinks.export.expected` (expected ids), :mod:`~sinks.export.sourc
 reading the objects), :mod:`~sinks.export.index` (first pass: winners, conflicts, foreign
 records), :mod:`~sinks.export.coverage` (holes, gaps, overlaps), :mod:`~sinks.export.destination`
 (the destination and its shards), :mod:`~sinks.export.manifest` (statistics, manifest, terminal
-summary), :mod:`~sinks.export.dataset` (:func:`export`), :mod:`~sinks.export.cli` (:func:`main`).
+summary), :mod:`~sinks.export.report` (the report on the control topic),
+:mod:`~sinks.export.dataset` (:func:`export`), :mod:`~sinks.export.cli` (:func:`main`).
 
 Exit status: 0; 1 when ids are missing (unless ``--allow-missing``), a source object is corrupt
 or unreadable, offsets are not covered, ids conflict, or records of another run are in the

@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
 from sinks.export.manifest import summary
+from sinks.export.report import export_report, publish_export_report
 from streams import naming
 from streams.cli import command_settings, input_format_option, run_command, settings_options
 from streams.errors import ConfigError
@@ -142,6 +143,9 @@ def export_command(
     except (KafkaError, TimeoutError) as exc:
         raise kafka_unavailable(settings.kafka, exc) from None
     print(summary(result.manifest))
+    if result.exit_status == 0 and not no_topic_check:  # --no-topic-check: Kafka is not used
+        report = export_report(settings.run_id, result.manifest, to)
+        asyncio.run(publish_export_report(settings, report))
     return result.exit_status
 
 

@@ -1,0 +1,159 @@
+"""``kafkagen status [--run-id R] [--json] [--watch [--interval S]]``: a run's status from any host
+that reaches its Kafka (:mod:`launch.status`; the document's schema: :mod:`launch.status_shape`).
+
+Views: the default is a few aligned lines and the servers and consumers as tables
+(:func:`launch.status_view.status_view`); ``--json`` prints the document; ``--watch`` collects
+again every ``--interval`` seconds (default 2) until interrupted: on a terminal a live view
+(``rich.live.Live``), with ``--json`` one document per line, and when stdout is not a tty one
+plain line per interval (:func:`launch.status_view.status_line`). While watching, a Kafka that
+stops answering is said on that line and asked again; at the start it ends the command.
+
+Exit status (:mod:`streams.cli`): 0; 1 when the run does not exist (neither its prompts nor its
+completions topic is on that Kafka: the message names both and the address); 3 when Kafka
+cannot be reached; 130 when interrupted (the way a ``--watch`` ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import click
+from aiokafka.errors import KafkaError
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from launch.status import Collector, quiet_kafka_logs
+from launch.status_shape import RunStatus
+from launch.status_view import status_line, status_view
+from streams.cli import command_settings, run_command, settings_options
+from streams.config import Settings
+from streams.errors import KafkagenError
+from streams.kafka import kafka_unavailable
+
+__all__ = ["RunNotFoundError", "main", "status_command"]
+
+
+class RunNotFoundError(KafkagenError):
+    """The run has neither a prompts nor a completions topic on the Kafka asked (exit 1)."""
+
+
+def _not_found(settings: Settings) -> RunNotFoundError:
+    t = settings.topics
+    return RunNotFoundError(
+        f"run {settings.run_id!r} not found: Kafka at {settings.kafka.bootstrap_servers} has neither "
+        f"{t.prompts} nor {t.completions}. Check --run-id (the main job's default is demo) and the "
+        "Kafka address (KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
+    )
+
+
+async def _first(collector: Collector) -> RunStatus:
+    """The first collection: Kafka unreachable ends the command (exit 3), an unknown run too (1)."""
+    settings = collector.settings
+    try:
+        await collector.start()
+        status = await collector.collect()
+    except (KafkaError, TimeoutError, OSError) as exc:
+        raise kafka_unavailable(settings.kafka, exc) from None
+    if status.state == "not_found":
+        raise _not_found(settings)
+    return status
+
+
+async def _once(settings: Settings, as_json: bool) -> None:
+    collector = Collector(settings)
+    try:
+        status = await _first(collector)
+    finally:
+        await collector.stop()
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), indent=2))
+    else:
+        Console(highlight=False).print(status_view(status))
+
+
+async def _watch(settings: Settings, as_json: bool, interval_s: float) -> None:
+    live_view = sys.stdout.isatty() and not as_json
+    collector = Collector(settings)
+    try:
+        await _watch_with(collector, as_json, interval_s, live_view)
+    finally:
+        await collector.stop()
+
+
+async def _watch_with(collector: Collector, as_json: bool, interval_s: float, live_view: bool) -> None:
+    status = await _first(collector)
+    if live_view:
+        await _live(collector, status, interval_s)
+    else:
+        await _lines(collector, status, interval_s, as_json)
+
+
+async def _live(collector: Collector, status: RunStatus, interval_s: float) -> None:
+    """The live terminal view, redrawn after each collection (rich ``Live``)."""
+    with Live(status_view(status), console=Console(highlight=False), auto_refresh=False) as live:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                live.update(status_view(await collector.collect()), refresh=True)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                live.update(Text(f"Kafka unreachable ({type(exc).__name__}); asking again"), refresh=True)
+
+
+async def _lines(collector: Collector, status: RunStatus, interval_s: float, as_json: bool) -> None:
+    """One line per interval (a plain line, or with ``as_json`` one document), on the interval's
+    grid: a slow collection does not make the lines drift."""
+    started = time.monotonic()
+    n = 0
+    line: str = json.dumps(status.to_dict()) if as_json else status_line(status)
+    while True:
+        click.echo(line)
+        n += 1
+        await asyncio.sleep(max(0.0, started + n * interval_s - time.monotonic()))
+        try:
+            status = await collector.collect()
+        except (KafkaError, TimeoutError, OSError) as exc:
+            when, name = time.strftime("%H:%M:%S"), type(exc).__name__
+            line = f"{when} run {collector.settings.run_id}: Kafka unreachable ({name}); asking again"
+        else:
+            line = json.dumps(status.to_dict()) if as_json else status_line(status)
+
+
+@click.command(
+    "status",
+    help="A run's status from any host that reaches its Kafka: prompts published, generated, in S3 "
+    "and exported; lag per partition and consumer; servers, rates and load; quality, gate, ETA. "
+    "Exit status: 0; 1 when the run does not exist; 3 when Kafka cannot be reached.",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the status document (schema_version 1)")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="collect again every --interval seconds: a live view on a terminal, else one line per interval",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.2),
+    default=2.0,
+    show_default=True,
+    help="seconds between collections with --watch",
+)
+@settings_options("run_id", "replay_of", log_default="warning")
+@click.pass_context
+def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> int:
+    settings = command_settings(ctx)
+    quiet_kafka_logs()
+    if watch:
+        asyncio.run(_watch(settings, as_json, interval))
+    else:
+        asyncio.run(_once(settings, as_json))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``kafkagen status`` on ``argv`` (``None``: the process arguments); returns the exit status."""
+    return run_command(status_command, argv, prog="kafkagen status")
