@@ -414,10 +414,7 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
     produce += ["--bad-lines", str(tmp_path / "bad.jsonl")]
     pipeline.add("produce", spawn(produce, settings, tmp_path / "produce.log"), one_shot=True)
     port = unused_port()
-    serve = [
-        "-c",
-        f"from launch.dashboard import serve_dashboard as s; from streams.config import Settings; s(Settings(), port={port}, interval_s=1)",
-    ]  # noqa: E501
+    serve = ["-m", "launch.cli", "status", "--serve", "--port", str(port), "--interval", "1"]
     pipeline.add("dashboard", spawn(serve, settings, tmp_path / "dashboard.log"))
     url = f"http://127.0.0.1:{port}/"
     errors: list[str] = []
@@ -437,8 +434,8 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
             data = await _page_data(page)
             latest = data["latest"] or {}
             results = [s["results"] or 0 for s in data["history"]]
-            both = len(latest.get("servers") or []) == 2  # each consumer has reported
-            return both and len(set(results)) >= 3
+            both = [s for s in data["history"] if len(s["servers"]) == 2]  # each consumer has reported
+            return len(both) >= 3 and len(latest.get("servers") or []) == 2 and len(set(results)) >= 3
 
         await wait_for(generating, timeout_s=60, what="the page to show results growing", interval_s=0.5)
         # The page's numbers are the API's: the same status (same "at") as /api/status gives.
@@ -539,12 +536,14 @@ def _get(data: dict[str, Any], path: str) -> Any:
 
 
 def _visible_series(series: list[dict[str, Any]], values: list[list[float | None]]) -> list[dict[str, Any]]:
-    """The series a reader must see: those with data, less any equal value for value to one drawn
-    after it on the same scale (it lies under that one: four quality classes all at 12, say)."""
+    """The series a reader must see: those with a segment (two adjacent points) that no series drawn
+    after it on the same scale covers with the same two values (four quality classes all at 12, or
+    a server idle at 0 under another one, lie under the later line)."""
     shown = []
     for i, (s, ys) in enumerate(zip(series, values, strict=True)):
         later = [v for t, v in zip(series[i + 1 :], values[i + 1 :], strict=True) if t["scale"] == s["scale"]]
-        if any(v is not None for v in ys) and ys not in later:
+        segments = [k for k in range(len(ys) - 1) if ys[k] is not None and ys[k + 1] is not None]
+        if any(all(v[k : k + 2] != ys[k : k + 2] for v in later) for k in segments):
             shown.append(s)
     return shown
 
