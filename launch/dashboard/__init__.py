@@ -13,11 +13,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from launch.dashboard.history import History, sample_of
 from launch.dashboard.server import STATIC, Dashboard, StatusSource, run_dashboard
 from launch.status import Collector, quiet_kafka_logs
 from streams.config import Settings
 from streams.errors import ConfigError
+from streams.kafka import kafka_unavailable
 
 __all__ = [
     "DEFAULT_PORT",
@@ -73,8 +76,11 @@ async def _serve(
     async def collect() -> dict[str, Any]:
         try:
             return (await collector.collect()).to_dict()
-        except BaseException:
+        except (KafkaError, TimeoutError, OSError) as exc:
             await collector.stop()  # connect again at the next collection
+            raise kafka_unavailable(settings.kafka, exc) from exc
+        except BaseException:
+            await collector.stop()
             raise
 
     try:

@@ -81,7 +81,7 @@ class Dashboard:
             self.error = text
         else:
             if self.error is not None:
-                log.warning("dashboard: collecting the status works again")
+                log.warning("collecting the status works again")
             self.latest, self.error = status, None
             self.history.add(sample)
         finally:

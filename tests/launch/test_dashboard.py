@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -28,8 +29,8 @@ from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
-from streams.config import Settings
-from tests.helpers import REPO_ROOT, spawn, unused_port, wait_for
+from streams.config import Settings, settings_to_env
+from tests.helpers import REPO_ROOT, spawn, unused_port, wait_for, with_kafka_at
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -551,3 +552,43 @@ def _visible_series(series: list[dict[str, Any]], values: list[list[float | None
 def _rgb(colour: str) -> tuple[int, int, int]:
     """``#rrggbb`` as a tuple."""
     return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+async def test_status_serve_without_kafka_says_so_and_stops_cleanly(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``status --serve`` against a Kafka that does not answer: the page's data says why, a second
+    one on the same port exits 2 naming the address, SIGTERM stops the first with status 0."""
+    settings = with_kafka_at(settings, f"127.0.0.1:{unused_port()}")
+    port = unused_port()
+    serve = ["-m", "launch.cli", "status", "--serve", "--port", str(port), "--interval", "0.5"]
+    proc = spawn(serve, settings, tmp_path / "dashboard.log")
+    env = {**os.environ, **settings_to_env(settings)}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=40) as http:
+
+            async def failing() -> bool:
+                assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
+                with contextlib.suppress(httpx.TransportError):
+                    return bool((await http.get("/api/history")).json()["error"])
+                return False
+
+            await wait_for(failing, timeout_s=40, what="the dashboard to report the failed collection")
+            status = await http.get("/api/status")
+            assert status.status_code == 503 and status.json()["error"], status.text
+        again = await asyncio.create_subprocess_exec(
+            sys.executable, *serve, cwd=REPO_ROOT, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        _, stderr = await asyncio.wait_for(again.communicate(), 60)
+        assert again.returncode == 2, stderr
+        assert f"dashboard address 127.0.0.1:{port} is in use: choose another with --port" in stderr.decode()
+        proc.terminate()
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    log = (tmp_path / "dashboard.log").read_text()
+    assert f"dashboard: http://127.0.0.1:{port}/" in log, log
+    assert f"collecting the status failed: Kafka at {settings.kafka.bootstrap_servers}: " in log, log
+    assert "Traceback" not in log, log
