@@ -396,29 +396,25 @@ async def _page_data(page: Page) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.timeout(150)
-async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chromium(
-    kafka: str, s3: str, settings: Settings, tmp_path: Path, pipeline: Pipeline, browser: BrowserContext
-) -> None:
-    # thinking off and room for the simulator's answers (median 300 tokens): a healthy run, which the
-    # quality gate lets finish
-    generation = settings.generation.with_budget(max_tokens=1024, thinking=False)
-    settings = settings.model_copy(update={"generation": generation})
+async def _start_pipeline(pipeline: Pipeline, settings: Settings, count: int) -> str:
+    """Two simulators with a consumer each, the sink, the producer of ``count`` GSM8K questions and
+    ``kafkagen status --serve`` (a new status every second); returns the dashboard's URL once it
+    answers."""
+    logs = pipeline.logs
     for i in range(2):
-        proc, server = _simulator(tmp_path / f"sim-{i}.log")
+        proc, server = _simulator(logs / f"sim-{i}.log")
         pipeline.add(f"sim-{i}", proc)
         generate = ["-m", "consumers.generate", "--server", server, "--instance-id", f"gen-{i}"]
-        pipeline.add(f"gen-{i}", spawn(generate, settings, tmp_path / f"gen-{i}.log"))
-    pipeline.add("sink", spawn(["-m", "sinks.s3"], settings, tmp_path / "sink.log"))
-    prompts = _prompts(tmp_path / "gsm8k.jsonl", PROMPTS)
+        pipeline.add(f"gen-{i}", spawn(generate, settings, logs / f"gen-{i}.log"))
+    pipeline.add("sink", spawn(["-m", "sinks.s3"], settings, logs / "sink.log"))
+    prompts = _prompts(logs / "gsm8k.jsonl", count)
     produce = ["-m", "producers.prompts", str(prompts), "--prompt-field", "question"]
-    produce += ["--bad-lines", str(tmp_path / "bad.jsonl")]
-    pipeline.add("produce", spawn(produce, settings, tmp_path / "produce.log"), one_shot=True)
+    produce += ["--bad-lines", str(logs / "bad.jsonl")]
+    pipeline.add("produce", spawn(produce, settings, logs / "produce.log"), one_shot=True)
     port = unused_port()
     serve = ["-m", "launch.cli", "status", "--serve", "--port", str(port), "--interval", "1"]
-    pipeline.add("dashboard", spawn(serve, settings, tmp_path / "dashboard.log"))
+    pipeline.add("dashboard", spawn(serve, settings, logs / "dashboard.log"))
     url = f"http://127.0.0.1:{port}/"
-    errors: list[str] = []
     async with httpx.AsyncClient(base_url=url, timeout=20) as http:
 
         async def listening() -> bool:
@@ -428,6 +424,19 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
             return False
 
         await wait_for(listening, timeout_s=30, what=f"the dashboard on {url}")
+    return url
+
+
+@pytest.mark.timeout(150)
+async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chromium(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, pipeline: Pipeline, browser: BrowserContext
+) -> None:
+    # thinking off and room for the simulator's answers (median 300 tokens): a healthy run, which the
+    # quality gate lets finish
+    generation = settings.generation.with_budget(max_tokens=1024, thinking=False)
+    url = await _start_pipeline(pipeline, settings.model_copy(update={"generation": generation}), PROMPTS)
+    errors: list[str] = []
+    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
         page = await open_dashboard(browser, url, errors)
 
         async def generating() -> bool:  # results arrive and the page has drawn several samples
@@ -592,3 +601,33 @@ async def test_status_serve_without_kafka_says_so_and_stops_cleanly(
     assert f"dashboard: http://127.0.0.1:{port}/" in log, log
     assert f"collecting the status failed: Kafka at {settings.kafka.bootstrap_servers}: " in log, log
     assert "Traceback" not in log, log
+
+
+@pytest.mark.timeout(150)
+async def test_status_serve_shows_the_gate_halting_a_run_in_a_red_banner(
+    kafka: str, s3: str, settings: Settings, tmp_path: Path, pipeline: Pipeline, browser: BrowserContext
+) -> None:
+    """The issue's bad run in small: thinking on and a budget the reasoning eats (the simulator's
+    reasoning runs to ~1,800 tokens). The consumers' quality gate halts the run; the page says so in
+    red, with the gate's own reason and fix, as ``/api/status`` has them."""
+    generation = settings.generation.with_budget(max_tokens=128, thinking=True)
+    url = await _start_pipeline(pipeline, settings.model_copy(update={"generation": generation}), PROMPTS)
+    errors: list[str] = []
+    page = await open_dashboard(browser, url, errors)
+    banner = page.locator("#gate-banner")
+    await banner.wait_for(state="visible", timeout=60_000)
+    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+        gate = (await http.get("/api/status")).json()["gate"]
+    assert gate["state"] == "halted" and gate["reason"] and gate["fix"], gate
+    text = await banner.inner_text()
+    assert gate["reason"] in text and gate["fix"] in text, (text, gate)
+    assert all(f"{b['cls']}: " in text for b in gate["breaches"]), (text, gate)
+    assert await page.locator("#state").inner_text() == "halted"
+    await page.screenshot(path=str(tmp_path / "halted.png"))
+    with Image.open(tmp_path / "halted.png") as shot:
+        box = await banner.bounding_box()
+        assert box is not None
+        area = (int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"]))
+        red = _pixels(shot, area, (0xC6, 0x28, 0x28))
+    assert red > box["width"] * box["height"] / 2, f"{red} red pixels: the banner is not drawn"
+    assert not errors, errors
