@@ -1,161 +1,224 @@
-"""The main job's progress: offsets of the run's topics and the fleet's load, polled until done.
+"""The main job's progress, in prompts: collected (:mod:`launch.status`) until the run is done.
 
-"Generated" is the generation group's committed offsets against the prompts topic's end; "in
-S3" the sink group's against the completions and errors topics' ends (Kafka offsets, not
-records: a transactional topic's markers add one offset per partition and transaction, so both
-reach their ends a little above the record counts, together).
+Shown counts are prompts and records, never Kafka offsets: "generated" is results written
+(completions and dead letters) out of the prompts published (the producer's resume points), "in
+S3" the results the sink committed out of those written. Done is decided on offsets, exactly:
+every offset of the prompts topic committed by the generation group (transaction markers
+included) and every offset of the completions and errors topics committed by the sink
+(:attr:`launch.status_shape.RunStatus.done`).
+
+On a terminal the progress is one live view (rich ``Progress`` bars with the fleet's load); when
+stdout is not a tty, one plain line every ``interval_s`` seconds (default 10) and a final line,
+nothing else: aiokafka's own log lines are kept out (:func:`launch.status.quiet_kafka_logs`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TextIO
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
-from tqdm import tqdm
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bars
 
-from consumers.client import ServerClient
-from streams import naming
+from launch.status import Collector, quiet_kafka_logs
+from launch.status_shape import GateView, RunStatus
+from launch.status_view import duration, progress_line
 from streams.config import Settings
 from streams.errors import DeadlineError
-from streams.kafka import consumer_kwargs
 
-__all__ = ["FleetLoad", "Progress", "fleet_load", "progress", "wait_until_done"]
+__all__ = [
+    "PLAIN_INTERVAL_S",
+    "Progress",
+    "from_status",
+    "progress",
+    "wait_until_done",
+]
+
+PLAIN_INTERVAL_S = 10.0
+"""seconds between two plain progress lines when stdout is not a tty."""
+
+POLL_S = 1.0
+"""seconds between two collections (done is noticed within about this long)."""
 
 
 @dataclass
 class Progress:
-    """Counts in Kafka offsets (a transactional topic's markers make them slightly larger than
-    record counts; they reach the end together)."""
+    """Where the run stands: offsets (``prompts_end``, ``generated``, ``results_end``, ``in_s3``:
+    the exact done test) and prompts (``published``, ``results``, ``in_s3_records``)."""
 
     prompts_end: int = 0
+    """the prompts topic's end offsets, summed (transaction markers included)."""
     generated: int = 0
+    """the generation group's committed offsets on the prompts topic, summed."""
     results_end: int = 0
+    """the completions and errors topics' end offsets, summed (one offset per record)."""
     in_s3: int = 0
+    """the sink group's committed offsets on them, summed."""
+    published: int = 0
+    """prompts published (the producer's resume points; offsets when there are none)."""
+    results: int = 0
+    """completion and error records written."""
     load_samples: list[float] = field(default_factory=list)
+    """the fleet's mean occupancy (0..1), one sample per collection while generating."""
     already_done: bool = False
     """the run was complete before this invocation generated anything (a re-run)."""
+    halted: GateView | None = None
+    """the quality gate halted the run (its reason and fix): waiting stopped there."""
+    status: RunStatus | None = None
+    """the last status collected."""
 
     @property
     def done(self) -> bool:
         return self.prompts_end > 0 and self.generated >= self.prompts_end and self.in_s3 >= self.results_end
 
 
-async def _offsets(settings: Settings, group: str, topics: Sequence[str]) -> tuple[int, int]:
-    """(sum of ``group``'s committed offsets, sum of end offsets) over every partition of ``topics``.
-
-    One client per call, polled every second: the group's own consumer reads both, the end offsets
-    read_committed (last stable offsets) as :func:`streams.kafka.end_offsets` does. The run made its
-    topics with ``topics.partitions`` partitions (:mod:`launch.run`), so no metadata is asked for.
-    """
-    tps = [TopicPartition(t, p) for t in topics for p in range(settings.topics.partitions)]
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=group))
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets(tps)
-        committed = sum([await consumer.committed(tp) or 0 for tp in tps])
-    finally:
-        await consumer.stop()
-    return committed, sum(ends.values())
+def from_status(status: RunStatus) -> Progress:
+    """The :class:`Progress` of a collected status."""
+    lag = status.lag
+    sink_end = status.prompts.results
+    return Progress(
+        prompts_end=sum(p.end_offset for p in lag.partitions),
+        generated=sum(min(p.committed_offset, p.end_offset) for p in lag.partitions),
+        results_end=sink_end,
+        in_s3=sink_end - lag.sink.lag,
+        published=status.prompts.published,
+        results=status.prompts.results,
+        halted=status.gate if status.state == "halted" else None,
+        status=status,
+    )
 
 
 async def progress(settings: Settings) -> Progress:
-    """The run's progress now, from its groups' committed offsets and its topics' end offsets.
+    """The run's progress now (one collection, servers not asked).
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer.
     """
-    t = settings.topics
-    generated, prompts_end = await _offsets(settings, naming.generate_group(settings), [t.prompts])
-    in_s3, results_end = await _offsets(settings, naming.sink_group(settings), [t.completions, t.errors])
-    return Progress(prompts_end=prompts_end, generated=generated, results_end=results_end, in_s3=in_s3)
+    quiet_kafka_logs()
+    async with Collector(settings, probe_servers=False) as collector:
+        return from_status(await collector.collect())
 
 
-@dataclass
-class FleetLoad:
-    """Running and queued requests summed over the servers that report them, and the mean
-    occupancy over them: 1 for a server with requests waiting (it runs all that its running limit
-    or its KV cache allows; SGLang's automatic running limit is in the thousands, so the cache is
-    usually what binds), else running / running limit (None if no server tells)."""
-
-    running: int = 0
-    queued: int = 0
-    occupancy: float | None = None
-
-    def describe(self) -> str:
-        busy = "?" if self.occupancy is None else f"{self.occupancy:.0%}"
-        return f"running {self.running}, queued {self.queued}, slots busy {busy}"
+def _occupancy(status: RunStatus) -> float | None:
+    """The mean occupancy over the servers that tell it: 1 for a server with requests waiting (it
+    runs all that its running limit or its KV cache allows; SGLang's automatic running limit is in
+    the thousands, so the cache is usually what binds), else running / running limit."""
+    values = [s.occupancy for s in status.servers if s.occupancy is not None]
+    return sum(values) / len(values) if values else None
 
 
-async def fleet_load(clients: list[ServerClient]) -> FleetLoad:
-    """The fleet's load now (:class:`FleetLoad`); servers that do not report it are left out."""
-    fleet = FleetLoad()
-    ratios = []
-    for client in clients:
-        load = await client.load()
-        if load is None:
-            continue
-        fleet.running += load.running
-        fleet.queued += load.queued
-        slots = client.info.max_running_requests if client.info else None
-        if load.queued > 0:
-            ratios.append(1.0)  # work waits on the server: it runs all it can (KV-cache bound)
-        elif slots:
-            ratios.append(min(1.0, load.running / slots))
-    fleet.occupancy = sum(ratios) / len(ratios) if ratios else None
-    return fleet
+class _Display:
+    """Live bars on a terminal, else one plain line per ``interval_s`` (and a final one); nothing
+    when not ``show``."""
+
+    def __init__(self, show: bool, interval_s: float, out: TextIO) -> None:
+        self.out = out
+        self.live = show and out.isatty()
+        self.plain = show and not self.live
+        self.interval_s = interval_s
+        self._last: float | None = None
+        self._bars: Bars | None = None
+        if self.live:
+            self._bars = Bars(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[note]}"),
+                console=Console(file=out),
+                transient=False,
+            )
+            self._gen = self._bars.add_task("generated", total=None, note="")
+            self._s3 = self._bars.add_task("in S3    ", total=None, note="")
+            self._bars.start()
+
+    def show(self, status: RunStatus, *, final: bool = False) -> None:
+        p = status.prompts
+        if self._bars is not None:
+            note = f"{status.rates.completions_per_s:.1f}/s, ETA {duration(status.eta_s)}"
+            load = progress_line(status).split("; ", 1)[1]
+            self._bars.update(self._gen, total=p.published, completed=min(p.results, p.published), note=note)
+            self._bars.update(self._s3, total=p.results, completed=p.in_s3, note=load)
+        elif self.plain:
+            now = time.monotonic()
+            if final or self._last is None or now - self._last >= self.interval_s:
+                self._last = now
+                print(f"progress: {progress_line(status)}", file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        """A line outside the progress (a Kafka outage), at most once per interval when plain."""
+        if self._bars is not None:
+            self._bars.console.print(text)
+        elif self.plain:
+            print(text, file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
 
 
-async def wait_until_done(settings: Settings, timeout_s: float | None, show: bool) -> Progress:
-    """Poll offsets every second until the run is done; draw two progress bars on stderr.
+async def wait_until_done(
+    settings: Settings,
+    timeout_s: float | None,
+    show: bool,
+    *,
+    interval_s: float = PLAIN_INTERVAL_S,
+    out: TextIO | None = None,
+) -> Progress:
+    """Collect every second until the run is done (or halted by its quality gate), showing the
+    progress in prompts on ``out`` (default stdout; the module docstring says how).
+
+    Returns:
+        the last :class:`Progress`: done, or with ``halted`` set (the gate's reason and fix) when
+        the control topic says the run is halted.
 
     Raises:
-        TimeoutError: not done within ``timeout_s`` seconds.
+        DeadlineError: not done within ``timeout_s`` seconds.
+        TimeoutError: Kafka unreachable when ``timeout_s`` ran out.
     """
-    clients = [ServerClient(u, settings.generation) for u in settings.servers]
-    # Kafka offsets, not records: the producer's transaction markers add one offset per partition
-    # and transaction, so "generated" runs a little above the prompt count; "to S3" is out of the
-    # results written so far, a total that grows as completions arrive.
-    gen_bar = tqdm(desc="generated", unit="offset", disable=not show, dynamic_ncols=True)
-    s3_bar = tqdm(desc="to S3    ", unit="offset", disable=not show, dynamic_ncols=True)
-    first = True
+    quiet_kafka_logs()
+    display = _Display(show, interval_s, out or sys.stdout)
     samples: list[float] = []
     deadline = time.monotonic() + timeout_s if timeout_s else None
+    first = True
+    outage_said = 0.0
+    collector = Collector(settings, servers=settings.servers)
     try:
-        for client in clients:
-            await client.describe()
         while True:
             try:
-                now = await progress(settings)
+                status = await collector.collect()
             except (TimeoutError, KafkaError, OSError) as exc:  # e.g. the broker restarting
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {settings.run_id}: Kafka unreachable: {exc}") from None
+                    raise TimeoutError(f"run {settings.run_id}: Kafka unreachable: {exc!r}") from None
+                if time.monotonic() - outage_said >= interval_s:
+                    outage_said = time.monotonic()
+                    display.note(
+                        f"progress: Kafka at {settings.kafka.bootstrap_servers} does not answer; waiting"
+                    )
+                await collector.stop()
                 await asyncio.sleep(2.0)
                 continue
-            load = await fleet_load(clients)
-            if load.occupancy is not None and now.generated < now.prompts_end:
-                samples.append(load.occupancy)
-            gen_bar.set_postfix_str(load.describe(), refresh=False)
-            for bar, n, total in (
-                (gen_bar, now.generated, now.prompts_end),
-                (s3_bar, now.in_s3, now.results_end),
-            ):
-                bar.total = total
-                bar.n = min(n, total)
-                bar.refresh()
-            if now.done:
+            now = from_status(status)
+            busy = _occupancy(status)
+            if busy is not None and now.generated < now.prompts_end:
+                samples.append(busy)
+            if now.done or now.halted is not None:
+                display.show(status, final=True)
                 now.load_samples = samples
-                now.already_done = first
+                now.already_done = first and now.done
                 return now
+            display.show(status)
             first = False
             if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineError(f"run {settings.run_id} not done after {timeout_s:.0f} s: {now}")
-            await asyncio.sleep(1.0)
+                raise DeadlineError(
+                    f"run {settings.run_id} not done after {timeout_s:.0f} s: {progress_line(status)}"
+                )
+            await asyncio.sleep(POLL_S)
     finally:
-        gen_bar.close()
-        s3_bar.close()
-        for client in clients:
-            await client.aclose()
+        display.close()
+        await collector.stop()

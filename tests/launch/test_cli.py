@@ -10,7 +10,7 @@ import pytest
 
 from launch.cli import main
 
-COMMANDS = ["run", "produce", "generate", "sink", "export", "stack"]
+COMMANDS = ["run", "produce", "generate", "sink", "export", "stack", "status"]
 
 
 def test_the_group_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,143 @@
+"""The run status against a real pipeline: the main job (``python -m launch.run``) on two SGLang-API
+simulators already running, 100 real prompts, consumers and sink under supervisord, the export.
+
+Its progress when stdout is not a tty is a handful of plain lines counting prompts (100, not the
+107 offsets of the prompts topic, transaction markers included), with no aiokafka log line; then
+``kafkagen status --json`` matches what happened (published == 100, every result in S3, lag 0,
+both consumers listed with the partitions they hold, the export's report), and ``status
+--watch`` writes one plain line per interval when not on a tty."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launch.stack import LocalStack
+from launch.supervise import Supervisor
+from producers.sample import DEMO_FILE
+from tests.helpers import REPO_ROOT, unused_port
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[str]]:
+    """Two simulators (8 slots each, 20x real time) on free ports: a user's servers."""
+    procs: list[subprocess.Popen[str]] = []
+    urls = []
+    try:
+        for i in range(2):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "simulator", "--port", str(unused_port()), "--time-scale", "20",
+                 "--max-running-requests", "8", "--served-model-name", "sim-qwen3"],
+                cwd=REPO_ROOT,
+                stdout=subprocess.PIPE,
+                stderr=(tmp_path / f"sim-{i}.log").open("w"),
+                text=True,
+            )  # fmt: skip
+            procs.append(proc)
+            assert proc.stdout is not None
+            match = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
+            assert match, f"simulator {i} did not start: {tmp_path / f'sim-{i}.log'}"
+            urls.append(match.group(0))
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+
+
+def _status(run_id: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", "status", "--run-id", run_id, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_status_and_progress_on_a_real_pipeline(
+    local_stack: LocalStack, kafka: str, s3: str, servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    run_id = f"e2e-status-{unique}"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(DEMO_FILE)]
+    for url in servers:
+        args += ["--server", url]
+    args += [
+        "--server-timeout",
+        "60",
+        "--to",
+        str(tmp_path / "dataset"),
+        "--timeout",
+        "480",
+        "--keep-running",
+    ]
+    supervisor = Supervisor(local_stack.home / "runs" / run_id)
+    try:
+        done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-4000:]
+
+        # the progress: a handful of plain lines in prompts, then the summary
+        lines = done.stdout.splitlines()
+        progress = [line for line in lines if line.startswith("progress: ")]
+        assert 1 <= len(progress) <= 12, output
+        assert all(
+            re.match(r"progress: generated \d+/100(?: \(\d+ errors\))?, in S3 \d+/\d+, ", p) for p in progress
+        )
+        assert progress[-1].startswith("progress: generated 100/100"), progress
+        assert "/107" not in output and "offset" not in "\n".join(progress)
+        assert "aiokafka" not in output and "GroupCoordinator" not in output, output
+        first = lines.index(progress[0])
+        last = lines.index(progress[-1])
+        assert lines[first : last + 1] == progress, "nothing but progress lines between them, no blank line"
+        assert len(output.splitlines()) < 60, output
+
+        # the status document matches what happened
+        status = _status(run_id, "--json")
+        assert status.returncode == 0, status.stderr
+        doc = json.loads(status.stdout)
+        assert doc["schema_version"] == 1 and doc["state"] == "done", doc
+        p = doc["prompts"]
+        assert (p["published"], p["published_exact"]) == (100, True)
+        assert p["results"] >= 100 and p["in_s3"] == p["results"], p  # a handover may generate one twice
+        assert p["completions"] + p["errors"] == p["results"] and p["remaining"] == 0
+        assert p["exported"] == 100 and doc["export"]["ids"] == 100
+        lag = doc["lag"]
+        assert lag["total"] == 0 and lag["sink"] == {"lag": 0, "members": 1}
+        assert sum(x["end_offset"] for x in lag["partitions"]) > 100, "offsets include transaction markers"
+        members = {c["member"]: c["partitions"] for c in lag["consumers"]}
+        assert set(members) == {f"{run_id}-generate-0", f"{run_id}-generate-1"}, lag["consumers"]
+        assert sorted(q for ps in members.values() for q in ps) == list(range(7))
+        assert {x["owner"] for x in lag["partitions"]} == set(members)
+
+        # --watch, not on a tty: one plain line per interval
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "launch.cli", "status", "--run-id", run_id, "--watch", "--interval", "1"],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(6.5)
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=30)
+        assert watch.returncode == 130, err
+        watched = out.splitlines()
+        assert 3 <= len(watched) <= 8, out
+        for line in watched:
+            assert re.match(rf"\d\d:\d\d:\d\d run {re.escape(run_id)} done: published 100, ", line), line
+        assert "Traceback" not in err, err
+    finally:
+        supervisor.shutdown()
