@@ -1,5 +1,6 @@
-"""``kafkagen status [--run-id R] [--json] [--watch [--interval S]]``: a run's status from any host
-that reaches its Kafka (:mod:`launch.status`; the document's schema: :mod:`launch.status_shape`).
+"""``kafkagen status [--run-id R] [--json] [--watch [--interval S]] [--serve [--host H] [--port P]]``:
+a run's status from any host that reaches its Kafka (:mod:`launch.status`; the document's
+schema: :mod:`launch.status_shape`).
 
 Views: the default is a few aligned lines and the servers and consumers as tables
 (:func:`launch.status_view.status_view`); ``--json`` prints the document; ``--watch`` collects
@@ -7,6 +8,9 @@ again every ``--interval`` seconds (default 2) until interrupted: on a terminal 
 (``rich.live.Live``), with ``--json`` one document per line, and when stdout is not a tty one
 plain line per interval (:func:`launch.status_view.status_line`). While watching, a Kafka that
 stops answering is said on that line and asked again; at the start it ends the command.
+``--serve`` runs the web dashboard instead (:mod:`launch.dashboard`), collecting every
+``--interval`` seconds until SIGINT or SIGTERM (then exit 0); a Kafka that does not answer is
+shown on the page and logged, and asked again.
 
 Exit status (:mod:`streams.cli`): 0; 1 when the run does not exist (neither its prompts nor its
 completions topic is on that Kafka: the message names both and the address); 3 when Kafka
@@ -27,6 +31,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from launch.dashboard import DEFAULT_PORT, serve_dashboard
 from launch.status import Collector, quiet_kafka_logs
 from launch.status_shape import RunStatus
 from launch.status_view import PLAIN_WIDTH, status_line, status_view
@@ -143,14 +148,34 @@ async def _lines(collector: Collector, status: RunStatus, interval_s: float, as_
     type=click.FloatRange(min=0.2),
     default=2.0,
     show_default=True,
-    help="seconds between collections with --watch",
+    help="seconds between collections with --watch or --serve",
+)
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="serve the web dashboard (live charts; assets bundled, no internet needed) on "
+    "http://HOST:PORT/ until interrupted (launch/dashboard)",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address the dashboard binds (--serve)")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="its port (--serve)",
 )
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
-def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: float) -> int:
+def status_command(
+    ctx: click.Context, as_json: bool, watch: bool, interval: float, serve: bool, host: str, port: int
+) -> int:
     settings = command_settings(ctx)
     quiet_kafka_logs()
-    if watch:
+    if serve:
+        if as_json or watch:
+            raise click.UsageError("--serve shows the status in a browser: use it without --json and --watch")
+        serve_dashboard(settings, host, port, interval_s=interval)
+    elif watch:
         asyncio.run(_watch(settings, as_json, interval))
     else:
         asyncio.run(_once(settings, as_json))

@@ -8,6 +8,9 @@
 # into a wheelhouse keyed by those flags, and installed from there. First build: ~8-12 min.
 # KAFKAGEN_WITH_LLM=0 skips llama.cpp and its model (the `llm` extra): a GPU host whose servers are
 # SGLang does not need them (scripts/run.sh sets it when the run's servers are given).
+# KAFKAGEN_WITH_BROWSER=1 (scripts/test.sh sets it) also installs Chromium from Debian's packages
+# (apt, as root) for the dashboard's browser test, unless /usr/bin/chromium exists; playwright (the
+# dev extra) drives it. Never `playwright install`: it downloads a browser build of its own.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +29,21 @@ EXTRAS="local,dev"
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
   echo "error: Python 3.11+ is needed ($PY is $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
   exit 1
+fi
+if [ "${KAFKAGEN_WITH_BROWSER:-0}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: the dashboard test needs Chromium at /usr/bin/chromium: as root, apt-get update && apt-get install -y chromium (or run as root on Debian/Ubuntu and this script installs it)" >&2
+    exit 1
+  fi
+  log "installing Chromium (Debian package chromium) for the dashboard test"
+  APT_LOG="$(mktemp -t kafkagen-apt-chromium.XXXXXX.log)"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$APT_LOG" 2>&1 \
+    || [ ! -x /usr/bin/chromium ]; then
+    tail -n 20 "$APT_LOG" >&2
+    echo "error: apt-get install chromium failed (log above, all of it in $APT_LOG); install Debian's chromium package by hand" >&2
+    exit 1
+  fi
+  rm -f "$APT_LOG"
 fi
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating venv $VENV"

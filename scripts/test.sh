@@ -6,7 +6,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup-env.sh
+# with Chromium (Debian's package) for the dashboard's browser test (tests/launch/test_dashboard.py)
+KAFKAGEN_WITH_BROWSER="${KAFKAGEN_WITH_BROWSER:-1}" bash scripts/setup-env.sh
 VENV="${KAFKAGEN_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 export AWS_EC2_METADATA_DISABLED=true
