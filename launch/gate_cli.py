@@ -16,28 +16,22 @@ the run halted, 2 bad usage or settings, 3 Kafka cannot be reached.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Sequence
-from typing import Literal
 
 import click
 from aiokafka.errors import KafkaError
 
 from consumers.gate import GATE_CLASSES
+from launch.gate_control import change_gate
 from streams.cli import ExitCode, command_settings, run_command, settings_options
 from streams.config import Settings
-from streams.control import ControlLog, ControlState, GateRecord, MemberReport, read_control
+from streams.control import ControlState, MemberReport, read_control
 from streams.kafka import kafka_unavailable
-from streams.topics import ensure_topics, topic_specs
 
 __all__ = ["describe_state", "gate", "main"]
 
 _TIMEOUT_S = 30.0
-
-
-def _by() -> str:
-    return f"kafkagen gate@{socket.gethostname()}"
 
 
 def describe_state(settings: Settings, state: ControlState, *, now: float | None = None) -> list[str]:
@@ -91,50 +85,6 @@ def _member_line(r: MemberReport, now: float, silent_s: float) -> str:
     )
 
 
-async def _write(settings: Settings, action: Literal["halt", "resume"], reason: str) -> str:
-    """Halt or resume: read the control topic, write the gate record unless pointless, and
-    return the line to print."""
-    await ensure_topics(settings, [topic_specs(settings)["control"]], timeout_s=_TIMEOUT_S)
-    control = ControlLog(settings)
-    try:
-        state = await control.start(timeout_s=_TIMEOUT_S)
-        run = settings.run_id
-        if action == "halt":
-            if state.halted:
-                why = state.gate.reason if state.gate else ""
-                return f"run {run} is halted already (epoch {state.epoch}): {why}"
-            record = GateRecord(
-                run_id=run,
-                state="halted",
-                epoch=state.epoch,
-                at=time.time(),
-                by=_by(),
-                reason=f"halted by hand: {reason}",
-                fix="fix what the reason says, restart the consumers, then: "
-                f"kafkagen gate resume --run-id {run}",
-                counts=state.fleet_gate_counts(),
-            )
-            done = f"run {run} halted (epoch {state.epoch}): the consumers start no new prompt within seconds"
-        else:
-            if not state.halted:
-                return f"run {run} is not halted (epoch {state.epoch}): nothing to resume"
-            record = GateRecord(
-                run_id=run,
-                state="resumed",
-                epoch=state.epoch + 1,
-                at=time.time(),
-                by=_by(),
-                reason=reason,
-                counts=state.fleet_gate_counts(),
-            )
-            done = f"run {run} resumed: gate epoch {state.epoch + 1}, counts from zero"
-        async with asyncio.timeout(_TIMEOUT_S):
-            await control.publish(record)
-        return done
-    finally:
-        await control.stop()
-
-
 @click.group("gate", help="The run's fleet-wide quality gate: status, halt, resume (docs/gate.md).")
 def gate() -> None:
     pass
@@ -164,7 +114,7 @@ def status(ctx: click.Context) -> int:
 def halt(ctx: click.Context, reason: str) -> None:
     settings = command_settings(ctx)
     try:
-        print(asyncio.run(_write(settings, "halt", reason)))
+        print(asyncio.run(change_gate(settings, "halt", reason))[1])
     except (KafkaError, TimeoutError) as exc:
         raise kafka_unavailable(settings.kafka, exc) from None
 
@@ -179,7 +129,7 @@ def halt(ctx: click.Context, reason: str) -> None:
 def resume(ctx: click.Context, reason: str) -> None:
     settings = command_settings(ctx)
     try:
-        print(asyncio.run(_write(settings, "resume", reason)))
+        print(asyncio.run(change_gate(settings, "resume", reason))[1])
     except (KafkaError, TimeoutError) as exc:
         raise kafka_unavailable(settings.kafka, exc) from None
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from launch.gate_control import halt_lines, resume_if_halted
 from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
@@ -414,7 +416,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     if not plan.embedded:
         stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
-    asyncio.run(ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]]))
+    asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
 
     # What the run had generated before this invocation (> 0: a resumed run), read before any
     # consumer of this invocation starts.
@@ -442,6 +444,10 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     supervisor = Supervisor(stack.home / "runs" / settings.run_id, env)
     supervisor.start(programs, cwd=root)
     say(f"consumers and sink started under supervisord; logs in {supervisor.log_dir}")
+    # A re-run of a halted run is its resume: the consumers just started have the new settings.
+    resumed = asyncio.run(resume_if_halted(settings, by=f"kafkagen run@{socket.gethostname()}"))
+    if resumed:
+        say(resumed)
     bad_lines = supervisor.home / "bad-lines.jsonl"
     try:
         if settings.replay_of is not None:
@@ -473,6 +479,10 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             )
             return 1
         progress = asyncio.run(wait_until_done(settings, options.timeout_s, show=options.progress))
+        if progress.halted is not None:
+            for line in halt_lines(settings.run_id, progress.halted.reason, progress.halted.fix):
+                say(line)
+            return 1
         dataset = options.to or str(stack.home / "datasets" / settings.run_id)
         export = subprocess.run(
             _python("-m", "sinks.export", "--run", settings.run_id, "--to", dataset),

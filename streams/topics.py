@@ -14,7 +14,8 @@ producer progress compact     one record per input file (key = file identity): t
                               point wins; compaction keeps the topic small.
 control           compact     one partition; the run's state, one record per key (the quality
                               gate's decision, each consumer's latest report): the latest wins
-                              (:mod:`streams.control`).
+                              (:mod:`streams.control`). ``segment.ms`` 10 min: the log cleaner
+                              compacts closed segments only.
 ================  ==========  ====================================================================
 
 Every topic gets ``max.message.bytes`` from ``KafkaSettings.max_message_bytes`` (a prompt with
@@ -90,7 +91,11 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         "prompts": TopicSpec(t.prompts, t.partitions, t.replication_factor, keep),
         "completions": TopicSpec(t.completions, t.partitions, t.replication_factor, keep),
         "errors": TopicSpec(t.errors, t.partitions, t.replication_factor, keep),
-        "control": TopicSpec(t.control, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}),
+        # A segment is compacted only once closed: a new one every 10 minutes keeps the members' reports
+        # (one per consumer per second) from piling up in a never-compacted active segment.
+        "control": TopicSpec(
+            t.control, 1, t.replication_factor, {**common, "cleanup.policy": "compact", "segment.ms": "600000"}
+        ),
         "producer_progress": TopicSpec(
             t.producer_progress, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}
         ),

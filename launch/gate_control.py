@@ -1,0 +1,114 @@
+"""Halting and resuming a run by hand: the gate records ``kafkagen gate halt|resume`` and the main
+job write on the run's control topic (:mod:`streams.control`, docs/gate.md).
+
+A halt names the current epoch; a resume starts the next one (``epoch + 1``), whose counts start
+from zero. Both read the topic first and write nothing when it would change nothing (halting a
+halted run, resuming a running one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Literal
+
+from streams.config import Settings
+from streams.control import ControlLog, GateRecord, read_control
+from streams.topics import ensure_topics, topic_specs
+
+__all__ = ["change_gate", "halt_lines", "resume_if_halted"]
+
+TIMEOUT_S = 30.0
+"""Seconds Kafka gets for each step (topic set-up, reading the topic, the write)."""
+
+
+async def change_gate(
+    settings: Settings, action: Literal["halt", "resume"], reason: str, *, by: str | None = None
+) -> tuple[bool, str]:
+    """Halt or resume run ``settings.run_id``: ``(changed, the line to print)``. ``by`` names the
+    writer in the record (default ``kafkagen gate@<host>``).
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    by = by or f"kafkagen gate@{socket.gethostname()}"
+    await ensure_topics(settings, [topic_specs(settings)["control"]], timeout_s=TIMEOUT_S)
+    control = ControlLog(settings)
+    try:
+        state = await control.start(timeout_s=TIMEOUT_S)
+        run = settings.run_id
+        if action == "halt":
+            if state.halted:
+                why = state.gate.reason if state.gate else ""
+                return False, f"run {run} is halted already (epoch {state.epoch}): {why}"
+            record = GateRecord(
+                run_id=run,
+                state="halted",
+                epoch=state.epoch,
+                at=time.time(),
+                by=by,
+                reason=f"halted by hand: {reason}",
+                fix="fix what the reason says, restart the consumers, then: "
+                f"kafkagen gate resume --run-id {run}",
+                counts=state.fleet_gate_counts(),
+            )
+            done = f"run {run} halted (epoch {state.epoch}): the consumers start no new prompt within seconds"
+        else:
+            if not state.halted:
+                return False, f"run {run} is not halted (epoch {state.epoch}): nothing to resume"
+            record = GateRecord(
+                run_id=run,
+                state="resumed",
+                epoch=state.epoch + 1,
+                at=time.time(),
+                by=by,
+                reason=reason,
+                counts=state.fleet_gate_counts(),
+            )
+            done = f"run {run} resumed: gate epoch {state.epoch + 1}, counts from zero"
+        async with asyncio.timeout(TIMEOUT_S):
+            await control.publish(record)
+        return True, done
+    finally:
+        await control.stop()
+
+
+async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
+    """Resume run ``settings.run_id`` if its gate halted it (what a re-run of the main job with the
+    fix does, after its consumers were replaced); the line to print, or None when it was not halted.
+    The line warns when ``settings.generation`` has the ``max_tokens`` and thinking the gate halted at.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    state = await read_control(settings, timeout_s=TIMEOUT_S)
+    if not state.halted or state.gate is None:
+        return None
+    gen = settings.generation
+    thinking = bool(gen.chat_template_kwargs.get("enable_thinking"))
+    halted = state.gate
+    _, line = await change_gate(
+        settings,
+        "resume",
+        f"re-run with max_tokens {gen.max_tokens}, thinking {'on' if thinking else 'off'}",
+        by=by,
+    )
+    note = f"run {settings.run_id} was halted by its quality gate ({halted.reason}); {line}"
+    if halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking:
+        note += (
+            "; warning: max_tokens and thinking are the ones it halted at: unless the servers changed, "
+            "it will halt again"
+        )
+    return note
+
+
+def halt_lines(run_id: str, reason: str, fix: str) -> list[str]:
+    """What the main job prints when its run is halted: the cause, the fix, how to resume."""
+    return [
+        f"error: run {run_id} HALTED by its quality gate: {reason}",
+        f"fix: {fix}",
+        f"then run the same command with the fix (same --run-id {run_id}): it resumes the run; the "
+        "prompts already done are kept, the others are generated with the new settings "
+        f"(kafkagen status --run-id {run_id} shows the run, kafkagen gate status --run-id {run_id} the gate)",
+    ]
