@@ -94,7 +94,10 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         # A segment is compacted only once closed: a new one every 10 minutes keeps the members' reports
         # (one per consumer per second) from piling up in a never-compacted active segment.
         "control": TopicSpec(
-            t.control, 1, t.replication_factor, {**common, "cleanup.policy": "compact", "segment.ms": "600000"}
+            t.control,
+            1,
+            t.replication_factor,
+            {**common, "cleanup.policy": "compact", "segment.ms": "600000"},
         ),
         "producer_progress": TopicSpec(
             t.producer_progress, 1, t.replication_factor, {**common, "cleanup.policy": "compact"}
