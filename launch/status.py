@@ -44,11 +44,12 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from consumers.client import ServerClient
 from launch.status_shape import GroupMember, Observation, RunStatus, ServerProbe, shape
+from producers.progress import take_progress
 from streams import naming
 from streams.config import Settings
 from streams.control import ControlLog, ControlState
 from streams.kafka import client_kwargs, consumer_kwargs
-from streams.records import ProgressRecord, RecordDecodeError, decode
+from streams.records import ProgressRecord
 
 __all__ = ["Collector", "RunStatus", "collect", "quiet_kafka_logs"]
 
@@ -86,14 +87,7 @@ class _ProgressReader:
             self._assigned = True
         while await self._consumer.position(self._tp) < end:
             batch = await self._consumer.getmany(self._tp, timeout_ms=200, max_records=10000)
-            for message in batch.get(self._tp, []):
-                if message.key is None or not message.key.startswith(self._prefix):
-                    continue
-                if message.value is None:
-                    self.latest.pop(message.key, None)
-                    continue
-                with contextlib.suppress(RecordDecodeError):
-                    self.latest[message.key] = decode(message.value, ProgressRecord)
+            take_progress(self.latest, batch.get(self._tp, []), self._prefix)
 
     @property
     def published(self) -> int | None:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from streams import naming
@@ -37,7 +37,14 @@ from streams.inputs import MappingOptions
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, RecordDecodeError, decode
 
-__all__ = ["InputChangedError", "ProgressStore", "changed_error", "options_fingerprint", "resume_note"]
+__all__ = [
+    "InputChangedError",
+    "ProgressStore",
+    "changed_error",
+    "options_fingerprint",
+    "resume_note",
+    "take_progress",
+]
 
 
 class InputChangedError(InputError):
@@ -100,6 +107,23 @@ def changed_error(prior: ProgressRecord, source: str, what: str) -> InputChanged
     )
 
 
+def take_progress(
+    latest: dict[bytes, ProgressRecord], messages: Iterable[ConsumerRecord[bytes, bytes]], prefix: bytes
+) -> None:
+    """Apply progress-topic ``messages`` to ``latest`` (key → the latest resume point), keeping only
+    keys that start with ``prefix`` (one run's, :func:`streams.naming.progress_key_prefix`): a
+    tombstone drops its key; a value that does not decode (not ours, or a future schema) leaves the
+    previous resume point in force."""
+    for message in messages:
+        if message.key is None or not message.key.startswith(prefix):
+            continue
+        if message.value is None:
+            latest.pop(message.key, None)
+            continue
+        with contextlib.suppress(RecordDecodeError):
+            latest[message.key] = decode(message.value, ProgressRecord)
+
+
 class ProgressStore:
     """The latest :class:`ProgressRecord` of every input published to this prompts topic under this
     run id, read from the progress topic (other keys are skipped, not kept).
@@ -152,15 +176,7 @@ class ProgressStore:
         warned = False
         while await self._consumer.position(self._tp) < end:
             batch = await self._consumer.getmany(self._tp, timeout_ms=200, max_records=10000)
-            for message in batch.get(self._tp, []):
-                if message.key is None or not message.key.startswith(self._prefix):
-                    continue
-                if message.value is None:
-                    self._latest.pop(message.key, None)
-                    continue
-                # Not ours or from a future schema: the previous resume point stays in force.
-                with contextlib.suppress(RecordDecodeError):
-                    self._latest[message.key] = decode(message.value, ProgressRecord)
+            take_progress(self._latest, batch.get(self._tp, []), self._prefix)
             waited = time.monotonic() - started
             if waited > 5 and not warned:
                 warned = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -191,3 +192,22 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         await asyncio.sleep(interval_s)
+
+
+def start_simulator(log: Path, *args: str, port: int = 0) -> tuple[subprocess.Popen[str], str]:
+    """``python -m simulator --port PORT ARGS`` (``port`` 0: any free one) with its stderr in ``log``;
+    returns the process and its URL, read from the line the simulator prints once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simulator", "--port", str(port), *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"http://127\.0\.0\.1:\d+", line)
+    if not match:
+        proc.kill()
+        raise AssertionError(f"the simulator printed {line!r}; see {log}")
+    return proc, match.group(0)

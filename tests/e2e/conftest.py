@@ -3,43 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import start_simulator
 
 
 def _simulator(port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
-    """Start ``python -m simulator`` on ``port`` (0: any free one); returns it and its URL."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "simulator",
-            "--port",
-            str(port),
-            "--time-scale",
-            "50",
-            "--max-running-requests",
-            "8",
-            "--served-model-name",
-            "sim-qwen3",
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # the simulator prints its URL once it listens
-    match = re.search(r"http://127\.0\.0\.1:\d+", line)
-    assert match, f"simulator printed {line!r}; see {log}"
-    return proc, match.group(0)
+    """A simulator at 50 times real time with 8 slots on ``port`` (0: any free one)."""
+    args = ("--time-scale", "50", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+    return start_simulator(log, *args, port=port)
 
 
 @pytest.fixture

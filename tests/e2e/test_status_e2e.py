@@ -26,7 +26,7 @@ import pytest
 from launch.stack import LocalStack
 from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
-from tests.helpers import REPO_ROOT, unused_port
+from tests.helpers import REPO_ROOT, start_simulator, unused_port
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -38,19 +38,10 @@ def servers(tmp_path: Path) -> Iterator[list[str]]:
     urls = []
     try:
         for i in range(2):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "simulator", "--port", str(unused_port()), "--time-scale", "20",
-                 "--max-running-requests", "8", "--served-model-name", "sim-qwen3"],
-                cwd=REPO_ROOT,
-                stdout=subprocess.PIPE,
-                stderr=(tmp_path / f"sim-{i}.log").open("w"),
-                text=True,
-            )  # fmt: skip
+            args = ("--time-scale", "20", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+            proc, url = start_simulator(tmp_path / f"sim-{i}.log", *args, port=unused_port())
             procs.append(proc)
-            assert proc.stdout is not None
-            match = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
-            assert match, f"simulator {i} did not start: {tmp_path / f'sim-{i}.log'}"
-            urls.append(match.group(0))
+            urls.append(url)
         yield urls
     finally:
         for proc in procs:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
 from streams.config import Settings, settings_to_env
-from tests.helpers import REPO_ROOT, spawn, unused_port, wait_for, with_kafka_at
+from tests.helpers import REPO_ROOT, spawn, start_simulator, unused_port, wait_for, with_kafka_at
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -320,19 +319,8 @@ GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
 
 def _simulator(log: Path) -> tuple[subprocess.Popen[str], str]:
     """``python -m simulator`` on a free port, 4 slots, at 5 times real time: the process and its URL."""
-    args = ["-m", "simulator", "--port", "0", "--time-scale", "5", "--max-running-requests", "4"]
-    proc = subprocess.Popen(
-        [sys.executable, *args, "--served-model-name", "sim-qwen3"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # the simulator prints its URL once it listens
-    match = re.search(r"http://127\.0\.0\.1:\d+", line)
-    assert match, f"simulator printed {line!r}; see {log}"
-    return proc, match.group(0)
+    args = ("--time-scale", "5", "--max-running-requests", "4", "--served-model-name", "sim-qwen3")
+    return start_simulator(log, *args)
 
 
 class Pipeline:

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-import re
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +21,7 @@ from streams import naming
 from streams.config import Settings
 from streams.control import ClassCounts, ControlLog, ExportReport, GateRecord, MemberReport
 from streams.topics import ensure_topics, topic_specs
-from tests.helpers import REPO_ROOT, make_prompt, publish, unused_port
+from tests.helpers import make_prompt, publish, start_simulator, unused_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,28 +35,10 @@ def run_settings(base_settings: Settings, kafka: str, unique: str) -> Settings:
 @pytest.fixture
 def simulator(tmp_path: Path) -> Iterator[str]:
     """One SGLang-API simulator (8 slots) on a free port; its URL."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "simulator",
-            "--port",
-            str(unused_port()),
-            "--max-running-requests",
-            "8",
-            "--served-model-name",
-            "sim-qwen3",
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=(tmp_path / "sim.log").open("w"),
-        text=True,
-    )
+    args = ("--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+    proc, url = start_simulator(tmp_path / "sim.log", *args, port=unused_port())
     try:
-        assert proc.stdout is not None
-        match = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
-        assert match, f"the simulator did not start: {tmp_path / 'sim.log'}"
-        yield match.group(0)
+        yield url
     finally:
         proc.terminate()
         proc.wait(20)
