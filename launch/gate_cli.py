@@ -46,7 +46,10 @@ def describe_state(settings: Settings, state: ControlState, *, now: float | None
         lines.append(f"run {run}: HALTED by {gate.by} at epoch {gate.epoch} ({now - gate.at:.0f} s ago)")
         lines.append(f"  reason: {gate.reason or '-'}")
         lines.append(f"  fix:    {gate.fix or '-'}")
-        lines.append(f"  resume: kafkagen gate resume --run-id {run}  (restart the consumers fixed first)")
+        lines.append(
+            f"  resume: re-run the main job with the fix (kafkagen run ... --run-id {run}), or restart the "
+            f"consumers with the fix, then kafkagen gate resume --run-id {run}"
+        )
     elif gate is None and not state.members:
         lines.append(f"run {run}: nothing on {settings.topics.control} yet (no consumer has started)")
     else:

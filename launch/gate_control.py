@@ -49,8 +49,7 @@ async def change_gate(
                 at=time.time(),
                 by=by,
                 reason=f"halted by hand: {reason}",
-                fix="fix what the reason says, restart the consumers, then: "
-                f"kafkagen gate resume --run-id {run}",
+                fix="fix what the reason says",
                 counts=state.fleet_gate_counts(),
             )
             done = f"run {run} halted (epoch {state.epoch}): the consumers start no new prompt within seconds"
@@ -94,7 +93,14 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
         f"re-run with max_tokens {gen.max_tokens}, thinking {'on' if thinking else 'off'}",
         by=by,
     )
-    note = f"run {settings.run_id} was halted by its quality gate ({halted.reason}); {line}"
+    note = f"run {settings.run_id} was halted ({halted.reason}); {line}"
+    kept = halted.counts
+    if kept.results:
+        bad = ", ".join(f"{c} {n}" for c, n in sorted(kept.classes.items()) if n) or "none flagged"
+        note += (
+            f"; the {kept.results} results written before the halt stay in the run with their quality "
+            f"flags ({bad}): the export keeps them, tell them by params.max_tokens or quality"
+        )
     if halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking:
         note += (
             "; warning: max_tokens and thinking are the ones it halted at: unless the servers changed, "
@@ -104,11 +110,15 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
 
 
 def halt_lines(run_id: str, reason: str, fix: str) -> list[str]:
-    """What the main job prints when its run is halted: the cause, the fix, how to resume."""
+    """What the main job prints when its run is halted (by the gate, or by hand: ``reason`` says
+    which): the cause, the fix, how to resume."""
+    by_hand = "halted by hand: "
+    who = "by hand" if reason.startswith(by_hand) else "by its quality gate"
     return [
-        f"error: run {run_id} HALTED by its quality gate: {reason}",
+        f"error: run {run_id} HALTED {who}: {reason.removeprefix(by_hand)}",
         f"fix: {fix}",
         f"then run the same command with the fix (same --run-id {run_id}): it resumes the run; the "
-        "prompts already done are kept, the others are generated with the new settings "
+        "prompts already done are kept, the others are generated with the new settings; add "
+        "--no-preflight when only the servers changed "
         f"(kafkagen status --run-id {run_id} shows the run, kafkagen gate status --run-id {run_id} the gate)",
     ]

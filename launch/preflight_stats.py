@@ -244,7 +244,7 @@ def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
         return Recommendation(None, False, needed, 0, None, 0, 0, "nothing answered: no max_tokens measured")
     tokens = _round_up(needed.p95 * HEADROOM)
     how = (
-        f"p95 of the tokens (reasoning + answer) the {needed.count} sample prompts needed ({needed.p95:.0f}) "
+        f"p95 of the tokens (reasoning + answer) the {needed.count} sample answers needed ({needed.p95:.0f}) "
         f"x {HEADROOM}, rounded up to {ROUND_TO}"
     )
     if budgets:

@@ -363,7 +363,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     )
     say(
         f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
-        f"max_tokens {gen.max_tokens}; thinking {thinking}"
+        f"max_tokens {gen.max_tokens}; thinking {'on' if thinking else 'off'}"
     )
     # The preflight names a fleet's servers gpu-<i>, any other server by its URL.
     names: dict[str, str] | list[str] = settings.servers

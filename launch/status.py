@@ -107,7 +107,8 @@ def _members(group: Any, topic: str, *, decode_ours: bool) -> list[GroupMember]:
             with contextlib.suppress(Exception):
                 decoded = ConsumerProtocolMemberAssignment.decode(assignment)
                 partitions = {t: sorted(ps) for t, ps in decoded.assignment if t == topic}
-        members.append(GroupMember(name, client_host, partitions))
+        # aiokafka reports the client's address as Kafka's InetAddress.toString(): "/127.0.0.1"
+        members.append(GroupMember(name, client_host.lstrip("/"), partitions))
     return members
 
 

@@ -428,7 +428,7 @@ def shape(obs: Observation) -> RunStatus:
         state = "idle"
     else:
         state = "running"
-    eta = None if state == "done" or rate <= 0 else round(counts.remaining / rate, 1)
+    eta = None if state in ("done", "halted") or rate <= 0 else round(counts.remaining / rate, 1)
     return RunStatus(
         run_id=obs.run_id,
         at=obs.at,
