@@ -174,11 +174,11 @@ class PreflightReport:
             out.append(f"  needed     {_needed_line(recommend(server.answers))}")
             if server.breaches:
                 reason, _fix = refusal(list(server.breaches), self.params())
-                out.append(f"  FAIL: {reason}")
+                out.append(f"  over the gate's thresholds: {reason}")
             else:
                 out.append("  ok")
         if len(self.servers) > 1 and not self.unreachable:
-            out.append(f"all {len(self.servers)} servers:")
+            out.append(f"the {len(self.servers)} servers together:")
             out += self.summary().lines()
         rec = self.recommendation()
         if rec.max_tokens is not None:
