@@ -15,6 +15,8 @@ from typing import Literal
 
 from streams.config import Settings
 from streams.control import ControlLog, GateRecord, read_control
+from streams.errors import ConfigError
+from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = ["change_gate", "halt_lines", "resume_if_halted"]
@@ -30,9 +32,12 @@ async def change_gate(
     writer in the record (default ``kafkagen gate@<host>``).
 
     Raises:
+        ConfigError: the run has no topic on this Kafka (a mistyped ``--run-id``: halting it
+            would report success while the real run goes on).
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
     """
     by = by or f"kafkagen gate@{socket.gethostname()}"
+    await _check_run_exists(settings)
     await ensure_topics(settings, [topic_specs(settings)["control"]], timeout_s=TIMEOUT_S)
     control = ControlLog(settings)
     try:
@@ -72,6 +77,20 @@ async def change_gate(
         return True, done
     finally:
         await control.stop()
+
+
+async def _check_run_exists(settings: Settings) -> None:
+    """Raise :class:`ConfigError` when none of the run's prompts, completions and control
+    topics exists on the Kafka asked (nothing of the run ever ran there)."""
+    t = settings.topics
+    for topic in (t.control, t.prompts, t.completions):
+        if await topic_partitions(settings.kafka, topic, timeout_s=TIMEOUT_S):
+            return
+    raise ConfigError(
+        f"run {settings.run_id!r} not found: Kafka at {settings.kafka.bootstrap_servers} has none of "
+        f"{t.prompts}, {t.completions}, {t.control}; nothing was written. Check --run-id and the Kafka "
+        "address (KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
+    )
 
 
 async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
