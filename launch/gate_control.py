@@ -13,13 +13,14 @@ import socket
 import time
 from typing import Literal
 
+from consumers.gate import breaches, halt_message
 from streams.config import Settings
 from streams.control import ControlLog, GateRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["change_gate", "halt_lines", "resume_if_halted"]
+__all__ = ["change_gate", "halt_lines", "resume_if_halted", "unjudged_breach"]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the topic, the write)."""
@@ -131,3 +132,26 @@ def halt_lines(run_id: str, reason: str, fix: str) -> list[str]:
         "prompts already done are kept, the others are generated with the new settings "
         f"(kafkagen status --run-id {run_id} shows the run, kafkagen gate status --run-id {run_id} the gate)",
     ]
+
+
+async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
+    """``(reason, fix)`` when run ``settings.run_id``, done, passes its quality gate's thresholds
+    over the current epoch's results although its gate never halted it: the run had fewer results
+    than ``gate.warmup``, whose early trip waits until the share is certain over a full warm-up
+    (``consumers.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
+    None when the gate is off, the run is halted, or the shares are within the thresholds.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    gate = settings.gate
+    state = await read_control(settings, timeout_s=TIMEOUT_S)
+    counts = state.fleet_gate_counts()
+    if not gate.enabled or state.halted or counts.results >= gate.warmup:
+        return None
+    found = breaches(counts, gate.thresholds(), "warmup")
+    if not found:
+        return None
+    gen = settings.generation
+    params = {"max_tokens": gen.max_tokens, "thinking": bool(gen.chat_template_kwargs.get("enable_thinking"))}
+    return halt_message(found, params)

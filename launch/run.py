@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from consumers.quality import DEGENERATE_FLAGS
-from launch.gate_control import halt_lines, resume_if_halted
+from launch.gate_control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
@@ -525,6 +525,12 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                 after_halt=resumed is not None,
             )
         )
+        # A run shorter than the gate's warm-up ends before an early trip is certain: judge it whole.
+        verdict = asyncio.run(unjudged_breach(settings))
+        if verdict is not None:
+            say(f"error: run {settings.run_id} fails its quality gate over all its results: {verdict[0]}")
+            say(f"fix: {verdict[1]}; the dataset above keeps these results")
+            return 1
         return 0
     finally:
         if not options.keep_running:
