@@ -139,19 +139,25 @@ async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
     over the current epoch's results although its gate never halted it: the run had fewer results
     than ``gate.warmup``, whose early trip waits until the share is certain over a full warm-up
     (``consumers.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
-    None when the gate is off, the run is halted, or the shares are within the thresholds.
+    A run halted and done all the same (every prompt was in flight or buffered when the gate
+    tripped: the status says ``done`` before ``halted``) gives its halt's reason and fix. None when
+    the gate is off or the shares are within the thresholds.
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
     """
     gate = settings.gate
     state = await read_control(settings, timeout_s=TIMEOUT_S)
+    if state.halted and state.gate is not None:
+        why = state.gate.reason or "halted by hand"
+        return f"(halted, every prompt done by then): {why}", state.gate.fix or "see kafkagen gate status"
     counts = state.fleet_gate_counts()
-    if not gate.enabled or state.halted or counts.results >= gate.warmup:
+    if not gate.enabled or counts.results >= gate.warmup:
         return None
     found = breaches(counts, gate.thresholds(), "warmup")
     if not found:
         return None
     gen = settings.generation
     params = {"max_tokens": gen.max_tokens, "thinking": bool(gen.chat_template_kwargs.get("enable_thinking"))}
-    return halt_message(found, params)
+    reason, fix = halt_message(found, params)
+    return f"over all its {counts.results} results (fewer than the warm-up's {gate.warmup}): {reason}", fix

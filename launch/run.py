@@ -528,7 +528,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         # A run shorter than the gate's warm-up ends before an early trip is certain: judge it whole.
         verdict = asyncio.run(unjudged_breach(settings))
         if verdict is not None:
-            say(f"error: run {settings.run_id} fails its quality gate over all its results: {verdict[0]}")
+            say(f"error: run {settings.run_id} fails its quality gate {verdict[0]}")
             say(f"fix: {verdict[1]}; the dataset above keeps these results")
             return 1
         return 0

@@ -107,5 +107,6 @@ def test_a_run_shorter_than_the_warmup_is_judged_whole_at_its_end(
     args += ["--server-timeout", "60", "--to", str(tmp_path / "dataset"), "--no-progress", "--timeout", "300"]
     code, output = _run(args)
     assert code == 1, output[-4000:]
-    assert f"error: run {run_id} fails its quality gate over all its results: reasoning_ate_budget" in output
+    assert f"error: run {run_id} fails its quality gate over all its " in output, output[-4000:]
+    assert "(fewer than the warm-up's 200): reasoning_ate_budget in " in output
     assert "fix: raise --max-tokens" in output and "completions  45" in output, output[-4000:]

@@ -115,3 +115,17 @@ def test_halt_and_resume_of_a_run_that_does_not_exist_write_nothing(
         err = capsys.readouterr().err
         assert "not found" in err and typo.topics.control in err and "nothing was written" in err
     assert not asyncio.run(topic_partitions(typo.kafka, typo.topics.control))
+
+
+def test_a_halted_run_is_a_breach_even_when_every_prompt_got_done(
+    kafka: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main job's last check (launch.run): a run halted with all its prompts in flight ends
+    "done" in the status (done comes first), and must not exit 0 for it."""
+    from launch.gate_control import unjudged_breach
+
+    asyncio.run(ensure_topics(settings, [topic_specs(settings)["control"]]))
+    assert asyncio.run(unjudged_breach(settings)) is None  # no result: nothing to judge
+    assert run(settings, monkeypatch, "halt", "--reason", "wrong model") == 0
+    verdict = asyncio.run(unjudged_breach(settings))
+    assert verdict is not None and "wrong model" in verdict[0] and "kafkagen gate resume" in verdict[1]
