@@ -207,8 +207,9 @@ def run_preflight_for(
     help="Send a sample of the input (default: the bundled demo prompts) to every server with the run's "
     "generation settings, before anything is published; report finish reasons, quality classes, "
     "reasoning, the reasoning and answer tokens against max_tokens, and a recommended max_tokens. Exit 0: "
-    "the quality gate passes; 2: it refuses the settings (the fix in the message); 3: a server does not "
-    "answer. INPUT: what `kafkagen produce` reads (files, globs, s3://).",
+    "the quality gate passes; 2: it refuses the settings (the fix in the message), or the input has no "
+    "prompt to send (standard input is not read); 3: a server does not answer. INPUT: what `kafkagen "
+    "produce` reads (files, globs, s3://).",
 )
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
 @click.option(
