@@ -292,6 +292,12 @@ class FleetGate:
             try:
                 now = time.monotonic()
                 if self.trip is not None and not self.control.state.halted:
+                    # Read what was written meanwhile first: a halt by another consumer, or a
+                    # resume that made this trip's epoch past (its halt would be stale).
+                    async with asyncio.timeout(max(5.0, 5 * interval)):
+                        await self.control.catch_up()
+                    self._after_records()
+                if self.trip is not None and not self.control.state.halted:
                     await self._publish_halt()
                 if now >= next_report:
                     await self._publish(self.report())

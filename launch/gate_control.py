@@ -13,11 +13,14 @@ import socket
 import time
 from typing import Literal
 
+from consumers.gate import breaches, halt_message
 from streams.config import Settings
 from streams.control import ControlLog, GateRecord, read_control
+from streams.errors import ConfigError
+from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["change_gate", "halt_lines", "resume_if_halted"]
+__all__ = ["change_gate", "halt_lines", "resume_if_halted", "unjudged_breach"]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the topic, the write)."""
@@ -30,9 +33,12 @@ async def change_gate(
     writer in the record (default ``kafkagen gate@<host>``).
 
     Raises:
+        ConfigError: the run has no topic on this Kafka (a mistyped ``--run-id``: halting it
+            would report success while the real run goes on).
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
     """
     by = by or f"kafkagen gate@{socket.gethostname()}"
+    await _check_run_exists(settings)
     await ensure_topics(settings, [topic_specs(settings)["control"]], timeout_s=TIMEOUT_S)
     control = ControlLog(settings)
     try:
@@ -71,6 +77,20 @@ async def change_gate(
         return True, done
     finally:
         await control.stop()
+
+
+async def _check_run_exists(settings: Settings) -> None:
+    """Raise :class:`ConfigError` when none of the run's prompts, completions and control
+    topics exists on the Kafka asked (nothing of the run ever ran there)."""
+    t = settings.topics
+    for topic in (t.control, t.prompts, t.completions):
+        if await topic_partitions(settings.kafka, topic, timeout_s=TIMEOUT_S):
+            return
+    raise ConfigError(
+        f"run {settings.run_id!r} not found: Kafka at {settings.kafka.bootstrap_servers} has none of "
+        f"{t.prompts}, {t.completions}, {t.control}; nothing was written. Check --run-id and the Kafka "
+        "address (KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
+    )
 
 
 async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
@@ -122,3 +142,32 @@ def halt_lines(run_id: str, reason: str, fix: str) -> list[str]:
         "--no-preflight when only the servers changed "
         f"(kafkagen status --run-id {run_id} shows the run, kafkagen gate status --run-id {run_id} the gate)",
     ]
+
+
+async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
+    """``(reason, fix)`` when run ``settings.run_id``, done, passes its quality gate's thresholds
+    over the current epoch's results although its gate never halted it: the run had fewer results
+    than ``gate.warmup``, whose early trip waits until the share is certain over a full warm-up
+    (``consumers.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
+    A run halted and done all the same (every prompt was in flight or buffered when the gate
+    tripped: the status says ``done`` before ``halted``) gives its halt's reason and fix. None when
+    the gate is off or the shares are within the thresholds.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    gate = settings.gate
+    state = await read_control(settings, timeout_s=TIMEOUT_S)
+    if state.halted and state.gate is not None:
+        why = state.gate.reason or "halted by hand"
+        return f"(halted, every prompt done by then): {why}", state.gate.fix or "see kafkagen gate status"
+    counts = state.fleet_gate_counts()
+    if not gate.enabled or counts.results >= gate.warmup:
+        return None
+    found = breaches(counts, gate.thresholds(), "warmup")
+    if not found:
+        return None
+    gen = settings.generation
+    params = {"max_tokens": gen.max_tokens, "thinking": bool(gen.chat_template_kwargs.get("enable_thinking"))}
+    reason, fix = halt_message(found, params)
+    return f"over all its {counts.results} results (fewer than the warm-up's {gate.warmup}): {reason}", fix

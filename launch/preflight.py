@@ -459,7 +459,10 @@ def preflight(
         UnavailableError: a server did not answer.
     """
     if not sample.prompts:
-        echo(f"preflight: no prompt could be read from {sample.source} (the producer reports its bad lines)")
+        if sample.skipped and sample.source == "-":
+            echo("preflight: skipped: standard input (-) is read by the producer only, nothing was checked")
+        else:
+            echo(f"preflight: no prompt could be read from {sample.source}: nothing was checked")
         thinking = bool(generation.chat_template_kwargs.get("enable_thinking"))
         return PreflightReport(generation.max_tokens, thinking, sample, ())
     report = run_preflight(

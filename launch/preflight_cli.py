@@ -24,7 +24,7 @@ from launch.preflight_sample import DEFAULT_SAMPLE, DEFAULT_SEED, Sample, demo_s
 from producers.cli import InputMapping, mapping_options
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import GenerationSettings, Settings, check_server_url
-from streams.errors import ConfigError
+from streams.errors import ConfigError, InputError
 
 __all__ = [
     "PreflightOptions",
@@ -207,8 +207,9 @@ def run_preflight_for(
     help="Send a sample of the input (default: the bundled demo prompts) to every server with the run's "
     "generation settings, before anything is published; report finish reasons, quality classes, "
     "reasoning, the reasoning and answer tokens against max_tokens, and a recommended max_tokens. Exit 0: "
-    "the quality gate passes; 2: it refuses the settings (the fix in the message); 3: a server does not "
-    "answer. INPUT: what `kafkagen produce` reads (files, globs, s3://).",
+    "the quality gate passes; 2: it refuses the settings (the fix in the message), or the input has no "
+    "prompt to send (standard input is not read); 3: a server does not answer. INPUT: what `kafkagen "
+    "produce` reads (files, globs, s3://).",
 )
 @click.argument("inputs", nargs=-1, metavar="[INPUT]...")
 @click.option(
@@ -245,6 +246,16 @@ def preflight_command(
         raise ConfigError("no inference server: give --server URL (once per server)")
     generation = settings.generation.with_budget(max_tokens, thinking)
     sample = read_sample(inputs, mapping, settings, size=preflight.sample, seed=preflight.seed)
+    if not sample.prompts:  # exit 0 would say the gate passes, and nothing was judged
+        if sample.skipped and sample.source == "-":
+            raise InputError(
+                "kafkagen preflight does not read standard input (-): nothing was checked; "
+                "give the input as a file (or s3:// URI)"
+            )
+        raise InputError(
+            f"no prompt could be read from {sample.source}: nothing was checked; "
+            f"kafkagen produce names its bad lines, or check --format and --prompt-field"
+        )
     if as_json:
         report = run_preflight(
             urls,

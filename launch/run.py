@@ -48,7 +48,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launch.gate_control import halt_lines, resume_if_halted
+from consumers.quality import DEGENERATE_FLAGS
+from launch.gate_control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
@@ -276,8 +277,11 @@ def summary(
     *,
     already_done: bool = False,
     resumed: bool = False,
+    after_halt: bool = False,
 ) -> str:
-    """The closing summary, from the export's ``manifest.json`` (see :mod:`sinks.export`)."""
+    """The closing summary, from the export's ``manifest.json`` (see :mod:`sinks.export`).
+    ``after_halt``: this invocation resumed a run its quality gate had halted; the results
+    finished before the halt are kept (docs/gate.md), so unusable ones are named."""
     m = manifest
     records, tokens = m["records"], m["tokens"]
     expected = (m.get("expected") or {}).get("ids", "?")
@@ -309,6 +313,15 @@ def summary(
     lines.append(f"  finish       {json.dumps(m['by_finish_reason'], sort_keys=True)}")
     lines.append(f"  quality      {json.dumps(m['by_quality_flag'], sort_keys=True)}")
     lines.append(f"  dataset      {dataset}")
+    unusable = {f: n for f, n in sorted(m["by_quality_flag"].items()) if f in DEGENERATE_FLAGS and n}
+    if after_halt and unusable:
+        flags = ", ".join(f"{f} {n}" for f, n in unusable.items())
+        lines.append(
+            f"warning: at least {max(unusable.values())} of {records['completions']} completions are "
+            f"unusable ({flags}): the results finished at the halted settings are kept, a resume does "
+            "not generate them again; filter the dataset on each record's quality flags, or generate "
+            "those prompts again in a new run"
+        )
     return "\n".join(lines)
 
 
@@ -509,8 +522,15 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                 dataset,
                 already_done=progress.already_done,
                 resumed=generated_before > 0,
+                after_halt=resumed is not None,
             )
         )
+        # A run shorter than the gate's warm-up ends before an early trip is certain: judge it whole.
+        verdict = asyncio.run(unjudged_breach(settings))
+        if verdict is not None:
+            say(f"error: run {settings.run_id} fails its quality gate {verdict[0]}")
+            say(f"fix: {verdict[1]}; the dataset above keeps these results")
+            return 1
         return 0
     finally:
         if not options.keep_running:

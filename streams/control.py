@@ -218,10 +218,23 @@ class ControlState:
         return 0 if self.gate is None else self.gate.epoch
 
     def apply(self, record: ControlRecord) -> None:
-        """Take ``record`` in (the latest of a key wins)."""
+        """Take ``record`` in (the latest of a key wins), except a gate record older than the
+        current one: a halt of epoch ``e`` written after the resume that started ``e + 1`` (a
+        consumer whose trip could not be written for a while), or a resume to ``e`` after the
+        halt of ``e``, is stale and ignored (:func:`_gate_order`)."""
         if isinstance(record, MemberReport):
             self.members[record.instance] = record
         elif isinstance(record, GateRecord):
+            if self.gate is not None and _gate_order(record) < _gate_order(self.gate):
+                log.warning(
+                    "stale gate record ignored: %s of epoch %d (by %s) after %s of epoch %d",
+                    record.state,
+                    record.epoch,
+                    record.by,
+                    self.gate.state,
+                    self.gate.epoch,
+                )
+                return
             self.gate = record
         else:
             self.export = record
@@ -233,6 +246,12 @@ class ControlState:
             if member.epoch == self.epoch:
                 total = total + member.gate
         return total
+
+
+def _gate_order(record: GateRecord) -> int:
+    """Where ``record`` stands in a run's gate history: the resume to epoch ``e`` (``2e``) comes
+    before the halt of ``e`` (``2e + 1``), which comes before the resume to ``e + 1``."""
+    return 2 * record.epoch + (1 if record.state == "halted" else 0)
 
 
 class ControlLog:
@@ -268,14 +287,27 @@ class ControlLog:
             self._consumer = consumer
             consumer.assign([self._tp])
             await consumer.seek_to_beginning(self._tp)
-            end = (await consumer.end_offsets([self._tp]))[self._tp]
-            while self.state.offset < end:
-                await self.poll(timeout_ms=500)
-                self.state.offset = max(self.state.offset, await consumer.position(self._tp))
+            await self.catch_up()
             if self._write:
                 self._producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
                 await self._producer.start()
         return self.state
+
+    async def catch_up(self) -> list[ControlRecord]:
+        """Read the topic up to its end offset now (not only what the fetcher has buffered) and
+        apply it; returns the records read. The caller bounds the time (``asyncio.timeout``).
+
+        Raises:
+            aiokafka.errors.KafkaError: Kafka did not answer.
+        """
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        end = (await consumer.end_offsets([self._tp]))[self._tp]
+        records: list[ControlRecord] = []
+        while self.state.offset < end:
+            records += await self.poll(timeout_ms=500)
+            self.state.offset = max(self.state.offset, await consumer.position(self._tp))
+        return records
 
     async def poll(self, *, timeout_ms: int = 0) -> list[ControlRecord]:
         """Read what was written since the last call (waiting up to ``timeout_ms`` for the first

@@ -90,3 +90,23 @@ async def _results(settings: Settings) -> dict[str, list[int | None]]:
     for error in await read_topic(settings, settings.topics.errors, ErrorRecord):
         found[error.id].append(None)
     return {k: sorted(v, key=lambda x: x or 0) for k, v in found.items()}
+
+
+def test_a_run_shorter_than_the_warmup_is_judged_whole_at_its_end(
+    local_stack: LocalStack, kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    """45 prompts, reasoning eating 512 tokens: the warm-up's early trip needs more than 50 bad
+    results of 200 and never comes; the run must not end "done", exit 0, with ~95% empty answers."""
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text("".join(GSM8K.read_text().splitlines(keepends=True)[:45]))
+    run_id = f"e2e-short-{unique}"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
+    args += ["--prompt-field", "question", "--max-tokens", "512", "--ignore-preflight"]
+    for url in user_servers:
+        args += ["--server", url]
+    args += ["--server-timeout", "60", "--to", str(tmp_path / "dataset"), "--no-progress", "--timeout", "300"]
+    code, output = _run(args)
+    assert code == 1, output[-4000:]
+    assert f"error: run {run_id} fails its quality gate over all its " in output, output[-4000:]
+    assert "(fewer than the warm-up's 200): reasoning_ate_budget in " in output
+    assert "fix: raise --max-tokens" in output and "completions  45" in output, output[-4000:]

@@ -12,6 +12,7 @@ from launch.cli import main
 from launch.gate_cli import describe_state
 from streams.config import Settings, settings_to_env
 from streams.control import ClassCounts, ControlLog, MemberReport, read_control
+from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import unused_port
 
@@ -99,3 +100,32 @@ def test_usage_and_unreachable_kafka_exit_statuses(
     assert run(nowhere, monkeypatch, "status") == 3
     err = capsys.readouterr().err
     assert err.startswith("error: Kafka at 127.0.0.1:") and len(err.strip().splitlines()) == 1
+
+
+def test_halt_and_resume_of_a_run_that_does_not_exist_write_nothing(
+    kafka: str, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --run-id must not report "halted" (exit 0) while the real run goes on, nor leave
+    a control topic behind for a run that never existed."""
+    typo = settings.model_copy(update={"run_id": f"{settings.run_id}-typo"})
+    typo = Settings.model_validate(typo.model_dump(exclude={"topics"}))
+    capsys.readouterr()
+    for action in (["halt", "--reason", "stop it"], ["resume"]):
+        assert run(typo, monkeypatch, *action) == 2, action
+        err = capsys.readouterr().err
+        assert "not found" in err and typo.topics.control in err and "nothing was written" in err
+    assert not asyncio.run(topic_partitions(typo.kafka, typo.topics.control))
+
+
+def test_a_halted_run_is_a_breach_even_when_every_prompt_got_done(
+    kafka: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main job's last check (launch.run): a run halted with all its prompts in flight ends
+    "done" in the status (done comes first), and must not exit 0 for it."""
+    from launch.gate_control import unjudged_breach
+
+    asyncio.run(ensure_topics(settings, [topic_specs(settings)["control"]]))
+    assert asyncio.run(unjudged_breach(settings)) is None  # no result: nothing to judge
+    assert run(settings, monkeypatch, "halt", "--reason", "wrong model") == 0
+    verdict = asyncio.run(unjudged_breach(settings))
+    assert verdict is not None and "wrong model" in verdict[0] and "kafkagen gate resume" in verdict[1]

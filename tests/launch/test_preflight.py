@@ -347,3 +347,20 @@ def test_llama_cpp_with_thinking_asked_of_a_model_without_it_names_the_fix(llm: 
     with pytest.raises(PreflightError, match="thinking_missing in 2 of 2 results") as info:
         check_preflight(report)
     assert "--no-thinking if the model has no thinking mode" in str(info.value)
+
+
+def test_the_command_refuses_an_input_with_no_prompt_to_check(
+    sglang: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 0 says the gate passes: with no prompt sent (every line bad, an empty file, standard
+    input, which the preflight does not read) nothing was judged, so the command is an input error."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n{{{\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for inputs in ([str(bad)], [str(empty)], ["-"]):
+        for extra in ([], ["--json"]):
+            assert main([*inputs, "--server", sglang, *extra]) == 2, (inputs, extra)
+            err = capsys.readouterr().err
+            assert "nothing was checked" in err, err
+    assert "standard input" in err

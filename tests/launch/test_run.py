@@ -275,6 +275,28 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
     resumed = summary(manifest, 10.0, None, "/d", resumed=True)
     assert "tokens/s     - (a resumed run" in resumed and "100.0" not in resumed
     assert "already complete" in summary(manifest, 4.0, None, "/d", already_done=True, resumed=True)
+    assert "warning" not in resumed
+
+
+def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept() -> None:
+    """A small run halted by its gate had every prompt finished (in flight) at the bad settings:
+    the re-run with the fix generates nothing and must not end as a plain "done"."""
+    from launch.run import summary
+
+    manifest = {
+        "run_id": "r",
+        "records": {"completions": 60, "errors": 0},
+        "tokens": {"prompt": 100, "completion": 1000, "reasoning": 400},
+        "expected": {"ids": 60},
+        "missing": {"count": 0},
+        "duplicates": {"records_dropped": 0},
+        "by_finish_reason": {"length": 59, "stop": 1},
+        "by_quality_flag": {"empty_content": 58, "reasoning_ate_budget": 58, "truncated": 59},
+    }
+    text = summary(manifest, 10.0, None, "/d", resumed=True, after_halt=True)
+    assert "warning: at least 58 of 60 completions are unusable" in text
+    assert "empty_content 58, reasoning_ate_budget 58" in text and "truncated" not in text.split("warning")[1]
+    assert "warning" not in summary(manifest, 10.0, None, "/d", resumed=True)
 
 
 @pytest.mark.parametrize(

@@ -171,3 +171,20 @@ async def test_read_control_raises_when_kafka_does_not_answer(settings: Settings
     with pytest.raises((KafkaError, TimeoutError)):
         await read_control(nowhere, timeout_s=3)
     assert time.monotonic() - started < 30
+
+
+def test_a_gate_record_older_than_the_current_one_is_ignored() -> None:
+    """A halt of epoch 0 read after the resume to epoch 1 (written late), or a resume to 1 read
+    after the halt of 1, is stale: the gate stays where the newest says."""
+    state = ControlState()
+    state.apply(gate_record("halted", 0))
+    state.apply(gate_record("resumed", 1))
+    state.apply(gate_record("halted", 0))
+    assert (state.halted, state.epoch) == (False, 1)
+    state.apply(gate_record("halted", 1))
+    state.apply(gate_record("resumed", 1))
+    assert (state.halted, state.epoch) == (True, 1)
+    state.apply(gate_record("halted", 1))  # a second consumer's halt of the same epoch
+    assert (state.halted, state.epoch) == (True, 1)
+    state.apply(gate_record("resumed", 2))
+    assert (state.halted, state.epoch) == (False, 2)

@@ -1,0 +1,84 @@
+"""A consumer's trip found before it read what the others wrote must not undo a resume: its halt
+of a past epoch would halt the fixed run again with the old cause (docs/gate.md, epochs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from consumers.fleet_gate import FleetGate, MemberLoad
+from streams.config import Settings
+from streams.control import GATE_KEY, ControlLog, GateRecord, decode_control, read_control
+from streams.kafka import KafkaOutage, consumer_kwargs
+from streams.topics import ensure_topics, topic_specs
+
+
+def _record(settings: Settings, state: str, epoch: int) -> GateRecord:
+    return GateRecord(
+        run_id=settings.run_id,
+        state="halted" if state == "halted" else "resumed",
+        epoch=epoch,
+        at=time.time(),
+        by="operator",
+        reason=f"{state} {epoch}",
+    )
+
+
+async def gate_records(settings: Settings) -> list[GateRecord]:
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
+    await consumer.start()
+    try:
+        tp = TopicPartition(settings.topics.control, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        found: list[GateRecord] = []
+        while await consumer.position(tp) < end:
+            for message in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                record = decode_control(message.value or b"")
+                if message.key == GATE_KEY and isinstance(record, GateRecord):
+                    found.append(record)
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def test_a_trip_of_a_past_epoch_is_not_written_after_the_resume(kafka: str, settings: Settings) -> None:
+    await ensure_topics(settings, [topic_specs(settings)["control"]])
+    log = logging.getLogger("test")
+    gate = FleetGate(
+        settings, instance_id="b", server_url="http://s", kafka=KafkaOutage("k", log), load=MemberLoad
+    )
+    await gate.start()
+    for _ in range(60):  # 60 empty answers of 60: b trips at once, in epoch 0
+        gate.count(["empty_content", "reasoning_ate_budget"])
+    assert gate.halted and gate.trip is not None and gate.epoch == 0
+
+    # Before b's loop ran (its writes failed for a while, say), another consumer halted the run
+    # and the operator resumed it with the fix.
+    other = ControlLog(settings)
+    await other.start()
+    try:
+        await other.publish(_record(settings, "halted", 0))
+        await other.publish(_record(settings, "resumed", 1))
+    finally:
+        await other.stop()
+
+    loop = asyncio.create_task(gate.run())
+    try:
+        await asyncio.sleep(3.0)
+        state = await read_control(settings)
+        assert not state.halted and state.epoch == 1, state.gate
+        assert state.members["b"].epoch == 1 and state.members["b"].state == "running"
+        assert not gate.halted and gate.epoch == 1
+        # nothing stale on the topic either: compaction keeps the last record of the key
+        assert [(g.state, g.epoch) for g in await gate_records(settings)] == [("halted", 0), ("resumed", 1)]
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+        await gate.stop()
