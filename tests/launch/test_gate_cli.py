@@ -128,4 +128,4 @@ def test_a_halted_run_is_a_breach_even_when_every_prompt_got_done(
     assert asyncio.run(unjudged_breach(settings)) is None  # no result: nothing to judge
     assert run(settings, monkeypatch, "halt", "--reason", "wrong model") == 0
     verdict = asyncio.run(unjudged_breach(settings))
-    assert verdict is not None and "wrong model" in verdict[0] and "kafkagen gate resume" in verdict[1]
+    assert verdict is not None and "wrong model" in verdict[0] and verdict[1] == "fix what the reason says"

@@ -349,7 +349,9 @@ async def test_client_disconnect_aborts_the_request_and_frees_its_slot(client: h
     async with SimulatedServer(steady(max_running_requests=1), time_scale=100) as server:
         with pytest.raises(httpx.ReadTimeout):  # 10,000 tokens would take 1 s of wall time
             await client.post(
-                f"{server.url}/v1/chat/completions", json=chat(rid="gone", max_tokens=10_000), timeout=0.1
+                f"{server.url}/v1/chat/completions",
+                json=chat(rid="gone", max_tokens=10_000),
+                timeout=httpx.Timeout(10.0, read=0.1),  # the connect must not time out on a busy machine
             )
         await wait_until(lambda: server.stats().running == 0, within_s=1.0)  # polled every 4 s simulated
         assert server.stats().requests_aborted == 1
