@@ -12,6 +12,12 @@ key                  value                   written by
 ``member:<id>``      :class:`MemberReport`   each generation consumer, every
                                              ``gate.report_interval_s`` (its counts, rates, load)
 ``export``           :class:`ExportReport`   the export, after writing a dataset
+``run``              :class:`RunRecord`      the main job (``kafkagen run``, ``replay``) when it
+                                             starts: what the run is, its parent, its parameters
+``fleet``            :class:`FleetRecord`    ``kafkagen scale`` (and the main job at start): the
+                                             servers the run's main job keeps a consumer for
+``regenerate:<d>``   :class:`RegenerateRecord`  ``kafkagen regenerate``, in the transaction that
+                                             re-publishes the selection (``d``: its digest)
 ===================  ======================  ===============================================
 
 Gate epochs: the run starts in epoch 0. A halt names the epoch it halts; a resume starts the next
@@ -45,8 +51,11 @@ __all__ = [
     "ControlRecord",
     "ControlState",
     "ExportReport",
+    "FleetRecord",
     "GateRecord",
     "MemberReport",
+    "RegenerateRecord",
+    "RunRecord",
     "decode_control",
     "encode_control",
     "key_of_control",
@@ -57,7 +66,10 @@ log = logging.getLogger("kafkagen.control")
 
 GATE_KEY = b"gate"
 EXPORT_KEY = b"export"
+RUN_KEY = b"run"
+FLEET_KEY = b"fleet"
 MEMBER_PREFIX = "member:"
+REGENERATE_PREFIX = "regenerate:"
 
 
 class ClassCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,7 +180,59 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True, tag="export", tag_
     host: str
 
 
-ControlRecord = MemberReport | GateRecord | ExportReport
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True, tag="run", tag_field="kind"):
+    """What a run is (key ``run``), written by the main job when it starts (``created_at`` kept
+    from the first one): a plain run, or a replay of ``parent`` (``replay_of``). ``generation`` are
+    the run's generation settings (``streams.config.GenerationSettings`` fields: ``model``,
+    ``max_tokens`` in tokens, ``temperature``, ``top_p``, ``chat_template_kwargs``,
+    ``separate_reasoning``), which a consumer started with the run id alone takes
+    (:func:`streams.run_record.join_settings`). Times are Unix epoch seconds."""
+
+    run_id: str
+    parent: str | None = None
+    """the run this one replays (its ``replay_of``), or None."""
+    created_at: float
+    updated_at: float
+    by: str
+    """``<command>@<host>`` that wrote it last."""
+    prompts_topic: str
+    partitions: int
+    """the prompts topic's partitions when the record was written."""
+    generation: dict[str, object] = {}
+    servers: list[str] = []
+    """the servers the run was started with (informative; :class:`FleetRecord` is the live list)."""
+
+
+class FleetRecord(msgspec.Struct, frozen=True, kw_only=True, tag="fleet", tag_field="kind"):
+    """The servers a run's main job keeps one generation consumer for (key ``fleet``); ``kafkagen
+    scale`` writes a new one and the main job starts or stops consumers to match within seconds.
+    ``version`` counts the changes (0: the main job's own at start)."""
+
+    run_id: str
+    servers: list[str]
+    version: int
+    at: float
+    by: str
+
+
+class RegenerateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="regenerate", tag_field="kind"):
+    """One ``kafkagen regenerate`` of the run (key ``regenerate:<digest>``), written in the Kafka
+    transaction that re-publishes its selection, so it exists exactly when the prompts do.
+    ``digest`` identifies the command (its selection and overrides): the same command again finds
+    it and publishes nothing. ``attempts`` counts the re-published prompts by their new
+    ``attempt``."""
+
+    run_id: str
+    digest: str
+    where: dict[str, object]
+    overrides: dict[str, object]
+    ids: int
+    attempts: dict[str, int]
+    at: float
+    by: str
+
+
+ControlRecord = MemberReport | GateRecord | ExportReport | RunRecord | FleetRecord | RegenerateRecord
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ControlRecord)
@@ -180,6 +244,12 @@ def key_of_control(record: ControlRecord) -> bytes:
         return f"{MEMBER_PREFIX}{record.instance}".encode()
     if isinstance(record, GateRecord):
         return GATE_KEY
+    if isinstance(record, RunRecord):
+        return RUN_KEY
+    if isinstance(record, FleetRecord):
+        return FLEET_KEY
+    if isinstance(record, RegenerateRecord):
+        return f"{REGENERATE_PREFIX}{record.digest}".encode()
     return EXPORT_KEY
 
 
@@ -200,11 +270,15 @@ def decode_control(data: bytes) -> ControlRecord:
 @dataclass
 class ControlState:
     """What the control topic says now: the gate (None: never halted), each member's latest
-    report by instance id, the latest export. ``offset``: the next offset to read."""
+    report by instance id, the latest export, the run record, the fleet, the regenerations by
+    digest. ``offset``: the next offset to read."""
 
     gate: GateRecord | None = None
     members: dict[str, MemberReport] = field(default_factory=dict)
     export: ExportReport | None = None
+    run: RunRecord | None = None
+    fleet: FleetRecord | None = None
+    regenerations: dict[str, RegenerateRecord] = field(default_factory=dict)
     offset: int = 0
 
     @property
@@ -236,6 +310,12 @@ class ControlState:
                 )
                 return
             self.gate = record
+        elif isinstance(record, RunRecord):
+            self.run = record
+        elif isinstance(record, FleetRecord):
+            self.fleet = record
+        elif isinstance(record, RegenerateRecord):
+            self.regenerations[record.digest] = record
         else:
             self.export = record
 
