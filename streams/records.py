@@ -47,6 +47,7 @@ __all__ = [
     "SourceOffset",
     "Timings",
     "Usage",
+    "content_identity",
     "decode",
     "encode",
     "fit_error",
@@ -343,4 +344,13 @@ def prompt_identity(prompt: PromptRecord) -> str:
     of the same prompt (a new attempt, another run) has the same identity; the same id with
     other content is a conflict (:mod:`sinks.export`)."""
     data = _identity_encoder.encode([prompt.messages, prompt.tools, prompt.params])
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def content_identity(prompt: PromptRecord) -> str:
+    """What a prompt asks, whatever its generation parameters: a hex BLAKE2b-128 digest of its
+    ``messages`` and ``tools`` (sorted-key JSON). A regenerated attempt keeps it and may change
+    ``params`` (``kafkagen regenerate --max-tokens ...``); the same id with another content is
+    a conflict in every case (:mod:`sinks.export.index`)."""
+    data = _identity_encoder.encode([prompt.messages, prompt.tools])
     return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -6,7 +6,10 @@ id, the record of the latest ``attempt`` wins (a re-published prompt's new gener
 the old one); within an attempt a completion beats an error; then the earliest Kafka offset wins
 (then topic, partition, for a deterministic order; :func:`sinks.export.sources.rank`). Records of
 one id whose prompts differ (:func:`streams.records.prompt_identity`: messages, tools and params)
-are a *conflict*: two different prompts share the id. Memory: about 300 bytes per id.
+are a *conflict*: two different prompts share the id. The parameters may differ between attempts
+(a regenerated attempt runs with its overrides), so across attempts only what the prompt asks
+counts (:func:`streams.records.content_identity`: messages and tools); within one attempt the
+whole request does (:func:`streams.records.prompt_identity`). Memory: about 300 bytes per id.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from typing import Any
 
 from sinks.export.sources import Rank, RecordHead, is_foreign, rank, where
 from sinks.layout import Line
-from streams.records import prompt_identity
+from streams.records import content_identity, prompt_identity
 
 __all__ = ["IdIndex"]
 
-_Origin = tuple[bytes, str, int, int, int]
-"""(prompt identity digest, topic, partition, offset, attempt) of an id's first record with a prompt."""
+_Origin = tuple[bytes, bytes, str, int, int, int]
+"""(content identity, prompt identity, topic, partition, offset, attempt) of an id's first record
+with a prompt."""
 
 
 @dataclass
@@ -76,16 +80,19 @@ class IdIndex:
         self.kinds_seen[record_id] = bits + 4
         if head.prompt is None:
             return
+        content = bytes.fromhex(content_identity(head.prompt))
         identity = bytes.fromhex(prompt_identity(head.prompt))
         origin = self._origins.get(record_id)
         if origin is None:
-            self._origins[record_id] = (identity, line.topic, line.partition, line.offset, head.attempt)
-        elif origin[0] != identity and record_id not in self._conflicting:
+            self._origins[record_id] = (content, identity, line.topic, line.partition, line.offset, head.attempt)
+            return
+        differs = origin[0] != content or (origin[5] == head.attempt and origin[1] != identity)
+        if differs and record_id not in self._conflicting:
             self._conflicting.add(record_id)
             self.conflicts.append(
                 {
                     "id": record_id,
-                    "first": where(*origin[1:]),
+                    "first": where(*origin[2:]),
                     "second": where(line.topic, line.partition, line.offset, head.attempt),
                 }
             )

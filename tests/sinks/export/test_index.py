@@ -8,12 +8,15 @@ import msgspec
 from sinks.export.index import IdIndex
 from sinks.export.sources import RecordHead
 from sinks.layout import Line, LineKind
-from streams.records import PromptMetadata, PromptRecord
+from streams.records import GenerationParams, PromptMetadata, PromptRecord
 
 
-def _prompt(text: str) -> PromptRecord:
+def _prompt(text: str, max_tokens: int | None = None) -> PromptRecord:
     return PromptRecord(
-        id="a", messages=[{"role": "user", "content": text}], metadata=PromptMetadata(source="t", line=1)
+        id="a",
+        messages=[{"role": "user", "content": text}],
+        params=GenerationParams(max_tokens=max_tokens),
+        metadata=PromptMetadata(source="t", line=1),
     )
 
 
@@ -58,6 +61,19 @@ def test_different_prompts_under_one_id_are_one_conflict() -> None:
             "second": {"topic": "c", "partition": 0, "offset": 3, "attempt": 0},
         }
     ]
+
+
+def test_a_regenerated_attempt_may_change_the_parameters_not_the_prompt() -> None:
+    index = IdIndex("r", 10)
+    index.add(_line("completion", 1), RecordHead("a", prompt=_prompt("x", 512)))
+    index.add(_line("completion", 2), RecordHead("a", attempt=1, prompt=_prompt("x", 4096)))
+    assert index.conflicts == [], "new parameters in a new attempt are a regeneration"
+    index.add(_line("completion", 3), RecordHead("a", attempt=0, prompt=_prompt("x", 1024)))
+    assert [c["second"]["offset"] for c in index.conflicts] == [3], "two requests in one attempt"
+    other = IdIndex("r", 10)
+    other.add(_line("completion", 1), RecordHead("a", prompt=_prompt("x", 512)))
+    other.add(_line("completion", 2), RecordHead("a", attempt=1, prompt=_prompt("y", 512)))
+    assert [c["second"]["attempt"] for c in other.conflicts] == [1], "another prompt in a new attempt"
 
 
 def test_records_of_another_run_are_counted_listed_up_to_the_cap_and_never_win() -> None:
