@@ -84,7 +84,14 @@ class IdIndex:
         identity = bytes.fromhex(prompt_identity(head.prompt))
         origin = self._origins.get(record_id)
         if origin is None:
-            self._origins[record_id] = (content, identity, line.topic, line.partition, line.offset, head.attempt)
+            self._origins[record_id] = (
+                content,
+                identity,
+                line.topic,
+                line.partition,
+                line.offset,
+                head.attempt,
+            )
             return
         differs = origin[0] != content or (origin[5] == head.attempt and origin[1] != identity)
         if differs and record_id not in self._conflicting:

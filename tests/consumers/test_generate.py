@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import Counter
 import socket
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -189,7 +189,9 @@ async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     commits = await committed(cs, group_id(cs), cs.topics.prompts)
     written = await completions(cs)
     uncommitted = {
-        c.id for c in written if c.source is not None and c.source.offset >= (commits.get(c.source.partition) or 0)
+        c.id
+        for c in written
+        if c.source is not None and c.source.offset >= (commits.get(c.source.partition) or 0)
     }
     fleet.start("c0", sim.url)
     done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=120, fleet=fleet)
