@@ -221,6 +221,18 @@ def node_dir(home: Path, node: KafkaNode) -> Path:
     return home / node.name
 
 
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters),
+    never starting with ``-``. ``kafka-storage format -t <id>`` would read such an id as an option
+    and fail with "argument --cluster-id/-t: expected one argument" (1 id in 64); Kafka's own
+    ``Uuid.randomUuid()`` (clients ``org/apache/kafka/common/Uuid.java``, Kafka 4.x) draws again
+    for the same reason."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def kafka_spec(
     home: Path, cache: Path, node: KafkaNode, nodes: Sequence[KafkaNode], heap: str
 ) -> ServiceSpec:
@@ -244,9 +256,7 @@ def kafka_spec(
     classpath = f"{libs}/*"
     jvm = [java, f"-Xmx{heap}", "-Xms128m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
     if not (data / "meta.properties").exists():
-        cluster_id = cluster_id_of([node_dir(home, n) / "data" for n in nodes]) or (
-            base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        )
+        cluster_id = cluster_id_of([node_dir(home, n) / "data" for n in nodes]) or new_cluster_id()
         proc = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True,

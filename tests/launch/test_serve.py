@@ -1,5 +1,6 @@
 """``kafkagen serve`` on real processes: the SGLang-API simulator stands in for SGLang (through
-``--server-command``), under a real supervisord, on ports 41000-41099 of 127.0.0.1."""
+``--server-command``), under a real supervisord, on ports 27000-27199 of 127.0.0.1: below Linux's ephemeral range
+(32768-60999), where a client connection of another test could hold a port the fleet must bind."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_fleet_up_ready_idempotent_restarted_after_sigkill_and_down(
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     shm = tmp_path / "shm"
-    up = ["up", str(model), "--gpus", "2", "--port", "41000", "--server-command", SIMULATOR,
+    up = ["up", str(model), "--gpus", "2", "--port", "27000", "--server-command", SIMULATOR,
           "--copy-model-to", str(shm), "--ready-timeout", "120"]  # fmt: skip
     assert _serve(*up) == 0
     out = capsys.readouterr().out
@@ -55,7 +56,7 @@ def test_fleet_up_ready_idempotent_restarted_after_sigkill_and_down(
 
     fleet = Fleet(home, "fleet")
     record = json.loads(fleet.record_path.read_text())
-    assert [s["url"] for s in record["servers"]] == ["http://127.0.0.1:41000", "http://127.0.0.1:41001"]
+    assert [s["url"] for s in record["servers"]] == ["http://127.0.0.1:27000", "http://127.0.0.1:27001"]
     assert record["model_path"] == str((shm / "tiny-model").resolve())  # the servers load the copy
     assert all(Path(s["log"]).name == f"gpu-{s['gpu']}.log" for s in record["servers"])
     pids = _pids(fleet)
@@ -89,7 +90,7 @@ def test_fleet_up_ready_idempotent_restarted_after_sigkill_and_down(
     # down: every server gone, ports free, status exit 1
     assert _serve("down") == 0
     assert not any(psutil.pid_exists(p) for p in after.values())
-    assert port_owner(41000) is None and port_owner(41001) is None
+    assert port_owner(27000) is None and port_owner(27001) is None
     assert _serve("status") == 1
     assert capsys.readouterr().out.count("DOWN") == 2
 
@@ -99,12 +100,12 @@ def test_a_server_that_cannot_start_is_named_with_its_log_line_within_seconds(
 ) -> None:
     bad = "{python} -m simulator --port {port} --model-path {model} --no-such-simulator-flag"
     t0 = time.monotonic()
-    code = _serve("up", str(tmp_path), "--gpus", "3,", "--port", "41010", "--server-command", bad)
+    code = _serve("up", str(tmp_path), "--gpus", "3,", "--port", "27010", "--server-command", bad)
     elapsed = time.monotonic() - t0
     err = capsys.readouterr().err
     assert code == 3, err
     assert elapsed < 60, "must fail fast, not after the ready timeout (1800 s)"
-    assert "gpu-3 (http://127.0.0.1:41010) failed to start" in err
+    assert "gpu-3 (http://127.0.0.1:27010) failed to start" in err
     assert "unrecognized arguments: --no-such-simulator-flag" in err  # the log's error line
     assert "gpu-3.log" in err
 
@@ -112,7 +113,7 @@ def test_a_server_that_cannot_start_is_named_with_its_log_line_within_seconds(
 def test_template_with_an_unknown_placeholder_is_a_usage_error(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "41020", "--server-command", "x {prot}")
+    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "27020", "--server-command", "x {prot}")
     assert code == 2
     assert "{prot}" in capsys.readouterr().err
     assert not Fleet(home, "fleet").supervisor.running()
@@ -123,18 +124,18 @@ def test_a_server_never_ready_times_out_naming_the_gpu_and_its_last_log_line(
 ) -> None:
     # a server that runs but answers 404 on the health path: not ready, never failed
     never = "{python} -m http.server {port} --bind 127.0.0.1"
-    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "41030", "--server-command", never,
+    code = _serve("up", str(tmp_path), "--gpus", "1", "--port", "27030", "--server-command", never,
                   "--ready-timeout", "4")  # fmt: skip
     err = capsys.readouterr().err
     assert code == 3, err
-    assert "not ready after 4 s" in err and "gpu-0 (http://127.0.0.1:41030)" in err, err
+    assert "not ready after 4 s" in err and "gpu-0 (http://127.0.0.1:27030)" in err, err
     assert '"GET /health_generate HTTP/1.1" 404' in err  # its last log line
 
 
 def test_up_runs_the_preflight_on_every_server_and_fails_with_the_fix_when_reasoning_eats_the_budget(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    up = ["up", str(tmp_path), "--gpus", "2", "--port", "41040", "--server-command", SIMULATOR,
+    up = ["up", str(tmp_path), "--gpus", "2", "--port", "27040", "--server-command", SIMULATOR,
           "--ready-timeout", "120"]  # fmt: skip
     assert _serve(*up, "--max-tokens", "512", "--thinking") == 2
     captured = capsys.readouterr()
@@ -153,13 +154,13 @@ def test_up_runs_the_preflight_on_every_server_and_fails_with_the_fix_when_reaso
     assert _serve(*up, "--max-tokens", "512", "--no-probe") == 0
     assert "preflight:" not in capsys.readouterr().out
     # One server by URL, thinking off.
-    assert _serve("probe", "--server", "http://127.0.0.1:41041", "--no-thinking", "--max-tokens", "512") == 0
+    assert _serve("probe", "--server", "http://127.0.0.1:27041", "--no-thinking", "--max-tokens", "512") == 0
 
 
 def test_after_supervisord_is_sigkilled_down_stops_the_servers_it_left_and_up_works_again(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    up = ["up", str(tmp_path), "--gpus", "2", "--port", "42050", "--server-command", SIMULATOR,
+    up = ["up", str(tmp_path), "--gpus", "2", "--port", "27150", "--server-command", SIMULATOR,
           "--ready-timeout", "120", "--no-probe"]  # fmt: skip
     assert _serve(*up) == 0
     fleet = Fleet(home, "fleet")
@@ -179,14 +180,14 @@ def test_after_supervisord_is_sigkilled_down_stops_the_servers_it_left_and_up_wo
     assert not any(
         psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids.values()
     )
-    assert port_owner(42050) is None and port_owner(42051) is None
+    assert port_owner(27150) is None and port_owner(27151) is None
     assert _serve(*up) == 0
 
 
 def test_down_stops_a_running_fleet_whose_record_is_corrupt(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    up = ["up", str(tmp_path), "--gpus", "1", "--port", "42060", "--server-command", SIMULATOR,
+    up = ["up", str(tmp_path), "--gpus", "1", "--port", "27160", "--server-command", SIMULATOR,
           "--ready-timeout", "120", "--no-probe"]  # fmt: skip
     assert _serve(*up) == 0
     fleet = Fleet(home, "fleet")
@@ -196,7 +197,7 @@ def test_down_stops_a_running_fleet_whose_record_is_corrupt(
     assert "serve down" in capsys.readouterr().err
     assert _serve("down") == 0  # ... and down does it
     assert "fleet.json.corrupt" in capsys.readouterr().out
-    assert not fleet.supervisor.running() and port_owner(42060) is None
+    assert not fleet.supervisor.running() and port_owner(27160) is None
     assert _serve(*up) == 0
 
 
@@ -204,7 +205,7 @@ def test_a_server_command_that_does_not_exist_is_named_and_leaves_nothing_runnin
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = "/opt/no-such-venv/bin/python -m sglang.launch_server {args}"
-    assert _serve("up", str(tmp_path), "--gpus", "1", "--port", "42070", "--server-command", missing) == 2
+    assert _serve("up", str(tmp_path), "--gpus", "1", "--port", "27170", "--server-command", missing) == 2
     err = capsys.readouterr().err
     assert "/opt/no-such-venv/bin/python" in err and "Traceback" not in err, err
     assert not Fleet(home, "fleet").supervisor.running()
@@ -214,7 +215,7 @@ def test_two_ups_at_once_start_one_fleet_copied_once(home: Path, tmp_path: Path)
     model = tmp_path / "nfs" / "m"
     model.mkdir(parents=True)
     (model / "w.bin").write_bytes(os.urandom(200_000_000))  # a copy that takes a moment
-    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(model), "--gpus", "2", "--port", "42080",
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(model), "--gpus", "2", "--port", "27180",
           "--server-command", SIMULATOR, "--ready-timeout", "120", "--no-probe",
           "--copy-model-to", str(tmp_path / "shm")]  # fmt: skip
     root = Path(__file__).resolve().parents[2]
@@ -234,12 +235,12 @@ def test_down_while_up_waits_says_it_was_stopped_not_that_it_failed_to_start(
     home: Path, tmp_path: Path
 ) -> None:
     never = "{python} -m http.server {port} --bind 127.0.0.1"  # runs, never ready (404)
-    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(tmp_path), "--gpus", "1", "--port", "42085",
+    up = [sys.executable, "-m", "launch.cli", "serve", "up", str(tmp_path), "--gpus", "1", "--port", "27185",
           "--server-command", never, "--ready-timeout", "120", "--no-probe"]  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     waiting = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fleet = Fleet(home, "fleet")
-    assert wait_until(lambda: fleet.supervisor.running() and port_owner(42085) is not None, timeout_s=60)
+    assert wait_until(lambda: fleet.supervisor.running() and port_owner(27185) is not None, timeout_s=60)
     fleet.down(echo=lambda _line: None)
     _, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 3, err
