@@ -13,6 +13,8 @@ command                 what                                                  al
 ``kafkagen preflight``  a sample of the input judged on every server          :mod:`launch.preflight_cli`
 ``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
 ``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
+``kafkagen replay``     a run's prompts again under a new run id               :mod:`launch.replay_cli`
+``kafkagen regenerate`` a selection of a run's prompts again, as attempt + 1   :mod:`launch.regenerate_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -43,6 +45,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("launch.preflight_cli", "preflight_command"),
     "status": ("launch.status_cli", "status_command"),
     "gate": ("launch.gate_cli", "gate"),
+    "replay": ("launch.replay_cli", "replay_command"),
+    "regenerate": ("launch.regenerate_cli", "regenerate_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -55,6 +59,8 @@ _SUMMARIES = {
     "preflight": "Send a sample of the input to every server and judge it before a run.",
     "status": "A run's status: counts, lag, servers, quality, ETA (--json, --watch).",
     "gate": "The run's fleet-wide quality gate: status, halt, resume.",
+    "replay": "Generate every prompt of a run again under a new run id, with new parameters.",
+    "regenerate": "Re-publish a run's prompts selected by quality, finish_reason, error or id.",
 }
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
@@ -28,6 +28,7 @@ __all__ = [
     "end_offsets",
     "kafka_unavailable",
     "producer_kwargs",
+    "read_to_end",
     "remove_group_member",
     "topic_partitions",
 ]
@@ -137,6 +138,46 @@ async def end_offsets(
         finally:
             await consumer.stop()
     return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def read_to_end(
+    settings: KafkaSettings, topic: str, *, stall_timeout_s: float = 30.0
+) -> AsyncIterator[list[ConsumerRecord[bytes, bytes]]]:
+    """Every committed record of ``topic``, in batches: read_committed, from the beginning of each
+    partition to its last stable offset taken at the start (:func:`end_offsets`; later records are
+    not read). A missing topic yields nothing. Order holds within a partition only.
+
+    Raises:
+        TimeoutError: no progress for ``stall_timeout_s`` seconds.
+        aiokafka.errors.KafkaError: Kafka could not be read.
+    """
+    partitions = await topic_partitions(settings, topic)
+    if not partitions:
+        return
+    tps = [TopicPartition(topic, p) for p in partitions]
+    ends = {TopicPartition(topic, p): end for p, end in (await end_offsets(settings, topic)).items()}
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings, group_id=None))
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        last_progress = time.monotonic()
+        while True:
+            # a partition whose log ends in markers or aborted records reaches its end unread
+            behind = [tp for tp in tps if await consumer.position(tp) < ends.get(tp, 0)]
+            if not behind:
+                return
+            batch = await consumer.getmany(*behind, timeout_ms=500)
+            if batch:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise TimeoutError(f"reading {topic}: no progress for {stall_timeout_s:.0f} s")
+            for tp, records in batch.items():
+                kept = [r for r in records if r.offset < ends[tp]]
+                if kept:
+                    yield kept
+    finally:
+        await consumer.stop()
 
 
 def kafka_unavailable(settings: KafkaSettings, exc: BaseException) -> UnavailableError:

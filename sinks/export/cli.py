@@ -19,7 +19,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
 from sinks.export.manifest import summary
-from sinks.export.report import export_report, publish_export_report
+from sinks.export.report import export_report, publish_export_report, regenerations_of
+from sinks.export.sources import KEEPS, Keep
 from streams import naming
 from streams.cli import command_settings, input_format_option, run_command, settings_options
 from streams.errors import ConfigError
@@ -85,6 +86,15 @@ __all__ = ["export_command", "main"]
     show_default=True,
     help="ids listed per problem in the manifest (counts are always complete)",
 )
+@click.option(
+    "--keep",
+    type=click.Choice(KEEPS),
+    default="latest",
+    show_default=True,
+    help="which record of an id the dataset keeps: latest (the latest attempt: a regeneration replaces "
+    "what it regenerated) or best (a completion without quality flags, then a flagged one, then a dead "
+    "letter; the latest attempt among equals)",
+)
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
@@ -101,6 +111,7 @@ def export_command(
     no_topic_check: bool,
     shard_records: int,
     list_cap: int,
+    keep: Keep,
 ) -> int:
     logging.getLogger("aiokafka.consumer.fetcher").setLevel(logging.CRITICAL)
     if more_inputs and not inputs:
@@ -137,6 +148,8 @@ def export_command(
             shard_records=shard_records,
             list_cap=list_cap,
             check_topics=not no_topic_check,
+            keep=keep,
+            regenerations=None if no_topic_check else asyncio.run(regenerations_of(settings)),
         )
     except (ClientError, BotoCoreError) as exc:
         raise storage_error(exc, f"at {settings.s3.endpoint_url}", settings.s3.bucket, name_it=True) from None

@@ -20,7 +20,7 @@ from sinks.export.destination import Destination, Shards
 from sinks.export.expected import Expected
 from sinks.export.index import IdIndex
 from sinks.export.manifest import Tally, build_manifest
-from sinks.export.sources import list_sources, read_object
+from sinks.export.sources import Keep, list_sources, read_object
 from sinks.layout import run_prefix
 from streams.config import Settings
 from streams.errors import ConfigError, LayoutError
@@ -53,6 +53,8 @@ def export(
     shard_records: int = DEFAULT_SHARD_RECORDS,
     list_cap: int = DEFAULT_LIST_CAP,
     check_topics: bool = True,
+    keep: Keep = "latest",
+    regenerations: list[dict[str, Any]] | None = None,
 ) -> ExportResult:
     """Export run ``run_id`` from ``settings.s3`` to ``to`` (a folder or ``s3://bucket/prefix``).
 
@@ -62,6 +64,9 @@ def export(
         shard_records: records per shard file.
         list_cap: ids and items listed in the manifest per kind.
         check_topics: check the objects' coverage against Kafka (:mod:`sinks.export.coverage`).
+        keep: which record of an id is kept (:data:`sinks.export.sources.Keep`).
+        regenerations: the run's ``kafkagen regenerate`` commands (``RegenerateRecord`` as dicts),
+            listed in the manifest with the attempts.
 
     Returns:
         the manifest and the exit status (0, or 1 when the export failed: :mod:`sinks.export`).
@@ -83,7 +88,7 @@ def export(
     )
 
     # Pass 1: the winning line of every id; prompt conflicts; records of other runs.
-    index = IdIndex(run_id, list_cap)
+    index = IdIndex(run_id, list_cap, keep)
     for source in sources:
         for line, head in read_object(client, bucket, source):
             index.add(line, head)
@@ -131,6 +136,8 @@ def export(
             overlaps=overlaps(found),
             shards=[entry for s in shards.values() for entry in s.written],
             list_cap=list_cap,
+            keep=keep,
+            regenerations=regenerations or [],
         )
         (dest.path("manifest.json")).write_text(json.dumps(manifest, indent=2) + "\n")
         dest.publish("manifest.json")

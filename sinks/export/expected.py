@@ -7,19 +7,17 @@ would publish.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import zstandard
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from botocore.exceptions import BotoCoreError, ClientError
 
 from streams.config import Settings
 from streams.errors import ConfigError, InputError
 from streams.inputs import MappingOptions, open_input, parse_line, resolve_inputs
-from streams.kafka import consumer_kwargs, end_offsets, topic_partitions
+from streams.kafka import read_to_end, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
 from streams.storage import storage_error
 
@@ -49,45 +47,23 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
         TimeoutError: no progress for ``stall_timeout_s`` seconds.
         aiokafka.errors.KafkaError: Kafka could not be read.
     """
-    partitions = await topic_partitions(settings.kafka, topic)
-    if not partitions:
+    if not await topic_partitions(settings.kafka, topic):
         raise ConfigError(
             f"prompts topic {topic!r} does not exist: set --prompts-topic or --input, or --replay-of RUN "
             "when this run replays run RUN's prompts (docs/runs.md)"
         )
-    tps = [TopicPartition(topic, p) for p in partitions]
-    ends = {TopicPartition(topic, p): end for p, end in (await end_offsets(settings.kafka, topic)).items()}
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ids: set[str] = set()
-        unreadable = 0
-        last_progress = time.monotonic()
-        while True:
-            behind = [tp for tp in tps if await consumer.position(tp) < ends.get(tp, 0)]
-            if not behind:
-                break
-            batch = await consumer.getmany(*behind, timeout_ms=500)
-            if batch:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > stall_timeout_s:
-                raise TimeoutError(f"reading {topic}: no progress for {stall_timeout_s:.0f} s")
-            for tp, records in batch.items():
-                for rec in records:
-                    if rec.offset >= ends[tp]:
-                        continue
-                    try:
-                        ids.add(decode(rec.value or b"", PromptRecord).id)
-                    except RecordDecodeError:
-                        if rec.key:
-                            ids.add(rec.key.decode("utf-8", "replace"))
-                        else:
-                            unreadable += 1
-        return Expected(f"topic:{topic}", ids, unreadable)
-    finally:
-        await consumer.stop()
+    ids: set[str] = set()
+    unreadable = 0
+    async for records in read_to_end(settings.kafka, topic, stall_timeout_s=stall_timeout_s):
+        for rec in records:
+            try:
+                ids.add(decode(rec.value or b"", PromptRecord).id)
+            except RecordDecodeError:
+                if rec.key:
+                    ids.add(rec.key.decode("utf-8", "replace"))
+                else:
+                    unreadable += 1
+    return Expected(f"topic:{topic}", ids, unreadable)
 
 
 def prompt_ids_from_inputs(

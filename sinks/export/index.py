@@ -9,7 +9,9 @@ one id whose prompts differ (:func:`streams.records.prompt_identity`: messages, 
 are a *conflict*: two different prompts share the id. The parameters may differ between attempts
 (a regenerated attempt runs with its overrides), so across attempts only what the prompt asks
 counts (:func:`streams.records.content_identity`: messages and tools); within one attempt the
-whole request does (:func:`streams.records.prompt_identity`). Memory: about 300 bytes per id.
+whole request does (:func:`streams.records.prompt_identity`). With ``keep="best"`` (``kafkagen
+export --keep best``) the quality class ranks first: a completion without quality flags, then a
+flagged one, then a dead letter, the latest attempt among equals. Memory: about 300 bytes per id.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sinks.export.sources import Rank, RecordHead, is_foreign, rank, where
+from sinks.export.sources import Keep, Rank, RecordHead, attempt_of, is_foreign, rank, where
 from sinks.layout import Line
 from streams.records import content_identity, prompt_identity
 
@@ -40,6 +42,8 @@ class IdIndex:
 
     run_id: str
     list_cap: int
+    keep: Keep = "latest"
+    """which record of an id wins (:data:`sinks.export.sources.Keep`)."""
     winners: dict[str, Rank] = field(default_factory=dict)
     """id → the rank of its winning line (:meth:`take_winner` removes it in the second pass)."""
     kinds_seen: dict[str, int] = field(default_factory=dict)
@@ -49,6 +53,8 @@ class IdIndex:
     """ids with records of more than one attempt."""
     lines_total: int = 0
     lines_by_kind: Counter[str] = field(default_factory=Counter)
+    lines_by_attempt: Counter[int] = field(default_factory=Counter)
+    """records of the run (foreign ones left out) per ``attempt``, kept or not."""
     foreign: list[dict[str, Any]] = field(default_factory=list)
     """the first ``list_cap`` foreign records with their sources."""
     foreign_runs: Counter[str] = field(default_factory=Counter)
@@ -70,11 +76,12 @@ class IdIndex:
                     | where(line.topic, line.partition, line.offset, head.attempt)
                 )
             return
-        this = rank(line.kind, head.attempt, line.offset, line.topic, line.partition)
+        self.lines_by_attempt[head.attempt] += 1
+        this = self._rank(line, head)
         best = self.winners.get(record_id)
         if best is None or this < best:
             self.winners[record_id] = this
-        if best is not None and best[0] != this[0]:
+        if best is not None and attempt_of(best) != attempt_of(this):
             self.superseded.add(record_id)
         bits = self.kinds_seen.get(record_id, 0) | (1 if line.kind == "completion" else 2)
         self.kinds_seen[record_id] = bits + 4
@@ -113,12 +120,21 @@ class IdIndex:
         wins; an exact duplicate line (same offset) wins once."""
         if is_foreign(head, self.run_id):
             return False
-        if self.winners.get(head.id) != rank(
-            line.kind, head.attempt, line.offset, line.topic, line.partition
-        ):
+        if self.winners.get(head.id) != self._rank(line, head):
             return False
         self.winners.pop(head.id)
         return True
+
+    def _rank(self, line: Line, head: RecordHead) -> Rank:
+        return rank(
+            line.kind,
+            head.attempt,
+            line.offset,
+            line.topic,
+            line.partition,
+            quality=head.quality,
+            keep=self.keep,
+        )
 
     @property
     def present(self) -> set[str]:

@@ -2,11 +2,12 @@
 is printed on the terminal (a summary, then one line per problem).
 
 ``manifest.json`` holds the run id, creation time, counts by ``finish_reason``, by quality flag
-and by ``attempt``, token totals, duplicate counts, conflicts, foreign records, expected/missing/
-unexpected ids (lists capped by ``--list-cap``), per-shard record counts and SHA-256 (of the shard
-file as stored), and what was checked in the source objects. A failed export lists each problem
-(unreadable or corrupt objects, gaps, coverage problems, conflicts, foreign records): the first
-:data:`SHOWN` of each kind are printed.
+and by ``attempt`` (``attempts``: the records of each attempt, those kept, which rule kept them,
+and the regenerate commands that made the attempts), token totals, duplicate counts, conflicts,
+foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), per-shard record
+counts and SHA-256 (of the shard file as stored), and what was checked in the source objects. A
+failed export lists each problem (unreadable or corrupt objects, gaps, coverage problems,
+conflicts, foreign records): the first :data:`SHOWN` of each kind are printed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from sinks.export.expected import Expected
 from sinks.export.index import IdIndex
-from sinks.export.sources import Source
+from sinks.export.sources import Keep, Source
 from streams.records import CompletionRecord, ErrorRecord
 
 __all__ = ["SHOWN", "Tally", "build_manifest", "problem_lines", "summary"]
@@ -76,12 +77,17 @@ def build_manifest(
     overlaps: list[dict[str, Any]],
     shards: list[dict[str, Any]],
     list_cap: int,
+    keep: Keep = "latest",
+    regenerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest (module docstring); ``ok`` is false when the export fails.
 
     Args:
         source_uri: ``s3://bucket/<run folder>``.
         shards: the entries of the written shards (:attr:`sinks.export.destination.Shards.written`).
+        keep: which record of an id was kept (:data:`sinks.export.sources.Keep`).
+        regenerations: the run's regenerate records (:class:`streams.control.RegenerateRecord` as
+            dicts), oldest first.
     """
     present = index.present
     corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
@@ -127,6 +133,12 @@ def build_manifest(
             "errors": written["errors"],
         },
         "by_attempt": {str(a): n for a, n in sorted(tally.by_attempt.items())},
+        "attempts": {
+            "keep": keep,
+            "records": {str(a): n for a, n in sorted(index.lines_by_attempt.items())},
+            "kept": {str(a): n for a, n in sorted(tally.by_attempt.items())},
+            "regenerations": regenerations or [],
+        },
         "by_finish_reason": dict(sorted(tally.by_finish.items())),
         "by_quality_flag": dict(sorted(tally.by_flag.items())),
         "flagged_completions": tally.flagged,

@@ -13,13 +13,14 @@ import socket
 import time
 from typing import Any
 
+import msgspec
 from aiokafka.errors import KafkaError
 
 from streams.config import Settings
-from streams.control import ControlLog, ExportReport
+from streams.control import ControlLog, ExportReport, read_control
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["export_report", "publish_export_report"]
+__all__ = ["export_report", "publish_export_report", "regenerations_of"]
 
 log = logging.getLogger("kafkagen.export")
 
@@ -62,3 +63,15 @@ async def publish_export_report(settings: Settings, report: ExportReport, *, tim
     finally:
         await control.stop()
     return True
+
+
+async def regenerations_of(settings: Settings, *, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """The run's ``kafkagen regenerate`` records (:class:`streams.control.RegenerateRecord`, as
+    dicts, oldest first) from its control topic; empty when it has none or no control topic.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    state = await read_control(settings, timeout_s=timeout_s)
+    records = sorted(state.regenerations.values(), key=lambda r: r.at)
+    return [msgspec.to_builtins(r) for r in records]

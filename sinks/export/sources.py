@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
@@ -26,9 +26,12 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 __all__ = [
+    "KEEPS",
+    "Keep",
     "Rank",
     "RecordHead",
     "Source",
+    "attempt_of",
     "is_foreign",
     "list_sources",
     "rank",
@@ -46,6 +49,8 @@ class RecordHead(msgspec.Struct):
     attempt: int = 0
     prompt: PromptRecord | None = None
     run_id: str | None = None
+    quality: list[str] = []
+    """a completion's quality flags (``keep="best"`` ranks by them)."""
 
 
 _head_decoder: Final = msgspec.json.Decoder(RecordHead)
@@ -56,13 +61,38 @@ def is_foreign(head: RecordHead, run_id: str) -> bool:
     return head.run_id is not None and head.run_id != run_id
 
 
-Rank = tuple[int, int, int, str, int]
-"""(-attempt, 0 completion | 1 error, offset, topic, partition): the smallest wins."""
+Keep = Literal["latest", "best"]
+"""Which record of an id the export keeps: ``latest``, the latest attempt (a regeneration replaces
+what it regenerated); ``best``, the best by quality (a completion with no quality flag, then one
+with flags, then a dead letter), the latest attempt among equals."""
+
+KEEPS: Final[tuple[Keep, ...]] = ("latest", "best")
+
+Rank = tuple[int, int, int, int, str, int]
+"""(quality class, -attempt, 0 completion | 1 error, offset, topic, partition): the smallest wins.
+The quality class is 0 for every line when keeping the latest attempt."""
 
 
-def rank(kind: str, attempt: int, offset: int, topic: str, partition: int) -> Rank:
-    """The :data:`Rank` of a line: the latest attempt, then a completion, then the earliest offset."""
-    return (-attempt, 0 if kind == "completion" else 1, offset, topic, partition)
+def rank(
+    kind: str,
+    attempt: int,
+    offset: int,
+    topic: str,
+    partition: int,
+    *,
+    quality: Sequence[str] = (),
+    keep: Keep = "latest",
+) -> Rank:
+    """The :data:`Rank` of a line: for ``keep="latest"`` the latest attempt, then a completion, then
+    the earliest offset; for ``keep="best"`` first the quality class (:data:`Keep`)."""
+    error = kind != "completion"
+    cls = 0 if keep == "latest" else 2 if error else 1 if quality else 0
+    return (cls, -attempt, 1 if error else 0, offset, topic, partition)
+
+
+def attempt_of(ranked: Rank) -> int:
+    """The attempt a :data:`Rank` was made from."""
+    return -ranked[1]
 
 
 def where(topic: str, partition: int, offset: int, attempt: int) -> dict[str, Any]:

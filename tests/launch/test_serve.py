@@ -1,6 +1,7 @@
 """``kafkagen serve`` on real processes: the SGLang-API simulator stands in for SGLang (through
-``--server-command``), under a real supervisord, on ports 27000-27199 of 127.0.0.1: below Linux's ephemeral range
-(32768-60999), where a client connection of another test could hold a port the fleet must bind."""
+``--server-command``), under a real supervisord, on ports 27000-27199 of 127.0.0.1: below Linux's
+ephemeral range (32768-60999), where a client connection of another test could hold a port the
+fleet must bind."""
 
 from __future__ import annotations
 

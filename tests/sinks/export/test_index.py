@@ -88,3 +88,25 @@ def test_records_of_another_run_are_counted_listed_up_to_the_cap_and_never_win()
     ]
     assert index.present == set() and not index.take_winner(*foreign[0])
     assert index.duplicates()["records_dropped"] == 0
+
+
+def test_keep_best_prefers_an_unflagged_completion_then_the_latest_attempt() -> None:
+    lines = [
+        (_line("completion", 1), RecordHead("a", attempt=0, run_id="r")),
+        (_line("completion", 2), RecordHead("a", attempt=1, run_id="r", quality=["repetition_loop"])),
+        (_line("error", 3, "e"), RecordHead("a", attempt=2, run_id="r")),
+    ]
+    for keep, winner in (("latest", 2), ("best", 0)):
+        index = IdIndex("r", 10, keep)  # type: ignore[arg-type]
+        for line, head in lines:
+            index.add(line, head)
+        index.end_of_pass()
+        assert [index.take_winner(line, head) for line, head in lines].index(True) == winner, keep
+        assert index.lines_by_attempt == {0: 1, 1: 1, 2: 1}
+    flagged = IdIndex("r", 10, "best")
+    for line, head in lines[1:]:
+        flagged.add(line, head)
+    flagged.end_of_pass()
+    assert [flagged.take_winner(line, head) for line, head in lines[1:]] == [True, False], (
+        "flagged beats an error"
+    )

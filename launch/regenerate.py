@@ -1,0 +1,202 @@
+"""``kafkagen regenerate``'s Kafka side: read a run's results and prompts, re-publish a selection
+exactly once (:mod:`launch.regenerate_select` decides what).
+
+Exactly once, and one regeneration of a run at a time: the prompts and the run's
+:class:`streams.control.RegenerateRecord` (key ``regenerate:<digest>``, the command's digest) are
+written in one Kafka transaction by a producer whose ``transactional_id`` is the run's
+(:func:`regenerate_transactional_id`). Starting that producer fences any other regenerate of the
+run and lets the broker finish or abort its transaction (KIP-98, ``InitProducerId``); only then
+are the run's topics read and the selection made. So the same command run twice, one after the
+other, at the same time or after a SIGKILL, publishes once (the second finds the record, or its
+selection finds the first one's attempts pending), and two different commands never give one id
+the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+from dataclasses import dataclass
+
+import msgspec
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import IllegalOperation, ProducerFenced
+
+from launch.regenerate_select import (
+    PromptHead,
+    ResultHead,
+    Selection,
+    Selector,
+    Where,
+    command_digest,
+    regenerated,
+)
+from producers.transactions import failed_transaction
+from streams.config import Settings
+from streams.control import ControlState, RegenerateRecord, encode_control, key_of_control, read_control
+from streams.errors import ConfigError, KafkagenError
+from streams.kafka import producer_kwargs, read_to_end, topic_partitions
+from streams.records import GenerationParams, PromptRecord, RecordDecodeError, decode, encode, key_of
+from streams.topics import ensure_topics, topic_specs
+
+__all__ = ["Plan", "RegenerationFenced", "plan_regeneration", "regenerate", "regenerate_transactional_id"]
+
+_results = msgspec.json.Decoder(ResultHead)
+_prompt_heads = msgspec.json.Decoder(PromptHead)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One regenerate command, read and decided: its digest, its selection, and the earlier
+    regeneration with the same digest when there is one (then nothing is published)."""
+
+    digest: str
+    where: Where
+    overrides: GenerationParams
+    selection: Selection
+    results: int
+    foreign: int
+    done_before: RegenerateRecord | None
+
+
+async def plan_regeneration(settings: Settings, where: Where, overrides: GenerationParams) -> Plan:
+    """Read run ``settings.run_id``'s completions, dead letters and prompts (read_committed, to
+    the end offsets at the start) and decide what the command would re-publish.
+
+    Raises:
+        ConfigError: the run has no prompts topic, or is a replay (its prompts belong to the run it
+            replays: regenerate that run, or replay again).
+        aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read.
+    """
+    run = settings.run_id
+    state = await _check_run(settings)
+    digest = command_digest(run, where, overrides)
+    selector = Selector(run, where)
+    for kind, topic in (("completion", settings.topics.completions), ("error", settings.topics.errors)):
+        async for records in read_to_end(settings.kafka, topic):
+            for rec in records:
+                try:
+                    head = _results.decode(rec.value or b"")
+                except msgspec.DecodeError:
+                    continue  # not a result record: the export reports it
+                selector.see_result(kind, head, rec.partition, rec.offset, topic)
+    async for records in read_to_end(settings.kafka, settings.topics.prompts):
+        for rec in records:
+            try:
+                phead = _prompt_heads.decode(rec.value or b"")
+                prompt = decode(rec.value or b"", PromptRecord) if selector.wants_prompt(phead) else None
+            except (msgspec.DecodeError, RecordDecodeError):
+                continue  # an undecodable prompt was dead-lettered: ids=... cannot name it
+            selector.see_prompt(phead, rec.partition, prompt)
+    return Plan(
+        digest=digest,
+        where=where,
+        overrides=overrides,
+        selection=selector.selection(),
+        results=selector.results,
+        foreign=selector.foreign,
+        done_before=state.regenerations.get(digest),
+    )
+
+
+async def _check_run(settings: Settings) -> ControlState:
+    """The run's control state, once the run is known to be one that can be regenerated.
+
+    Raises:
+        ConfigError: the run is a replay, or has no prompts topic (a mistyped run id).
+    """
+    run = settings.run_id
+    state = await read_control(settings)
+    parent = settings.replay_of or (state.run.parent if state.run is not None else None)
+    if parent is not None:
+        raise ConfigError(
+            f"run {run} replays run {parent}: its prompts are {parent}'s. Regenerate {parent} "
+            f"(kafkagen regenerate {parent} ...), or replay it again under a new run id "
+            f"(kafkagen replay {parent} --as NEW ...)"
+        )
+    if not await topic_partitions(settings.kafka, settings.topics.prompts):
+        raise ConfigError(
+            f"run {run} has no prompts topic {settings.topics.prompts}: is the run id right? "
+            "(kafkagen runs lists the runs)"
+        )
+    return state
+
+
+def regenerate_transactional_id(run_id: str) -> str:
+    """The ``transactional_id`` of run ``run_id``'s regenerations (stable: a regenerate fences any
+    other of the same run)."""
+    key = msgspec.json.encode(["regenerate", run_id])
+    return "kafkagen-regenerate-" + hashlib.blake2b(key, digest_size=12).hexdigest()
+
+
+class RegenerationFenced(KafkagenError):
+    """Another ``kafkagen regenerate`` of the same run started while this one ran: this one's
+    transaction was aborted, nothing of it was published (exit 1)."""
+
+
+async def regenerate(
+    settings: Settings,
+    where: Where,
+    overrides: GenerationParams,
+    *,
+    dry_run: bool = False,
+    by: str | None = None,
+) -> tuple[Plan, RegenerateRecord | None]:
+    """Plan the regeneration of run ``settings.run_id`` and, unless ``dry_run``, the same command
+    was published before, or nothing matches, publish it: the selection re-published as new
+    attempts with ``overrides``, and its regenerate record, in one transaction (module docstring).
+
+    Returns:
+        the plan, and the record published (None: nothing was).
+
+    Raises:
+        ConfigError: as :func:`plan_regeneration`.
+        RegenerationFenced: another regenerate of the run took over; nothing was published.
+        aiokafka.errors.KafkaError, TimeoutError: Kafka failed (nothing was committed: run the
+            same command again).
+    """
+    if dry_run:
+        return await plan_regeneration(settings, where, overrides), None
+    await _check_run(settings)  # before creating the control topic of a mistyped run
+    await ensure_topics(settings, [topic_specs(settings)["control"]])
+    producer = AIOKafkaProducer(
+        **producer_kwargs(settings.kafka), transactional_id=regenerate_transactional_id(settings.run_id)
+    )
+    await producer.start()  # InitProducerId: fences any other regenerate of this run
+    try:
+        plan = await plan_regeneration(settings, where, overrides)
+        if plan.done_before is not None or not plan.selection.prompts:
+            return plan, None
+        attempts = plan.selection.attempts()
+        record = RegenerateRecord(
+            run_id=settings.run_id,
+            digest=plan.digest,
+            where=plan.where.describe(),
+            overrides=plan.overrides.as_request_fields(),
+            ids=len(plan.selection.prompts),
+            attempts={str(a): n for a, n in sorted(attempts.items())},
+            at=time.time(),
+            by=by or f"kafkagen regenerate@{socket.gethostname()}",
+        )
+        try:
+            async with producer.transaction():
+                for partition, prompt in plan.selection.prompts:
+                    again = regenerated(prompt, prompt.attempt + 1, plan.overrides)
+                    await producer.send(
+                        settings.topics.prompts, encode(again), key=key_of(again.id), partition=partition
+                    )
+                await producer.send(
+                    settings.topics.control, encode_control(record), key=key_of_control(record)
+                )
+        except (ProducerFenced, AssertionError, IllegalOperation) as exc:
+            cause = failed_transaction(producer) or exc
+            if not isinstance(cause, ProducerFenced):
+                raise cause from None
+            raise RegenerationFenced(
+                f"another kafkagen regenerate of run {settings.run_id} started meanwhile and took over: "
+                "nothing of this one was published; run it again once that one has ended"
+            ) from None
+        return plan, record
+    finally:
+        await producer.stop()

@@ -1,0 +1,135 @@
+"""``kafkagen regenerate RUN --where ... [overrides]``: re-publish a selection of a run's prompts
+as new attempts of the same run (docs/runs.md, "Regenerating part of a run").
+
+The selection (:mod:`launch.regenerate_select`) reads the run's results in Kafka, so it works on
+a finished run and on a running one. The prompts go back on the run's prompts topic as
+``attempt`` + 1 with the overrides in their ``params``; the run's consumers generate them (a
+running main job picks them up; for a finished run, run the main job again with the same
+``--run-id``: it publishes nothing new, generates them and exports). The export keeps each id's
+latest attempt. The same command twice publishes once (:mod:`launch.regenerate`).
+
+Exit status (:mod:`streams.cli`): 0 published (or nothing to publish, or published before), 2 bad
+usage, settings or ``--where``, or the run is a replay or has no prompts topic, 3 Kafka cannot be
+reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import click
+from aiokafka.errors import KafkaError
+
+from launch.regenerate import Plan, regenerate
+from launch.regenerate_select import parse_where
+from streams import naming
+from streams.cli import command_settings, run_command, settings_options
+from streams.config import Settings
+from streams.errors import ConfigError
+from streams.kafka import kafka_unavailable
+from streams.records import GenerationParams
+
+__all__ = ["main", "regenerate_command"]
+
+
+@click.command(
+    "regenerate",
+    help="Re-publish the prompts of run RUN whose latest result matches --where, as attempt + 1 with "
+    "the overrides; the run's consumers generate them and the export keeps the latest attempt. "
+    "Conditions: quality=CLASS[,CLASS] (a quality flag, degenerate or error), finish_reason=REASON, "
+    "error_type=TYPE, ids=FILE (one id per line); several --where select the union. Running the same "
+    "command again publishes nothing.",
+)
+@click.argument("run")
+@click.option("--where", "conditions", multiple=True, metavar="KEY=VALUE[,VALUE]", help="what to select")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), help="override: tokens per completion (reasoning + answer)"
+)
+@click.option("--temperature", type=click.FloatRange(min=0.0), help="override: sampling temperature")
+@click.option(
+    "--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), help="override: nucleus sampling"
+)
+@click.option(
+    "--thinking/--no-thinking",
+    default=None,
+    help="override: ask for reasoning or not (chat_template_kwargs.enable_thinking)",
+)
+@click.option("--dry-run", is_flag=True, help="say what would be re-published, publish nothing")
+@settings_options(log_default="warning")
+@click.pass_context
+def regenerate_command(
+    ctx: click.Context,
+    run: str,
+    conditions: tuple[str, ...],
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    thinking: bool | None,
+    dry_run: bool,
+) -> None:
+    where = parse_where(conditions)
+    try:
+        settings = naming.for_run(command_settings(ctx), run, replay_of=None)
+    except ValueError as exc:
+        raise ConfigError(f"RUN: {exc}") from None
+    overrides = GenerationParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        chat_template_kwargs=None if thinking is None else {"enable_thinking": thinking},
+    )
+    try:
+        plan, record = asyncio.run(regenerate(settings, where, overrides, dry_run=dry_run))
+    except (KafkaError, TimeoutError) as exc:
+        raise kafka_unavailable(settings.kafka, exc) from None
+    for line in describe_plan(settings, plan):
+        print(line)
+    if record is None:
+        if dry_run and plan.done_before is None and plan.selection.prompts:
+            print("--dry-run: nothing published")
+        return
+    attempts = ", ".join(f"{n} as attempt {a}" for a, n in record.attempts.items())
+    print(
+        f"published {record.ids} prompts to {settings.topics.prompts} ({attempts}), "
+        f"regeneration {record.digest}"
+    )
+    print(
+        f"next: a running main job of run {run} generates them now; for a finished run, run the main job "
+        f"again with --run-id {run} (it publishes nothing new, generates these and exports)"
+    )
+
+
+def describe_plan(settings: Settings, plan: Plan) -> list[str]:
+    """The lines ``regenerate`` prints about ``plan`` before publishing."""
+    s = plan.selection
+    lines = [
+        f"run {settings.run_id}: {plan.results} results read, {s.matched} match "
+        + " or ".join(f"{k}={v}" for k, v in plan.where.describe().items())
+    ]
+    if plan.foreign:
+        lines.append(f"  {plan.foreign} results of other runs ignored")
+    if s.pending:
+        lines.append(f"  {s.pending} prompts left alone: their latest attempt has no result yet")
+    if s.no_prompt:
+        lines.append(
+            f"  {s.no_prompt} matching ids have no prompt on {settings.topics.prompts}: not re-published"
+        )
+    overrides = plan.overrides.as_request_fields()
+    if plan.done_before is not None:
+        done = plan.done_before
+        lines.append(
+            f"this command was published before ({done.ids} prompts, regeneration {done.digest}, "
+            f"by {done.by}): "
+            "nothing published"
+        )
+    else:
+        lines.append(
+            f"to re-publish: {len(s.prompts)} prompts, overrides {overrides or 'none (the same parameters)'}"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "kafkagen regenerate") -> int:
+    """Run ``regenerate`` on ``argv`` (``None``: the process arguments); returns the exit status."""
+    return run_command(regenerate_command, argv, prog=prog)

@@ -1,0 +1,275 @@
+"""Which prompts of a run ``kafkagen regenerate`` re-publishes, and as what: pure, no I/O.
+
+A run's *result* for a prompt id is the record the export would keep for it
+(:func:`sinks.export.sources.rank`: the latest attempt, then a completion before a dead letter,
+then the earliest offset). A ``--where`` condition selects an id when its result matches it:
+
+==================  ===========================================================================
+``quality=C,...``   the result has one of the classes ``C`` (:data:`consumers.gate.GATE_CLASSES`:
+                    a quality flag such as ``reasoning_ate_budget``, ``degenerate`` for any flag
+                    that makes a completion unusable, ``error`` for a dead letter)
+``finish_reason=F``  a completion whose ``finish_reason`` is one of ``F`` (``length``, ``stop`` ...)
+``error_type=E``    a dead letter whose ``error_type`` is one of ``E`` (``FatalRequestError`` ...)
+``ids=FILE``        the id is listed in ``FILE`` (one id per line; ``#`` comments, blank lines)
+==================  ===========================================================================
+
+Several ``--where`` select the union. An id whose latest prompt attempt has no result yet (a
+regeneration still pending, or a prompt not generated yet) is never selected: it is counted as
+pending. A selected id is re-published as ``attempt`` = its latest prompt attempt + 1, from that
+prompt (same messages and tools, so the export sees the same prompt), with the overrides merged
+over its ``params``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, get_args
+
+import msgspec
+
+from consumers.gate import GATE_CLASSES, result_classes
+from sinks.export.sources import Rank, attempt_of, rank
+from streams.errors import ConfigError
+from streams.records import FinishReason, GenerationParams, PromptRecord
+
+__all__ = [
+    "WHERE_KEYS",
+    "PromptHead",
+    "ResultHead",
+    "Selection",
+    "Selector",
+    "Where",
+    "command_digest",
+    "merged_params",
+    "parse_where",
+    "regenerated",
+]
+
+WHERE_KEYS: Final = ("quality", "finish_reason", "error_type", "ids")
+
+
+class ResultHead(msgspec.Struct):
+    """The fields of a completion or dead letter (``streams.records``) a selection reads."""
+
+    id: str
+    attempt: int = 0
+    run_id: str | None = None
+    quality: list[str] = []
+    finish_reason: str | None = None
+    error_type: str | None = None
+
+
+class PromptHead(msgspec.Struct):
+    """The fields of a prompt record a selection reads first (the whole prompt is decoded only
+    for a selected id)."""
+
+    id: str
+    attempt: int = 0
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Where:
+    """The ``--where`` conditions of one regeneration (module docstring); empty sets match nothing."""
+
+    classes: frozenset[str] = frozenset()
+    finish_reasons: frozenset[str] = frozenset()
+    error_types: frozenset[str] = frozenset()
+    ids: frozenset[str] = frozenset()
+    ids_file: str | None = None
+
+    def matches(self, kind: str, head: ResultHead) -> bool:
+        """Whether the result ``head`` (``kind`` ``completion`` or ``error``) is selected."""
+        if head.id in self.ids:
+            return True
+        if kind == "completion":
+            if head.finish_reason in self.finish_reasons:
+                return True
+            return bool(self.classes.intersection(result_classes(head.quality)))
+        return head.error_type in self.error_types or "error" in self.classes
+
+    def describe(self) -> dict[str, object]:
+        """The conditions as the regenerate record keeps them (``ids``: the file, count and a
+        digest of the sorted ids)."""
+        out: dict[str, object] = {}
+        if self.classes:
+            out["quality"] = sorted(self.classes)
+        if self.finish_reasons:
+            out["finish_reason"] = sorted(self.finish_reasons)
+        if self.error_types:
+            out["error_type"] = sorted(self.error_types)
+        if self.ids_file is not None:
+            digest = hashlib.blake2b("\n".join(sorted(self.ids)).encode(), digest_size=12).hexdigest()
+            out["ids"] = {"file": self.ids_file, "count": len(self.ids), "digest": digest}
+        return out
+
+
+def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
+    """The :class:`Where` of ``--where KEY=VALUE[,VALUE...]`` conditions (module docstring).
+
+    Raises:
+        ConfigError: no condition, a malformed one, an unknown key, class or finish reason, an ids
+            file that cannot be read or lists no id; the message names the condition and the fix.
+    """
+    if not conditions:
+        raise ConfigError(
+            "regenerate needs at least one --where (quality=CLASS, finish_reason=REASON, error_type=TYPE "
+            "or ids=FILE)"
+        )
+    classes: set[str] = set()
+    reasons: set[str] = set()
+    errors: set[str] = set()
+    ids: set[str] = set()
+    ids_file: str | None = None
+    for condition in conditions:
+        key, sep, value = condition.partition("=")
+        key = key.strip()
+        values = [v.strip() for v in value.split(",") if v.strip()]
+        if not sep or key not in WHERE_KEYS or not values:
+            raise ConfigError(
+                f"--where {condition!r}: expected KEY=VALUE[,VALUE...] with KEY one of "
+                f"{', '.join(WHERE_KEYS)}"
+            )
+        if key == "quality":
+            unknown = sorted(set(values) - set(GATE_CLASSES))
+            if unknown:
+                raise ConfigError(
+                    f"--where {condition!r}: unknown quality class {', '.join(unknown)}; known: "
+                    f"{', '.join(GATE_CLASSES)}"
+                )
+            classes.update(values)
+        elif key == "finish_reason":
+            known = get_args(FinishReason)
+            unknown = sorted(set(values) - set(known))
+            if unknown:
+                raise ConfigError(
+                    f"--where {condition!r}: unknown finish_reason {', '.join(unknown)}; "
+                    f"known: {', '.join(known)}"
+                )
+            reasons.update(values)
+        elif key == "error_type":
+            errors.update(values)
+        else:
+            if ids_file is not None or len(values) != 1:
+                raise ConfigError(f"--where {condition!r}: give one ids=FILE")
+            ids_file = values[0]
+            ids.update(_read_ids(Path(ids_file)))
+    return Where(frozenset(classes), frozenset(reasons), frozenset(errors), frozenset(ids), ids_file)
+
+
+def _read_ids(path: Path) -> set[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--where ids={path}: cannot be read: {exc}") from None
+    ids = {s for line in text.splitlines() if (s := line.strip()) and not s.startswith("#")}
+    if not ids:
+        raise ConfigError(f"--where ids={path}: lists no id (one id per line)")
+    return ids
+
+
+def merged_params(params: GenerationParams, overrides: GenerationParams) -> GenerationParams:
+    """``params`` with every field ``overrides`` sets replaced (``chat_template_kwargs`` merged
+    key by key)."""
+    fields = params.as_request_fields()
+    new = overrides.as_request_fields()
+    if "chat_template_kwargs" in new:
+        new["chat_template_kwargs"] = {
+            **(fields.get("chat_template_kwargs") or {}),
+            **new["chat_template_kwargs"],
+        }
+    return GenerationParams(**{**fields, **new})
+
+
+def regenerated(prompt: PromptRecord, attempt: int, overrides: GenerationParams) -> PromptRecord:
+    """``prompt`` as attempt ``attempt`` with ``overrides`` merged over its parameters."""
+    return msgspec.structs.replace(prompt, attempt=attempt, params=merged_params(prompt.params, overrides))
+
+
+def command_digest(run_id: str, where: Where, overrides: GenerationParams) -> str:
+    """What identifies one regenerate command (hex BLAKE2b-96): the run, its conditions and its
+    overrides. The same command again has the same digest and publishes nothing."""
+    data = msgspec.json.Encoder(order="sorted").encode(
+        [run_id, where.describe(), overrides.as_request_fields()]
+    )
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+@dataclass
+class Selector:
+    """Feeds on a run's results, then its prompts, and says what to re-publish (module docstring).
+
+    Memory: about 150 bytes per id, plus the selected ids' prompts.
+    """
+
+    run_id: str
+    where: Where
+    results: int = 0
+    """results read (completions and dead letters of the run)."""
+    foreign: int = 0
+    """results of another run (never selected)."""
+    _best: dict[str, tuple[Rank, bool]] = field(default_factory=dict)
+    _latest_prompt: dict[str, tuple[int, int, PromptRecord | None]] = field(default_factory=dict)
+
+    def see_result(self, kind: str, head: ResultHead, partition: int, offset: int, topic: str) -> None:
+        """One completion (``kind`` ``completion``) or dead letter (``error``) of the run."""
+        if head.run_id is not None and head.run_id != self.run_id:
+            self.foreign += 1
+            return
+        self.results += 1
+        this = rank(kind, head.attempt, offset, topic, partition)
+        best = self._best.get(head.id)
+        if best is None or this < best[0]:
+            self._best[head.id] = (this, self.where.matches(kind, head))
+
+    def wants_prompt(self, head: PromptHead) -> bool:
+        """Whether the prompt record ``head`` must be decoded whole (its id's result matched)."""
+        best = self._best.get(head.id)
+        return best is not None and best[1]
+
+    def see_prompt(self, head: PromptHead, partition: int, prompt: PromptRecord | None) -> None:
+        """One prompt record of the run's prompts topic (``prompt``: decoded when
+        :meth:`wants_prompt`); the highest attempt of an id wins."""
+        seen = self._latest_prompt.get(head.id)
+        if seen is None or head.attempt > seen[0]:
+            self._latest_prompt[head.id] = (head.attempt, partition, prompt)
+
+    def selection(self) -> Selection:
+        """What to re-publish, and what was left aside."""
+        chosen: list[tuple[int, PromptRecord]] = []
+        pending = no_prompt = 0
+        for record_id, (best, matched) in self._best.items():
+            if not matched:
+                continue
+            attempt, partition, prompt = self._latest_prompt.get(record_id, (0, 0, None))
+            if prompt is None:
+                no_prompt += 1
+                continue
+            if attempt != attempt_of(best):
+                pending += 1  # the latest attempt has no result yet
+                continue
+            chosen.append((partition, prompt))
+        pending += sum(1 for i in self._latest_prompt if i not in self._best)
+        chosen.sort(key=lambda item: item[1].id)
+        return Selection(
+            chosen, matched=sum(1 for _, m in self._best.values() if m), pending=pending, no_prompt=no_prompt
+        )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The prompts to re-publish as (prompts-topic partition, latest prompt) pairs, sorted by id;
+    ``matched``: results matching the conditions; ``pending``: ids whose latest attempt has no
+    result yet (left alone); ``no_prompt``: matched ids whose prompt is not on the prompts topic."""
+
+    prompts: list[tuple[int, PromptRecord]]
+    matched: int
+    pending: int
+    no_prompt: int
+
+    def attempts(self) -> Counter[int]:
+        """New attempt number → prompts re-published as it."""
+        return Counter(p.attempt + 1 for _, p in self.prompts)

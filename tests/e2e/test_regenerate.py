@@ -1,0 +1,127 @@
+"""Re-generation as a workflow (issue 14), on the main job with two simulated SGLang servers
+already listening: a full run of GSM8K with thinking on and ``max_tokens`` 512 (too small: the
+simulator's reasoning eats the budget of most prompts; the gate is off so the run finishes);
+``kafkagen regenerate`` of its ``reasoning_ate_budget`` ids at 4096 tokens, twice (the second
+publishes nothing); the same main job command again, which generates only those; ``kafkagen
+replay`` of the whole run under a new run id at another temperature. Each export is exact: every
+prompt once, nothing missing, the right attempt and parameters kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launch.stack import LocalStack
+from streams import naming
+from streams.config import Settings
+from streams.control import read_control
+from streams.kafka import end_offsets
+from streams.records import CompletionRecord
+from tests.e2e.test_main_job_servers import GSM8K, _dataset
+from tests.helpers import REPO_ROOT, read_topic
+
+pytestmark = pytest.mark.timeout(1200)
+
+PROMPTS = 40
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    # the quality gate would halt a run whose budget is this small (tests/e2e/test_main_job_gate.py):
+    # off here, the run must finish with its too-small budget
+    env = {**os.environ, "KAFKAGEN_GATE__ENABLED": "false"}
+    done = subprocess.run(
+        args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    manifest: dict[str, Any] = json.loads((folder / "manifest.json").read_text())
+    return manifest
+
+
+def _exact(manifest: dict[str, Any], ids: int) -> None:
+    assert manifest["ok"], manifest
+    assert manifest["records"]["ids"] == ids and manifest["missing"]["count"] == 0, manifest["records"]
+    assert manifest["conflicts"]["count"] == 0 and manifest["foreign"]["count"] == 0
+
+
+def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
+    local_stack: LocalStack, kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    prompts = tmp_path / "gsm8k.jsonl"
+    prompts.write_text("".join(GSM8K.read_text().splitlines(keepends=True)[:PROMPTS]))
+    run_id = f"e2e-regen-{unique}"
+    settings = naming.for_run(Settings(), run_id)
+    servers = [a for url in user_servers for a in ("--server", url)]
+    common = [*servers, "--server-timeout", "60", "--no-progress", "--timeout", "480", "--no-preflight"]
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
+    args += ["--prompt-field", "question", "--max-tokens", "512", "--to", str(dataset), *common]
+
+    # 1. A full run whose budget is too small: most answers never start.
+    code, output = _run(args)
+    assert code == 0, output[-4000:]
+    _exact(_manifest(dataset), PROMPTS)
+    first = asyncio.run(read_topic(settings, settings.topics.completions, CompletionRecord))
+    cut = {c.id for c in first if "reasoning_ate_budget" in c.quality}
+    assert 0 < len(cut) < PROMPTS, f"{len(cut)} of {PROMPTS} cut off: the test needs some of each"
+
+    # 2. Regenerate the cut-off ids with a larger budget; the same command again publishes nothing.
+    regenerate = [sys.executable, "-m", "launch.cli", "regenerate", run_id]
+    regenerate += ["--where", "quality=reasoning_ate_budget", "--max-tokens", "4096"]
+    code, output = _run(regenerate)
+    assert code == 0, output
+    assert f"published {len(cut)} prompts to {settings.topics.prompts} ({len(cut)} as attempt 1)" in output, (
+        output
+    )
+    published = sum(asyncio.run(end_offsets(settings.kafka, settings.topics.prompts)).values())
+    code, output = _run(regenerate)
+    assert code == 0 and "this command was published before" in output, output
+    assert sum(asyncio.run(end_offsets(settings.kafka, settings.topics.prompts)).values()) == published
+    state = asyncio.run(read_control(settings))
+    [record] = state.regenerations.values()
+    assert record.ids == len(cut) and record.attempts == {"1": len(cut)}
+    assert record.where == {"quality": ["reasoning_ate_budget"]} and record.overrides == {"max_tokens": 4096}
+
+    # 3. The same main job command again: it publishes nothing new and generates only those.
+    code, output = _run(args)
+    assert code == 0, output[-4000:]
+    manifest = _manifest(dataset)
+    _exact(manifest, PROMPTS)
+    assert manifest["attempts"]["kept"] == {"0": PROMPTS - len(cut), "1": len(cut)}, manifest["attempts"]
+    assert manifest["attempts"]["records"]["1"] >= len(cut)
+    assert [r["digest"] for r in manifest["attempts"]["regenerations"]] == [record.digest]
+    rows = {r["id"]: r for r in _dataset(dataset)}
+    assert len(rows) == PROMPTS
+    for record_id, row in rows.items():
+        regenerated = record_id in cut
+        assert row["attempt"] == (1 if regenerated else 0), row
+        assert row["params"]["max_tokens"] == (4096 if regenerated else 512), row
+        assert row["server"] in user_servers and row["model"] == "sim-qwen3"
+    now = asyncio.run(read_topic(settings, settings.topics.completions, CompletionRecord))
+    again = [c for c in now if c.attempt == 1]
+    assert {c.id for c in again} == cut, "only the regenerated ids were generated again"
+    assert sum(1 for c in again if "reasoning_ate_budget" in c.quality) < len(cut) / 2, "4096 tokens fit most"
+
+    # 4. Replay the whole run under a new id at another temperature: every prompt, once, exact.
+    replay_id = f"{run_id}-t07"
+    replayed = tmp_path / "replayed"
+    replay = [sys.executable, "-m", "launch.cli", "replay", run_id, "--as", replay_id, "--temperature", "0.7"]
+    replay += ["--max-tokens", "4096", "--to", str(replayed), *common]
+    code, output = _run(replay)
+    assert code == 0, output[-4000:]
+    assert f"run {replay_id} replays run {run_id}" in output, output[-4000:]
+    _exact(_manifest(replayed), PROMPTS)
+    rows = {r["id"]: r for r in _dataset(replayed)}
+    assert set(rows) == {c.id for c in first}
+    assert all(r["run_id"] == replay_id and r["params"]["temperature"] == 0.7 for r in rows.values())
+    # the regenerated ids keep their attempt (the replay generated both; the export keeps the latest)
+    assert {i for i, r in rows.items() if r["attempt"] == 1} == cut

@@ -1,0 +1,268 @@
+"""``kafkagen regenerate`` against real Kafka (1 broker and 3): what it selects from a run's
+results, exactly-once publishing when the same command runs twice at once or is SIGKILLed just
+before its commit, a second command building on the first, and its refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from streams import naming
+from streams.config import Settings, settings_to_env
+from streams.control import RunRecord, encode_control, key_of_control, read_control
+from streams.kafka import producer_kwargs
+from streams.records import (
+    CompletionRecord,
+    ErrorRecord,
+    PromptRecord,
+    SourceOffset,
+    Timings,
+    Usage,
+    encode,
+    key_of,
+)
+from streams.topics import ensure_topics, topic_specs
+from tests.helpers import REPO_ROOT, broker_shapes, make_prompt, read_topic
+
+pytestmark = pytest.mark.timeout(300)
+
+PROMPTS = 30
+CUT = {f"p-{i:05d}" for i in range(0, PROMPTS, 3)}
+"""the ids whose completion was cut off by the budget (reasoning_ate_budget)."""
+
+
+@pytest.fixture
+def run(settings: Settings, unique: str) -> Settings:
+    """A finished run of :data:`PROMPTS` prompts on the test's Kafka shape, with run-derived
+    topic names: every prompt has a completion, :data:`CUT` with ``reasoning_ate_budget``, and one
+    a dead letter that a completion of the same attempt beat."""
+    run_id = f"regen-{unique}"
+    topics = settings.topics.model_copy(update=naming.derived_topics(run_id))
+    s = settings.model_copy(update={"run_id": run_id, "replay_of": None, "topics": topics})
+    asyncio.run(_finished_run(s))
+    return s
+
+
+async def _finished_run(s: Settings) -> None:
+    specs = topic_specs(s)
+    await ensure_topics(s, [specs[r] for r in ("prompts", "completions", "errors", "control")])
+    producer = AIOKafkaProducer(**producer_kwargs(s.kafka))
+    await producer.start()
+    try:
+        for i in range(PROMPTS):
+            prompt = msgspec.structs.replace(make_prompt(i, max_tokens=512), run_id=s.run_id)
+            meta = await (await producer.send(s.topics.prompts, encode(prompt), key=key_of(prompt.id)))
+            source = SourceOffset(topic=s.topics.prompts, partition=meta.partition, offset=meta.offset)
+            cut = prompt.id in CUT
+            completion = CompletionRecord(
+                id=prompt.id,
+                run_id=s.run_id,
+                prompt=prompt,
+                content="" if cut else "42",
+                reasoning_content="hmm " * 100,
+                finish_reason="length" if cut else "stop",
+                usage=Usage(prompt_tokens=10, completion_tokens=512 if cut else 100),
+                timings=Timings(queued_s=0.0, latency_s=1.0, started_at=0.0, finished_at=1.0),
+                server="http://127.0.0.1:1",
+                model="m",
+                params={"max_tokens": 512},
+                quality=["reasoning_ate_budget", "empty_content"] if cut else [],
+                source=source,
+            )
+            if i == 1:  # a dead letter beaten by a completion of the same attempt: not selected
+                error = ErrorRecord(
+                    id=prompt.id,
+                    run_id=s.run_id,
+                    prompt=prompt,
+                    stage="generate",
+                    error_type="X",
+                    message="m",
+                )
+                await producer.send(s.topics.errors, encode(error), key=key_of(prompt.id))
+            await producer.send(s.topics.completions, encode(completion), key=key_of(prompt.id))
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def _regenerate(s: Settings, *args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "launch.cli", "regenerate", s.run_id, *args]
+    env = {**os.environ, **settings_to_env(s)}
+    return subprocess.Popen(
+        argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _published(s: Settings) -> int:
+    """Prompt records readable (read_committed; end offsets would count transaction markers too)."""
+    return len(asyncio.run(read_topic(s, s.topics.prompts, PromptRecord)))
+
+
+def _attempts(s: Settings) -> dict[str, list[PromptRecord]]:
+    found: dict[str, list[PromptRecord]] = {}
+    for prompt in asyncio.run(read_topic(s, s.topics.prompts, PromptRecord)):
+        found.setdefault(prompt.id, []).append(prompt)
+    return found
+
+
+REDO = ("--where", "quality=reasoning_ate_budget", "--max-tokens", "4096")
+
+
+@broker_shapes()
+def test_it_republishes_the_selection_once_with_the_overrides(run: Settings) -> None:
+    dry = _regenerate(run, *REDO, "--dry-run")
+    out, _ = dry.communicate(timeout=120)
+    assert dry.returncode == 0, out
+    assert f"{PROMPTS + 1} results read, {len(CUT)} match quality=['reasoning_ate_budget']" in out, out
+    assert f"to re-publish: {len(CUT)} prompts, overrides {{'max_tokens': 4096}}" in out
+    assert "--dry-run: nothing published" in out and _published(run) == PROMPTS
+
+    first = _regenerate(run, *REDO)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0, out
+    assert f"published {len(CUT)} prompts to {run.topics.prompts} ({len(CUT)} as attempt 1)" in out, out
+    by_id = _attempts(run)
+    again = {i: p[-1] for i, p in by_id.items() if len(p) > 1}
+    assert set(again) == CUT
+    for record_id, prompt in again.items():
+        [original] = [p for p in by_id[record_id] if p.attempt == 0]
+        assert prompt.attempt == 1 and prompt.run_id == run.run_id and prompt.messages == original.messages
+        assert prompt.params.max_tokens == 4096, "the override beats the prompt's own 512"
+
+    second = _regenerate(run, *REDO)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 0 and "this command was published before" in out, out
+    assert _published(run) == PROMPTS + len(CUT)
+    # another command now: the regenerated ids' latest attempt has no result yet, they are left alone
+    other = _regenerate(run, "--where", "finish_reason=length", "--max-tokens", "8192")
+    out, _ = other.communicate(timeout=120)
+    assert other.returncode == 0, out
+    assert f"{len(CUT)} prompts left alone: their latest attempt has no result yet" in out, out
+    assert "to re-publish: 0 prompts" in out and _published(run) == PROMPTS + len(CUT)
+    state = asyncio.run(read_control(run))
+    assert [r.ids for r in state.regenerations.values()] == [len(CUT)]
+
+
+@broker_shapes()
+def test_the_same_command_twice_at_once_publishes_once(run: Settings) -> None:
+    procs = [_regenerate(run, *REDO) for _ in range(2)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    # each one either published, found the other's record, or was fenced before its commit
+    assert 0 in codes and set(codes) <= {0, 1}, outs
+    for code, out in zip(codes, outs, strict=True):
+        assert code == 0 or "took over: nothing of this one was published" in out, out
+    assert _published(run) == PROMPTS + len(CUT), outs
+    assert {i for i, p in _attempts(run).items() if len(p) > 1} == CUT
+    assert len(asyncio.run(read_control(run)).regenerations) == 1
+
+
+_KILLED_AT_COMMIT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from aiokafka import AIOKafkaProducer
+
+    async def hang(self):  # every prompt is sent, the commit never comes: SIGKILL now
+        await self.flush()
+        print("COMMITTING", flush=True)
+        await asyncio.sleep(3600)
+
+    AIOKafkaProducer.commit_transaction = hang
+    from launch.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@broker_shapes()
+def test_a_regenerate_sigkilled_at_its_commit_publishes_nothing_and_the_rerun_publishes_once(
+    run: Settings,
+) -> None:
+    argv = [sys.executable, "-c", _KILLED_AT_COMMIT, "regenerate", run.run_id, *REDO]
+    env = {**os.environ, **settings_to_env(run)}
+    killed = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert killed.stdout is not None
+    deadline = time.monotonic() + 120
+    lines = []
+    while time.monotonic() < deadline:
+        line = killed.stdout.readline()
+        lines.append(line)
+        if "COMMITTING" in line or not line:
+            break
+    assert "COMMITTING" in lines[-1], "".join(lines)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(10)
+    assert _published(run) == PROMPTS, "the open transaction is not readable"
+
+    rerun = _regenerate(run, *REDO)
+    out, _ = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, out
+    assert f"published {len(CUT)} prompts" in out, out
+    by_id = _attempts(run)  # read_committed: the killed transaction was aborted by the rerun's fence
+    assert sum(len(p) for p in by_id.values()) == PROMPTS + len(CUT)
+    assert {i for i, p in by_id.items() if len(p) > 1} == CUT
+    assert len(asyncio.run(read_control(run)).regenerations) == 1
+
+
+@broker_shapes()
+def test_refusals_name_the_problem(run: Settings, unique: str) -> None:
+    missing = naming.for_run(run, f"nope-{unique}", replay_of=None)
+    proc = _regenerate(missing, *REDO)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and f"has no prompts topic nope-{unique}.prompts" in out, out
+    assert not asyncio.run(read_control(missing)).regenerations
+    bad = _regenerate(run, "--where", "quality=degenerated")
+    out, _ = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and "unknown quality class degenerated" in out, out
+    # a replay's prompts are the replayed run's: refused, pointing at the right command
+    replay = naming.for_run(run, f"replay-{unique}", replay_of=None)
+    asyncio.run(_replay_record(replay, parent=run.run_id))
+    proc = _regenerate(replay, *REDO)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and f"replays run {run.run_id}" in out, out
+    assert _published(run) == PROMPTS
+
+
+async def _replay_record(s: Settings, *, parent: str) -> None:
+    await ensure_topics(s, [topic_specs(s)["control"]])
+    record = RunRecord(
+        run_id=s.run_id,
+        parent=parent,
+        created_at=time.time(),
+        updated_at=time.time(),
+        by="test",
+        prompts_topic=f"{parent}.prompts",
+        partitions=7,
+    )
+    producer = AIOKafkaProducer(**producer_kwargs(s.kafka))
+    await producer.start()
+    try:
+        await producer.send_and_wait(s.topics.control, encode_control(record), key=key_of_control(record))
+    finally:
+        await producer.stop()
+
+
+def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> None:
+    """Not a Kafka test: the selection takes prompts from the prompts topic, never from the dead
+    letter, so a dead letter cut to fit (its prompt left out) is regenerated like any other."""
+    from launch.regenerate_select import PromptHead, ResultHead, Selector, parse_where
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text("p-00001\n")
+    selector = Selector("r", parse_where([f"ids={ids}"]))
+    selector.see_result("error", ResultHead("p-00001", run_id="r", error_type="FatalRequestError"), 0, 0, "e")
+    prompt = make_prompt(1)
+    selector.see_prompt(PromptHead(prompt.id), 2, prompt)
+    assert [(p, r.id) for p, r in selector.selection().prompts] == [(2, "p-00001")]
