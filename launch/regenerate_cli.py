@@ -111,6 +111,11 @@ def describe_plan(settings: Settings, plan: Plan) -> list[str]:
         lines.append(f"  {plan.foreign} results of other runs ignored")
     if s.pending:
         lines.append(f"  {s.pending} prompts left alone: their latest attempt has no result yet")
+    if s.unknown_ids:
+        lines.append(
+            f"  {s.unknown_ids} ids of {plan.where.ids_file} have no result in run {settings.run_id} "
+            "(mistyped, another run's, or not generated yet): not re-published"
+        )
     if s.no_prompt:
         lines.append(
             f"  {s.no_prompt} matching ids have no prompt on {settings.topics.prompts}: not re-published"

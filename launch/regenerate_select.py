@@ -202,7 +202,7 @@ def command_digest(run_id: str, where: Where, overrides: GenerationParams) -> st
 class Selector:
     """Feeds on a run's results, then its prompts, and says what to re-publish (module docstring).
 
-    Memory: about 150 bytes per id, plus the selected ids' prompts.
+    Memory: about 300 bytes per id (300 MB for a million prompts), plus the selected ids' prompts.
     """
 
     run_id: str
@@ -255,7 +255,11 @@ class Selector:
         pending += sum(1 for i in self._latest_prompt if i not in self._best)
         chosen.sort(key=lambda item: item[1].id)
         return Selection(
-            chosen, matched=sum(1 for _, m in self._best.values() if m), pending=pending, no_prompt=no_prompt
+            chosen,
+            unknown_ids=len(self.where.ids.difference(self._best)),
+            matched=sum(1 for _, m in self._best.values() if m),
+            pending=pending,
+            no_prompt=no_prompt,
         )
 
 
@@ -263,12 +267,15 @@ class Selector:
 class Selection:
     """The prompts to re-publish as (prompts-topic partition, latest prompt) pairs, sorted by id;
     ``matched``: results matching the conditions; ``pending``: ids whose latest attempt has no
-    result yet (left alone); ``no_prompt``: matched ids whose prompt is not on the prompts topic."""
+    result yet (left alone); ``no_prompt``: matched ids whose prompt is not on the prompts topic;
+    ``unknown_ids``: listed ids with no result."""
 
     prompts: list[tuple[int, PromptRecord]]
     matched: int
     pending: int
     no_prompt: int
+    unknown_ids: int = 0
+    """ids of the ``ids=FILE`` list with no result in the run (mistyped, or not generated yet)."""
 
     def attempts(self) -> Counter[int]:
         """New attempt number → prompts re-published as it."""

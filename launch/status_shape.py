@@ -7,7 +7,9 @@ never Kafka offsets, except the fields named ``*_offset`` and the lags, which ar
 
 * ``prompts.published``: the producer's resume points (the sum of ``ProgressRecord.published`` of
   the run's inputs, :mod:`producers.progress`), exact; without any, the prompts topic's end offsets
-  (``published_exact`` false: the producer's transaction markers count there too).
+  (``published_exact`` false: the producer's transaction markers count there too); both include
+  ``prompts.regenerated``, the prompts ``kafkagen regenerate`` re-published as new attempts (the
+  sum of the run's :class:`streams.control.RegenerateRecord` ``ids``).
 * ``prompts.results``: the end offsets of ``<run>.completions`` and ``<run>.errors`` (their
   producer is idempotent, not transactional: one offset per record); ``in_s3`` the sink group's
   committed offsets on them.
@@ -25,8 +27,8 @@ never Kafka offsets, except the fields named ``*_offset`` and the lags, which ar
 Schema (``docs`` of the dashboard and the status command share it)::
 
     {"schema_version": 1, "run_id", "at", "state",
-     "prompts": {"published", "published_exact", "results", "completions", "errors", "in_s3",
-                 "exported", "remaining"},
+     "prompts": {"published", "published_exact", "regenerated", "results", "completions", "errors",
+                 "in_s3", "exported", "remaining"},
      "rates": {"completions_per_s", "tokens_per_s"}, "eta_s",
      "lag": {"total", "partitions": [{"partition", "end_offset", "committed_offset", "lag", "owner"}],
              "consumers": [{"member", "client_host", "partitions", "lag"}], "sink": {"lag", "members"}},
@@ -146,6 +148,8 @@ class PromptCounts:
     in_s3: int
     exported: int | None
     remaining: int
+    regenerated: int = 0
+    """prompts re-published by ``kafkagen regenerate`` (counted in ``published`` too)."""
 
 
 @dataclass(frozen=True)
@@ -379,7 +383,8 @@ def shape(obs: Observation) -> RunStatus:
     results_ends.update({(obs.errors_topic, p): e for p, e in obs.errors_end.items()})
     in_s3 = sum(min(obs.sink_committed.get(tp, 0), end) for tp, end in results_ends.items())
     sink_lag = sum(max(0, end - obs.sink_committed.get(tp, 0)) for tp, end in results_ends.items())
-    published = obs.published if obs.published is not None else prompts_end
+    regenerated = sum(r.ids for r in control.regenerations.values())
+    published = obs.published + regenerated if obs.published is not None else prompts_end
     export = control.export
     counts = PromptCounts(
         published=published,
@@ -390,6 +395,7 @@ def shape(obs: Observation) -> RunStatus:
         in_s3=in_s3,
         exported=export.ids if export is not None else None,
         remaining=max(0, published - results),
+        regenerated=regenerated,
     )
 
     # servers: one per member report, then the URLs known without one

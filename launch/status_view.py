@@ -120,6 +120,8 @@ def status_view(status: RunStatus) -> RenderableType:
     p = status.prompts
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status.at))
     exact = "" if p.published_exact else " (from offsets: no producer resume point found)"
+    if p.regenerated:
+        exact += f" ({p.regenerated} of them regenerated: kafkagen regenerate)"
     lines = [
         Text.assemble(("run ", ""), (status.run_id, "bold"), f"  {status.state}  ", (when, "dim")),
         Text(f"prompts    published {p.published}{exact}, remaining {p.remaining}"),

@@ -260,9 +260,10 @@ def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> 
     from launch.regenerate_select import PromptHead, ResultHead, Selector, parse_where
 
     ids = tmp_path / "ids.txt"
-    ids.write_text("p-00001\n")
+    ids.write_text("p-00001\np-typo\n")
     selector = Selector("r", parse_where([f"ids={ids}"]))
     selector.see_result("error", ResultHead("p-00001", run_id="r", error_type="FatalRequestError"), 0, 0, "e")
     prompt = make_prompt(1)
     selector.see_prompt(PromptHead(prompt.id), 2, prompt)
-    assert [(p, r.id) for p, r in selector.selection().prompts] == [(2, "p-00001")]
+    selection = selector.selection()
+    assert [(p, r.id) for p, r in selection.prompts] == [(2, "p-00001")] and selection.unknown_ids == 1

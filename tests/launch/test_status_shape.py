@@ -216,8 +216,8 @@ def test_occupancy_rule() -> None:
 SCHEMA_KEYS = {
     "": {"schema_version", "run_id", "at", "state", "prompts", "rates", "eta_s", "lag", "servers",
          "quality", "gate", "export"},
-    "prompts": {"published", "published_exact", "results", "completions", "errors", "in_s3", "exported",
-                "remaining"},
+    "prompts": {"published", "published_exact", "regenerated", "results", "completions", "errors", "in_s3",
+                "exported", "remaining"},
     "rates": {"completions_per_s", "tokens_per_s"},
     "lag": {"total", "partitions", "consumers", "sink"},
     "partition": {"partition", "end_offset", "committed_offset", "lag", "owner"},
@@ -272,3 +272,21 @@ def test_the_terminal_view_shows_the_halt_with_its_fix_and_the_tables() -> None:
     assert "fix: raise --max-tokens" in text
     assert re.search(r"gen-0 +http://gen-0:30000 +running +yes +170 ", text), text
     assert re.search(r"gen-1 +/10\.0\.0\.2 +1 +14", text), text
+
+
+def test_regenerated_prompts_count_as_published_and_remaining() -> None:
+    from streams.control import RegenerateRecord
+
+    control = ControlState()
+    control.regenerations["d"] = RegenerateRecord(
+        run_id="demo", digest="d", where={}, overrides={}, ids=4, attempts={"1": 4}, at=0.0, by="t"
+    )
+    status = shape(_obs(control=control))
+    assert status.prompts.published == 104 and status.prompts.regenerated == 4
+    assert status.prompts.remaining == 24, "the regenerated prompts are still to generate"
+    assert status.to_dict()["prompts"]["regenerated"] == 4
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(status_view(status))
+    assert "published 104 (4 of them regenerated: kafkagen regenerate), remaining 24" in console.export_text()
