@@ -134,22 +134,9 @@ def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
                 f"{', '.join(WHERE_KEYS)}"
             )
         if key == "quality":
-            unknown = sorted(set(values) - set(GATE_CLASSES))
-            if unknown:
-                raise ConfigError(
-                    f"--where {condition!r}: unknown quality class {', '.join(unknown)}; known: "
-                    f"{', '.join(GATE_CLASSES)}"
-                )
-            classes.update(values)
+            classes.update(_known(condition, "quality class", values, GATE_CLASSES))
         elif key == "finish_reason":
-            known = get_args(FinishReason)
-            unknown = sorted(set(values) - set(known))
-            if unknown:
-                raise ConfigError(
-                    f"--where {condition!r}: unknown finish_reason {', '.join(unknown)}; "
-                    f"known: {', '.join(known)}"
-                )
-            reasons.update(values)
+            reasons.update(_known(condition, "finish_reason", values, get_args(FinishReason)))
         elif key == "error_type":
             errors.update(values)
         else:
@@ -158,6 +145,15 @@ def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
             ids_file = values[0]
             ids.update(_read_ids(Path(ids_file)))
     return Where(frozenset(classes), frozenset(reasons), frozenset(errors), frozenset(ids), ids_file)
+
+
+def _known(condition: str, what: str, values: list[str], known: tuple[str, ...]) -> list[str]:
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"--where {condition!r}: unknown {what} {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+    return values
 
 
 def _read_ids(path: Path) -> set[str]:
