@@ -30,6 +30,7 @@ from launch.regenerate_select import (
     Selector,
     Where,
     command_digest,
+    next_turn_prompt,
     regenerated,
 )
 from producers.transactions import failed_transaction
@@ -37,7 +38,15 @@ from streams.config import Settings
 from streams.control import ControlState, RegenerateRecord, encode_control, key_of_control, read_control
 from streams.errors import ConfigError, KafkagenError
 from streams.kafka import producer_kwargs, read_to_end, topic_partitions
-from streams.records import GenerationParams, PromptRecord, RecordDecodeError, decode, encode, key_of
+from streams.records import (
+    CompletionRecord,
+    GenerationParams,
+    PromptRecord,
+    RecordDecodeError,
+    decode,
+    encode,
+    key_of,
+)
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = ["Plan", "RegenerationFenced", "plan_regeneration", "regenerate", "regenerate_transactional_id"]
@@ -71,16 +80,18 @@ async def plan_regeneration(settings: Settings, where: Where, overrides: Generat
     """
     run = settings.run_id
     state = await _check_run(settings)
-    digest = command_digest(run, where, overrides)
     selector = Selector(run, where)
     for kind, topic in (("completion", settings.topics.completions), ("error", settings.topics.errors)):
         async for records in read_to_end(settings.kafka, topic):
             for rec in records:
                 try:
                     head = _results.decode(rec.value or b"")
-                except msgspec.DecodeError:
+                    after = None
+                    if where.next_turn and kind == "completion":
+                        after = next_turn_prompt(decode(rec.value or b"", CompletionRecord))
+                except (msgspec.DecodeError, RecordDecodeError):
                     continue  # not a result record: the export reports it
-                selector.see_result(kind, head, rec.partition, rec.offset, topic)
+                selector.see_result(kind, head, rec.partition, rec.offset, topic, next_prompt=after)
     async for records in read_to_end(settings.kafka, settings.topics.prompts):
         for rec in records:
             try:
@@ -89,11 +100,13 @@ async def plan_regeneration(settings: Settings, where: Where, overrides: Generat
             except (msgspec.DecodeError, RecordDecodeError):
                 continue  # an undecodable prompt was dead-lettered: ids=... cannot name it
             selector.see_prompt(phead, rec.partition, prompt)
+    selection = selector.selection()
+    digest = command_digest(run, where, overrides, selection if where.next_turn else None)
     return Plan(
         digest=digest,
         where=where,
         overrides=overrides,
-        selection=selector.selection(),
+        selection=selection,
         results=selector.results,
         foreign=selector.foreign,
         done_before=state.regenerations.get(digest),

@@ -22,7 +22,7 @@ import click
 from aiokafka.errors import KafkaError
 
 from launch.regenerate import Plan, regenerate
-from launch.regenerate_select import parse_where
+from launch.regenerate_select import Where, parse_where
 from streams import naming
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
@@ -44,6 +44,13 @@ __all__ = ["main", "regenerate_command"]
 @click.argument("run")
 @click.option("--where", "conditions", multiple=True, metavar="KEY=VALUE[,VALUE]", help="what to select")
 @click.option(
+    "--next-turn",
+    is_flag=True,
+    help="instead of --where: the multi-turn prompts (MT-Bench turns) whose answer to turn k is usable "
+    "and that have a turn k + 1, re-published as turn k + 1 (turn k's messages, the answer, the next "
+    "user turn); again once those are generated, for the turn after",
+)
+@click.option(
     "--max-tokens", type=click.IntRange(min=1), help="override: tokens per completion (reasoning + answer)"
 )
 @click.option("--temperature", type=click.FloatRange(min=0.0), help="override: sampling temperature")
@@ -62,13 +69,18 @@ def regenerate_command(
     ctx: click.Context,
     run: str,
     conditions: tuple[str, ...],
+    next_turn: bool,
     max_tokens: int | None,
     temperature: float | None,
     top_p: float | None,
     thinking: bool | None,
     dry_run: bool,
 ) -> None:
-    where = parse_where(conditions)
+    if next_turn and conditions:
+        raise click.UsageError(
+            "--next-turn selects by itself: drop --where, or run the two one after the other"
+        )
+    where = Where(next_turn=True) if next_turn else parse_where(conditions)
     try:
         settings = naming.for_run(command_settings(ctx), run, replay_of=None)
     except ValueError as exc:
@@ -104,8 +116,12 @@ def describe_plan(settings: Settings, plan: Plan) -> list[str]:
     """The lines ``regenerate`` prints about ``plan`` before publishing."""
     s = plan.selection
     lines = [
-        f"run {settings.run_id}: {plan.results} results read, {s.matched} match "
-        + " or ".join(f"{k}={v}" for k, v in plan.where.describe().items())
+        f"run {settings.run_id}: {plan.results} results read, {s.matched} "
+        + (
+            "have a next turn"
+            if plan.where.next_turn
+            else "match " + " or ".join(f"{k}={v}" for k, v in plan.where.describe().items())
+        )
     ]
     if plan.foreign:
         lines.append(f"  {plan.foreign} results of other runs ignored")

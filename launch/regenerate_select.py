@@ -13,7 +13,13 @@ then the earliest offset). A ``--where`` condition selects an id when its result
 ``ids=FILE``        the id is listed in ``FILE`` (one id per line; ``#`` comments, blank lines)
 ==================  ===========================================================================
 
-Several ``--where`` select the union. An id whose latest prompt attempt has no result yet (a
+Several ``--where`` select the union. ``--next-turn`` (instead of ``--where``) selects the
+multi-turn prompts (MT-Bench: ``metadata.extra["turns"]``) whose result is a usable completion of
+turn k (``finish_reason`` ``stop``, a non-empty answer) and that have a turn k + 1: the prompt
+re-published is turn k's messages, the answer, then the user's turn k + 1
+(:func:`next_turn_prompt`), with ``metadata.extra["turn"]`` = k + 1.
+
+An id whose latest prompt attempt has no result yet (a
 regeneration still pending, or a prompt not generated yet) is never selected: it is counted as
 pending. A selected id is re-published as ``attempt`` = its latest prompt attempt + 1, from that
 prompt (same messages and tools, so the export sees the same prompt), with the overrides merged
@@ -33,7 +39,7 @@ import msgspec
 from consumers.gate import GATE_CLASSES, result_classes
 from sinks.export.sources import Rank, attempt_of, rank
 from streams.errors import ConfigError
-from streams.records import FinishReason, GenerationParams, PromptRecord
+from streams.records import CompletionRecord, FinishReason, GenerationParams, PromptRecord
 
 __all__ = [
     "WHERE_KEYS",
@@ -44,6 +50,7 @@ __all__ = [
     "Where",
     "command_digest",
     "merged_params",
+    "next_turn_prompt",
     "parse_where",
     "regenerated",
 ]
@@ -80,6 +87,8 @@ class Where:
     error_types: frozenset[str] = frozenset()
     ids: frozenset[str] = frozenset()
     ids_file: str | None = None
+    next_turn: bool = False
+    """select the multi-turn prompts with a next turn (module docstring) instead."""
 
     def matches(self, kind: str, head: ResultHead) -> bool:
         """Whether the result ``head`` (``kind`` ``completion`` or ``error``) is selected."""
@@ -94,7 +103,7 @@ class Where:
     def describe(self) -> dict[str, object]:
         """The conditions as the regenerate record keeps them (``ids``: the file, count and a
         digest of the sorted ids)."""
-        out: dict[str, object] = {}
+        out: dict[str, object] = {"next_turn": True} if self.next_turn else {}
         if self.classes:
             out["quality"] = sorted(self.classes)
         if self.finish_reasons:
@@ -117,7 +126,7 @@ def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
     if not conditions:
         raise ConfigError(
             "regenerate needs at least one --where (quality=CLASS, finish_reason=REASON, error_type=TYPE "
-            "or ids=FILE)"
+            "or ids=FILE), or --next-turn"
         )
     classes: set[str] = set()
     reasons: set[str] = set()
@@ -185,11 +194,39 @@ def regenerated(prompt: PromptRecord, attempt: int, overrides: GenerationParams)
     return msgspec.structs.replace(prompt, attempt=attempt, params=merged_params(prompt.params, overrides))
 
 
-def command_digest(run_id: str, where: Where, overrides: GenerationParams) -> str:
+def next_turn_prompt(completion: CompletionRecord) -> PromptRecord | None:
+    """The prompt of the turn after ``completion``'s, or None when its prompt has no next turn
+    (``metadata.extra["turns"]``, the MT-Bench format's, :mod:`streams.inputs.formats`) or its answer
+    cannot be continued (``finish_reason`` is not ``stop``, or the answer is empty). Turn k is the
+    number of user messages; turn k + 1's messages are turn k's, the answer (``content``, without
+    the reasoning: a thinking model's template drops earlier reasoning too), then the user's turn
+    k + 1. Its ``metadata.extra["turn"]`` is k + 1; the id, attempt and params stay."""
+    prompt = completion.prompt
+    turns = prompt.metadata.extra.get("turns")
+    k = sum(1 for m in prompt.messages if m.get("role") == "user")
+    if not isinstance(turns, list) or k >= len(turns) or not isinstance(turns[k], str):
+        return None
+    if completion.finish_reason != "stop" or not completion.content.strip():
+        return None
+    messages = [
+        *prompt.messages,
+        {"role": "assistant", "content": completion.content},
+        {"role": "user", "content": turns[k]},
+    ]
+    metadata = msgspec.structs.replace(prompt.metadata, extra={**prompt.metadata.extra, "turn": k + 1})
+    return msgspec.structs.replace(prompt, messages=messages, metadata=metadata)
+
+
+def command_digest(
+    run_id: str, where: Where, overrides: GenerationParams, selection: Selection | None = None
+) -> str:
     """What identifies one regenerate command (hex BLAKE2b-96): the run, its conditions and its
-    overrides. The same command again has the same digest and publishes nothing."""
+    overrides. The same command again has the same digest and publishes nothing. A ``--next-turn``
+    command is identified by its ``selection`` too (each id and the attempt it builds on): once its
+    turns are generated, the same command builds the turn after."""
+    chosen = [(p.id, p.attempt) for _, p in selection.prompts] if selection is not None else None
     data = msgspec.json.Encoder(order="sorted").encode(
-        [run_id, where.describe(), overrides.as_request_fields()]
+        [run_id, where.describe(), overrides.as_request_fields(), chosen]
     )
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
@@ -209,9 +246,21 @@ class Selector:
     """results of another run (never selected)."""
     _best: dict[str, tuple[Rank, bool]] = field(default_factory=dict)
     _latest_prompt: dict[str, tuple[int, int, PromptRecord | None]] = field(default_factory=dict)
+    _next: dict[str, PromptRecord] = field(default_factory=dict)
 
-    def see_result(self, kind: str, head: ResultHead, partition: int, offset: int, topic: str) -> None:
-        """One completion (``kind`` ``completion``) or dead letter (``error``) of the run."""
+    def see_result(
+        self,
+        kind: str,
+        head: ResultHead,
+        partition: int,
+        offset: int,
+        topic: str,
+        *,
+        next_prompt: PromptRecord | None = None,
+    ) -> None:
+        """One completion (``kind`` ``completion``) or dead letter (``error``) of the run; with
+        ``where.next_turn``, ``next_prompt`` is the prompt of its next turn, if it has one
+        (:func:`next_turn_prompt`)."""
         if head.run_id is not None and head.run_id != self.run_id:
             self.foreign += 1
             return
@@ -219,12 +268,19 @@ class Selector:
         this = rank(kind, head.attempt, offset, topic, partition)
         best = self._best.get(head.id)
         if best is None or this < best[0]:
-            self._best[head.id] = (this, self.where.matches(kind, head))
+            if self.where.next_turn:
+                self._best[head.id] = (this, next_prompt is not None)
+                if next_prompt is None:
+                    self._next.pop(head.id, None)
+                else:
+                    self._next[head.id] = next_prompt
+            else:
+                self._best[head.id] = (this, self.where.matches(kind, head))
 
     def wants_prompt(self, head: PromptHead) -> bool:
         """Whether the prompt record ``head`` must be decoded whole (its id's result matched)."""
         best = self._best.get(head.id)
-        return best is not None and best[1]
+        return best is not None and best[1] and not self.where.next_turn
 
     def see_prompt(self, head: PromptHead, partition: int, prompt: PromptRecord | None) -> None:
         """One prompt record of the run's prompts topic (``prompt``: decoded when
@@ -241,6 +297,8 @@ class Selector:
             if not matched:
                 continue
             attempt, partition, prompt = self._latest_prompt.get(record_id, (0, 0, None))
+            if record_id in self._next and record_id in self._latest_prompt:
+                prompt = self._next[record_id]
             if prompt is None:
                 no_prompt += 1
                 continue

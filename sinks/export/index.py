@@ -9,7 +9,9 @@ one id whose prompts differ (:func:`streams.records.prompt_identity`: messages, 
 are a *conflict*: two different prompts share the id. The parameters may differ between attempts
 (a regenerated attempt runs with its overrides), so across attempts only what the prompt asks
 counts (:func:`streams.records.content_identity`: messages and tools); within one attempt the
-whole request does (:func:`streams.records.prompt_identity`). With ``keep="best"`` (``kafkagen
+whole request does (:func:`streams.records.prompt_identity`). A multi-turn prompt's next turn
+(``kafkagen regenerate --next-turn``: ``metadata.extra["turn"]`` k + 1) asks more than turn k, so
+prompts are compared within one turn only. With ``keep="best"`` (``kafkagen
 export --keep best``) the quality class ranks first: a completion without quality flags, then a
 flagged one, then a dead letter, the latest attempt among equals. Memory: about 300 bytes per id.
 """
@@ -59,7 +61,7 @@ class IdIndex:
     """the first ``list_cap`` foreign records with their sources."""
     foreign_runs: Counter[str] = field(default_factory=Counter)
     """run id → foreign records of it."""
-    _origins: dict[str, _Origin] = field(default_factory=dict)
+    _origins: dict[tuple[str, int], _Origin] = field(default_factory=dict)
     _conflicting: set[str] = field(default_factory=set)
 
     def add(self, line: Line, head: RecordHead) -> None:
@@ -89,9 +91,11 @@ class IdIndex:
             return
         content = bytes.fromhex(content_identity(head.prompt))
         identity = bytes.fromhex(prompt_identity(head.prompt))
-        origin = self._origins.get(record_id)
+        turn = head.prompt.metadata.extra.get("turn", 1)
+        key = (record_id, turn if isinstance(turn, int) else 1)
+        origin = self._origins.get(key)
         if origin is None:
-            self._origins[record_id] = (
+            self._origins[key] = (
                 content,
                 identity,
                 line.topic,

@@ -125,3 +125,55 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert all(r["run_id"] == replay_id and r["params"]["temperature"] == 0.7 for r in rows.values())
     # the regenerated ids keep their attempt (the replay generated both; the export keeps the latest)
     assert {i for i, r in rows.items() if r["attempt"] == 1} == cut
+
+
+MT_BENCH = REPO_ROOT / "data" / "mt_bench" / "question.jsonl"
+
+
+def test_mt_bench_second_turns_from_the_first_turns_answers(
+    local_stack: LocalStack, kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    """MT-Bench's 2-turn questions: the main job answers turn 1; ``regenerate --next-turn`` builds
+    each turn 2 from its question's turn-1 answer; the main job again generates them as attempt 1
+    with turn 2; the export keeps the two-turn conversations, exact. Then --next-turn again finds
+    no turn 3."""
+    questions = MT_BENCH.read_text().splitlines(keepends=True)[:12]
+    prompts = tmp_path / "mt_bench.jsonl"
+    prompts.write_text("".join(questions))
+    turns = {str(json.loads(q)["question_id"]): json.loads(q)["turns"] for q in questions}
+    run_id = f"e2e-turns-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
+    args += [
+        "--max-tokens",
+        "4096",
+        "--to",
+        str(dataset),
+        *[a for u in user_servers for a in ("--server", u)],
+    ]
+    args += ["--server-timeout", "60", "--no-progress", "--timeout", "480", "--no-preflight"]
+    code, output = _run(args)
+    assert code == 0, output[-4000:]
+    first = {r["id"]: r for r in _dataset(dataset)}
+    usable = {i for i, r in first.items() if r["finish_reason"] == "stop" and r["content"].strip()}
+    assert usable, "no usable turn-1 answer to continue"
+
+    next_turn = [sys.executable, "-m", "launch.cli", "regenerate", run_id, "--next-turn"]
+    code, output = _run(next_turn)
+    assert code == 0 and f"published {len(usable)} prompts" in output, output
+    code, output = _run(next_turn)  # nothing generated yet: the same command publishes nothing
+    assert code == 0 and f"{len(usable)} prompts left alone" in output, output
+    code, output = _run(args)
+    assert code == 0, output[-4000:]
+    _exact(_manifest(dataset), len(turns))
+    rows = {r["id"]: r for r in _dataset(dataset)}
+    for record_id in usable:
+        row = rows[record_id]
+        messages = row["prompt"]["messages"]
+        assert row["attempt"] == 1 and row["prompt"]["metadata"]["extra"]["turn"] == 2, row
+        assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+        assert messages[0]["content"] == turns[record_id][0] and messages[2]["content"] == turns[record_id][1]
+        assert messages[1]["content"] == first[record_id]["content"], "turn 2 follows the turn-1 answer"
+    assert all(rows[i]["attempt"] == 0 for i in set(turns) - usable)
+    code, output = _run(next_turn)
+    assert code == 0 and "0 have a next turn" in output, output

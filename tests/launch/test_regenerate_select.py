@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from launch.regenerate_select import (
     PromptHead,
     ResultHead,
     Selector,
+    Where,
     command_digest,
     merged_params,
+    next_turn_prompt,
     parse_where,
     regenerated,
 )
 from streams.errors import ConfigError
-from streams.records import GenerationParams, PromptMetadata, PromptRecord
+from streams.records import CompletionRecord, GenerationParams, PromptMetadata, PromptRecord, Timings, Usage
 
 RUN = "r"
 
@@ -133,3 +136,76 @@ def test_the_command_digest_names_the_run_the_selection_and_the_overrides() -> N
         command_digest(RUN, where, GenerationParams()),
     }
     assert command_digest(RUN, where, big) not in others and len(others) == 4
+
+
+def _answer(
+    prompt: PromptRecord, content: str = "turn answer", finish_reason: str = "stop"
+) -> CompletionRecord:
+    return CompletionRecord(
+        id=prompt.id,
+        run_id=RUN,
+        attempt=prompt.attempt,
+        prompt=prompt,
+        content=content,
+        reasoning_content="thinking",
+        finish_reason=finish_reason,
+        usage=Usage(),
+        timings=Timings(queued_s=0.0, latency_s=1.0, started_at=0.0, finished_at=1.0),
+        server="http://s",
+        model="m",
+        params={},
+    )
+
+
+def _mt_bench(turns: list[str]) -> PromptRecord:
+    return PromptRecord(
+        id="81",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": turns[0]}],
+        params=GenerationParams(max_tokens=1024),
+        metadata=PromptMetadata(
+            source="question.jsonl", line=1, extra={"turns": turns, "category": "writing"}
+        ),
+        run_id=RUN,
+    )
+
+
+def test_the_next_turn_follows_the_answer_and_stops_after_the_last_turn() -> None:
+    first = _mt_bench(["write a poem", "now in French", "now shorter"])
+    second = next_turn_prompt(_answer(first, "a poem"))
+    assert second is not None and second.id == "81" and second.attempt == 0 and second.params == first.params
+    assert second.messages == [
+        *first.messages,
+        {"role": "assistant", "content": "a poem"},
+        {"role": "user", "content": "now in French"},
+    ], "the answer without its reasoning, then the next user turn"
+    assert second.metadata.extra == {**first.metadata.extra, "turn": 2}
+    third = next_turn_prompt(_answer(msgspec.structs.replace(second, attempt=1), "un poème"))
+    assert (
+        third is not None
+        and third.metadata.extra["turn"] == 3
+        and third.messages[-1]["content"] == "now shorter"
+    )
+    assert next_turn_prompt(_answer(third)) is None, "no turn 4"
+    assert next_turn_prompt(_answer(first, "cut", finish_reason="length")) is None, "a cut-off answer"
+    assert next_turn_prompt(_answer(first, "  ")) is None, "an empty answer"
+    assert next_turn_prompt(_answer(_prompt("plain"))) is None, "not a multi-turn prompt"
+
+
+def test_next_turn_selects_each_id_once_per_turn() -> None:
+    first = _mt_bench(["a", "b"])
+    selector = Selector(RUN, Where(next_turn=True))
+    answer = _answer(first)
+    selector.see_result("completion", ResultHead("81"), 0, 0, "c", next_prompt=next_turn_prompt(answer))
+    selector.see_prompt(PromptHead("81"), 5, None)
+    [(partition, chosen)] = selector.selection().prompts
+    assert partition == 5 and chosen.metadata.extra["turn"] == 2 and len(chosen.messages) == 4
+    digest = command_digest(RUN, Where(next_turn=True), GenerationParams(), selector.selection())
+    # published (attempt 1), not generated yet: left alone
+    selector.see_prompt(PromptHead("81", attempt=1), 5, None)
+    assert selector.selection().prompts == [] and selector.selection().pending == 1
+    # generated: the last turn's answer has no next turn, and the command's digest moves on
+    done = Selector(RUN, Where(next_turn=True))
+    done.see_result("completion", ResultHead("81", attempt=1), 0, 1, "c", next_prompt=None)
+    done.see_prompt(PromptHead("81", attempt=1), 5, None)
+    assert done.selection().prompts == [] and done.selection().matched == 0
+    assert command_digest(RUN, Where(next_turn=True), GenerationParams(), done.selection()) != digest

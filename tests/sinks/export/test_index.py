@@ -110,3 +110,19 @@ def test_keep_best_prefers_an_unflagged_completion_then_the_latest_attempt() -> 
     assert [flagged.take_winner(line, head) for line, head in lines[1:]] == [True, False], (
         "flagged beats an error"
     )
+
+
+def test_a_next_turn_asks_more_than_its_turn_without_a_conflict() -> None:
+    def turn(messages: list[str], n: int) -> PromptRecord:
+        return PromptRecord(
+            id="a",
+            messages=[{"role": "user", "content": m} for m in messages],
+            metadata=PromptMetadata(source="t", line=1, extra={"turn": n} if n > 1 else {}),
+        )
+
+    index = IdIndex("r", 10)
+    index.add(_line("completion", 1), RecordHead("a", prompt=turn(["q1"], 1)))
+    index.add(_line("completion", 2), RecordHead("a", attempt=1, prompt=turn(["q1", "q2"], 2)))
+    assert index.conflicts == [], "turn 2 extends turn 1"
+    index.add(_line("completion", 3), RecordHead("a", attempt=2, prompt=turn(["q1", "other"], 2)))
+    assert [c["second"]["offset"] for c in index.conflicts] == [3], "two different turns 2"
