@@ -107,8 +107,9 @@ def regenerate_command(
         f"regeneration {record.digest}"
     )
     print(
-        f"next: a running main job of run {run} generates them now; for a finished run, run the main job "
-        f"again with --run-id {run} (it publishes nothing new, generates these and exports)"
+        f"next: the run's consumers generate them (a running main job picks them up); once the main job "
+        f"of run {run} has ended, run it again with --run-id {run}: it publishes nothing new, generates "
+        "these and exports"
     )
 
 
