@@ -10,23 +10,21 @@ id's latest attempt). Re-running the same command resumes ``NEW``.
 
 The generation overrides (``--max-tokens``, ``--thinking/--no-thinking``, ``--temperature``,
 ``--top-p``, ``--model``) become ``NEW``'s defaults; every other option is ``kafkagen run``'s
-(``--server URL`` for another model's servers, ``--to``, ``--timeout`` ...). Exit status: the
-main job's; 2 also when ``RUN`` has no prompts topic or ``NEW`` is ``RUN``.
+(``--server URL`` for another model's servers, ``--to``, ``--timeout``, settings flags ...).
+Exit status: the main job's (2 also when ``RUN`` has no prompts topic, :func:`launch.run.run`,
+or ``NEW`` is ``RUN``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import click
-from aiokafka.errors import KafkaError
 
 from launch.run_cli import run_main
 from streams import naming
-from streams.config import Settings
+from streams.cli import run_command
 from streams.errors import ConfigError
-from streams.kafka import kafka_unavailable, topic_partitions
 
 __all__ = ["main", "replay_argv", "replay_command"]
 
@@ -77,16 +75,6 @@ def replay_command(
         naming.check_not_self_replay(new, run)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    settings = naming.for_run(Settings(), new, replay_of=run)
-    try:
-        exists = asyncio.run(topic_partitions(settings.kafka, settings.topics.prompts))
-    except (KafkaError, TimeoutError) as exc:
-        raise kafka_unavailable(settings.kafka, exc) from None
-    if not exists:
-        raise ConfigError(
-            f"run {run} has no prompts topic {settings.topics.prompts}: nothing to replay (is the run id "
-            "right? kafkagen runs lists the runs)"
-        )
     return run_main(
         replay_argv(run, new, temperature=temperature, top_p=top_p, model=model, rest=ctx.args),
         prog="kafkagen replay",
@@ -95,6 +83,4 @@ def replay_command(
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "kafkagen replay") -> int:
     """Run ``replay`` on ``argv`` (``None``: the process arguments); returns the exit status."""
-    from streams.cli import run_command
-
     return run_command(replay_command, argv, prog=prog)

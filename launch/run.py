@@ -67,7 +67,7 @@ from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
 from streams.errors import ConfigError, InputError, StackError
 from streams.inputs import resolve_inputs
-from streams.kafka import end_offsets
+from streams.kafka import end_offsets, topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -428,6 +428,13 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         )
     if not plan.embedded:
         stack.up(["kafka", "s3"], echo=say)
+    if settings.replay_of is not None and not asyncio.run(
+        topic_partitions(settings.kafka, settings.topics.prompts)
+    ):
+        raise ConfigError(
+            f"run {settings.replay_of} has no prompts topic {settings.topics.prompts}: nothing to replay "
+            "(is the run id right? kafkagen runs lists the runs)"
+        )
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
 

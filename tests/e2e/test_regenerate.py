@@ -22,7 +22,7 @@ from launch.stack import LocalStack
 from streams import naming
 from streams.config import Settings
 from streams.control import read_control
-from streams.kafka import end_offsets
+from streams.kafka import end_offsets, topic_partitions
 from streams.records import CompletionRecord
 from tests.e2e.test_main_job_servers import GSM8K, _dataset
 from tests.helpers import REPO_ROOT, read_topic
@@ -125,6 +125,16 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert all(r["run_id"] == replay_id and r["params"]["temperature"] == 0.7 for r in rows.values())
     # the regenerated ids keep their attempt (the replay generated both; the export keeps the latest)
     assert {i for i, r in rows.items() if r["attempt"] == 1} == cut
+
+    # a replay of a run that does not exist: exit 2 before any consumer starts, no topic created
+    missing = f"nope-{unique}"
+    code, output = _run(
+        [sys.executable, "-m", "launch.cli", "replay", missing, "--as", f"{missing}-2", *common]
+    )
+    assert (
+        code == 2 and f"run {missing} has no prompts topic {missing}.prompts: nothing to replay" in output
+    ), output
+    assert not asyncio.run(topic_partitions(settings.kafka, f"{missing}.prompts"))
 
 
 MT_BENCH = REPO_ROOT / "data" / "mt_bench" / "question.jsonl"
