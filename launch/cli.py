@@ -13,6 +13,7 @@ command                 what                                                  al
 ``kafkagen preflight``  a sample of the input judged on every server          :mod:`launch.preflight_cli`
 ``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
 ``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
+``kafkagen runs``       the runs Kafka and S3 know (``--json``)               :mod:`launch.runs_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -43,6 +44,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("launch.preflight_cli", "preflight_command"),
     "status": ("launch.status_cli", "status_command"),
     "gate": ("launch.gate_cli", "gate"),
+    "runs": ("launch.runs_cli", "runs_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -55,6 +57,7 @@ _SUMMARIES = {
     "preflight": "Send a sample of the input to every server and judge it before a run.",
     "status": "A run's status: counts, lag, servers, quality, ETA (--json, --watch).",
     "gate": "The run's fleet-wide quality gate: status, halt, resume.",
+    "runs": "The runs Kafka and S3 know: state, parent, parameters, counts (--json).",
 }
 
 

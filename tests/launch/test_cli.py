@@ -10,7 +10,7 @@ import pytest
 
 from launch.cli import main
 
-COMMANDS = ["run", "produce", "generate", "sink", "export", "stack", "preflight", "status"]
+COMMANDS = ["run", "produce", "generate", "sink", "export", "stack", "preflight", "status", "runs"]
 GROUPS = ["serve", "gate"]
 """Command groups: their settings and log level are on their subcommands."""
 

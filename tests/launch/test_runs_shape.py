@@ -11,6 +11,7 @@ import json
 
 from rich.console import Console
 
+from launch.runs_cli import plain_text
 from launch.runs_shape import (
     MIN_LIVE_S,
     LagSummary,
@@ -320,3 +321,15 @@ def test_the_table_has_a_row_per_run_and_says_why_a_run_halted() -> None:
 def test_an_empty_listing_says_where_nothing_was_found() -> None:
     empty = RunsListing(NOW, "k:9092", "bucket", "runs", None, [])
     assert _render(empty) == ["no runs found (Kafka at k:9092 and s3://bucket)"]
+
+
+def test_plain_text_is_as_wide_as_the_table_needs_without_trailing_spaces() -> None:
+    long_id = "experiment-" + "x" * 150
+    row = shape_run(
+        _finished_facts(long_id, control=_control(_record(long_id), _export())), at=NOW, live_s=LIVE_S
+    )
+    text = plain_text(runs_view(RunsListing(NOW, "k:9092", "bucket", "runs", None, [row])))
+    lines = text.splitlines()
+    assert len(lines) == 2 and lines[1].startswith(f"{long_id}  done  "), "not cut, not wrapped"
+    assert all(line == line.rstrip() for line in lines)
+    assert "\x1b[" not in text, "no colours"
