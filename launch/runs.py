@@ -236,6 +236,7 @@ async def collect_runs(
         s3_error=str(s3_error) if s3_error is not None else None,
         runs=order_rows(shape_run(f, at=at, live_s=live_s) for f in facts),
         not_found=not_found,
+        s3_listed=with_s3 and s3_error is None,
     )
     return listing, s3_error
 

@@ -54,8 +54,8 @@ State, the first that holds:
            resume), generated but not exported yet (kafkagen export), or
            known from S3 only (its topics are gone)
 
-Exit status: 0; 1 when a RUN matches no run; 3 when Kafka cannot be reached, or S3 cannot be
-(Kafka's runs are still listed)."""
+Exit status: 0; 1 when a RUN matches no run, or S3 refuses the listing (no such bucket, a
+refused key); 3 when Kafka cannot be reached, or S3 cannot be (Kafka's runs are still listed)."""
 
 
 @click.command("runs", help=_HELP)

@@ -7,7 +7,7 @@ what one collection read, and :func:`shape_run` turns it into a :class:`RunRow`;
 ``kafkagen status``'s (:func:`launch.status_shape.shape`: prompts and records, not offsets).
 :meth:`RunsListing.to_dict` is the ``kafkagen runs --json`` document (schema version 1)::
 
-    {"schema_version": 1, "at", "kafka", "s3": {"bucket", "prefix", "error"},
+    {"schema_version": 1, "at", "kafka", "s3": {"bucket", "prefix", "listed", "error"},
      "runs": [{"run_id", "state", "parent", "created_at", "created_from", "last_activity_at",
                "known_from", "by", "prompts_topic", "partitions", "params", "params_from",
                "servers", "counts": null | {"published", "published_exact", "results",
@@ -232,7 +232,8 @@ class RunRow:
 class RunsListing:
     """Every run listed at ``at`` (Unix seconds), oldest first; :meth:`to_dict` is the JSON document.
     ``s3_error``: why the S3 run folders could not be listed (then only Kafka's runs are there);
-    ``not_found``: the run ids or patterns asked for that name no run."""
+    ``not_found``: the run ids or patterns asked for that name no run; ``s3_listed``: whether the
+    S3 run folders were listed (False: they could not be, or were not asked, ``--no-s3``)."""
 
     at: float
     kafka: str
@@ -241,6 +242,7 @@ class RunsListing:
     s3_error: str | None
     runs: list[RunRow]
     not_found: list[str] = field(default_factory=list)
+    s3_listed: bool = True
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,7 +251,12 @@ class RunsListing:
             "schema_version": self.schema_version,
             "at": self.at,
             "kafka": self.kafka,
-            "s3": {"bucket": self.s3_bucket, "prefix": self.s3_prefix, "error": self.s3_error},
+            "s3": {
+                "bucket": self.s3_bucket,
+                "prefix": self.s3_prefix,
+                "listed": self.s3_listed,
+                "error": self.s3_error,
+            },
             "runs": [dataclasses.asdict(r) for r in self.runs],
             "not_found": list(self.not_found),
         }

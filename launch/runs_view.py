@@ -77,7 +77,9 @@ def runs_view(listing: RunsListing) -> RenderableType:
     """The table of ``listing`` (ages from ``listing.at``), the halted runs' reasons and fixes, and
     a note when a published count is read from end offsets (``~``: no producer resume point, the
     transaction markers count too). No runs: one line saying where nobody found any."""
-    where = f"Kafka at {listing.kafka}" + ("" if listing.s3_error else f" and s3://{listing.s3_bucket}")
+    where = f"Kafka at {listing.kafka}"
+    if listing.s3_listed:
+        where += f" and s3://{listing.s3_bucket}/{listing.s3_prefix.strip('/')}/"
     if not listing.runs:
         return Text(f"no runs found ({where})")
     table = Table(box=None, pad_edge=False, header_style="bold")

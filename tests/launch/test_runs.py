@@ -244,7 +244,9 @@ def test_runs_are_listed_with_every_field_as_json_and_as_a_table(
     doc = json.loads(out)
     assert doc["schema_version"] == 1 and doc["not_found"] == []
     assert doc["kafka"] == world.base.kafka.bootstrap_servers
-    assert doc["s3"] == {"bucket": world.base.s3.bucket, "prefix": world.base.s3.prefix, "error": None}
+    assert doc["s3"] == {
+        "bucket": world.base.s3.bucket, "prefix": world.base.s3.prefix, "listed": True, "error": None,
+    }  # fmt: skip
     assert doc["at"] >= now
     runs = {r["run_id"]: r for r in doc["runs"]}
     assert set(runs) == {a.run_id, b.run_id, c.run_id, d.run_id, e_id, f.run_id}
@@ -416,8 +418,25 @@ def test_kafka_unreachable_exits_3_and_s3_unreachable_lists_kafkas_runs_and_exit
     assert code == 3
     doc = json.loads(out)
     assert [r["run_id"] for r in doc["runs"]] == [d.run_id], "what Kafka knows is still listed"
-    assert doc["s3"]["error"] and nowhere in doc["s3"]["error"]
+    assert doc["s3"]["listed"] is False and nowhere in doc["s3"]["error"]
     assert "warning: runs known only from S3 are not listed" in err
     # --no-s3: Kafka's runs only, by choice
     code, out, err = _runs(capsys, "--json", d.run_id, *world.flags, "--s3.endpoint-url", nowhere, "--no-s3")
-    assert code == 0 and json.loads(out)["s3"]["error"] is None, err
+    assert code == 0, err
+    assert json.loads(out)["s3"] == {
+        "bucket": world.base.s3.bucket, "prefix": world.base.s3.prefix, "listed": False, "error": None,
+    }  # fmt: skip
+
+
+def test_a_bucket_that_does_not_exist_exits_1_with_kafkas_runs_listed(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = world.run("d")
+    asyncio.run(publish(d, [make_prompt(0)]))
+    bucket = f"no-such-bucket-{world.unique}"
+    code, out, err = _runs(capsys, "--json", d.run_id, *world.flags, "--s3.bucket", bucket)
+    assert code == 1, err
+    doc = json.loads(out)
+    assert [r["run_id"] for r in doc["runs"]] == [d.run_id]
+    assert doc["s3"]["listed"] is False and "NoSuchBucket" in doc["s3"]["error"]
+    assert f"create bucket {bucket!r}" in err

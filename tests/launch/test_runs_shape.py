@@ -282,7 +282,7 @@ def test_rows_are_oldest_first_and_the_document_has_the_schemas_keys() -> None:
     doc = json.loads(json.dumps(listing.to_dict()))
     assert list(doc) == ["schema_version", "at", "kafka", "s3", "runs", "not_found"]
     assert doc["schema_version"] == 1 and doc["not_found"] == ["nope"]
-    assert doc["s3"] == {"bucket": "bucket", "prefix": "runs", "error": None}
+    assert doc["s3"] == {"bucket": "bucket", "prefix": "runs", "listed": True, "error": None}
     assert list(doc["runs"][0]) == [
         "run_id", "state", "parent", "created_at", "created_from", "last_activity_at", "known_from",
         "by", "prompts_topic", "partitions", "params", "params_from", "servers", "counts", "lag",
@@ -320,7 +320,9 @@ def test_the_table_has_a_row_per_run_and_says_why_a_run_halted() -> None:
 
 def test_an_empty_listing_says_where_nothing_was_found() -> None:
     empty = RunsListing(NOW, "k:9092", "bucket", "runs", None, [])
-    assert _render(empty) == ["no runs found (Kafka at k:9092 and s3://bucket)"]
+    assert _render(empty) == ["no runs found (Kafka at k:9092 and s3://bucket/runs/)"]
+    kafka_only = RunsListing(NOW, "k:9092", "bucket", "runs", None, [], s3_listed=False)
+    assert _render(kafka_only) == ["no runs found (Kafka at k:9092)"]
 
 
 def test_plain_text_is_as_wide_as_the_table_needs_without_trailing_spaces() -> None:
