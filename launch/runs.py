@@ -13,8 +13,10 @@ small compacted topics):
   OffsetFetch for every partition the group committed on, admin requests: no group is joined),
   :data:`GROUP_REQUESTS` runs at a time;
 * the end offsets (``read_committed``: last stable offsets) of every partition of the runs'
-  prompts, completions and errors topics, and the timestamps of the first records of the runs'
-  own topics (ListOffsets for timestamp 0), one ListOffsets request per broker each;
+  prompts, completions, errors and control topics, and the timestamps of the first records of
+  the runs' own topics (ListOffsets for timestamp 0), one ListOffsets request per leader each,
+  sent by the admin client to the leaders the Metadata answer named (a topic deleted meanwhile
+  is left out at once; :func:`_list_offsets`);
 * the producer's progress topic (compacted: one resume point per input), read whole once;
 * for a run known from S3 only: the first page (1000 keys) of its folder, for its age.
 
@@ -26,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.protocol.offset import OffsetRequest
 
 from launch.runs_shape import (
     RunFacts,
@@ -61,6 +65,10 @@ log = logging.getLogger("kafkagen.runs")
 
 GROUP_REQUESTS = 16
 """runs whose consumer groups' offsets are asked at the same time."""
+STALL_S = 10.0
+"""seconds a control topic may yield nothing before it is left as read (deleted meanwhile)."""
+_READ_COMMITTED = 1
+"""ListOffsets ``isolation_level``: the last stable offset, as a ``read_committed`` consumer sees."""
 
 
 def _s3(settings: S3Settings) -> S3Client:
@@ -117,37 +125,93 @@ def _folder_first_at(settings: S3Settings, folder: str) -> float | None:
     return min(times) if times else None
 
 
-async def _topics(admin: AIOKafkaAdminClient) -> dict[str, list[int]]:
-    """Every topic of the cluster -> its partition numbers (topics with an error left out)."""
-    described: list[dict[str, Any]] = await admin.describe_topics()
+Leaders = dict[str, dict[int, int]]
+"""topic -> partition -> the node id of its leader (-1: none now)."""
+
+
+async def _topics(admin: AIOKafkaAdminClient, names: list[str] | None = None) -> Leaders:
+    """Every topic of the cluster (or of ``names``) -> its partitions' leaders (one Metadata
+    request; topics with an error left out)."""
+    described: list[dict[str, Any]] = await admin.describe_topics(names)
     return {
-        t["topic"]: sorted(p["partition"] for p in t["partitions"])
+        t["topic"]: {p["partition"]: p["leader"] for p in t["partitions"]}
         for t in described
         if not t.get("error_code") and t["partitions"]
     }
 
 
-async def _read_controls(consumer: AIOKafkaConsumer, topics: Sequence[str]) -> dict[str, ControlState]:
+async def _list_offsets(
+    admin: AIOKafkaAdminClient, leaders: Leaders, tps: Iterable[TopicPartition], timestamp: int
+) -> dict[TopicPartition, tuple[int, int]]:
+    """ListOffsets (``read_committed``) for ``timestamp`` (-1: the end, the last stable offset; 0:
+    the first record) of each of ``tps``, one request per leader: partition -> (offset, the
+    record's timestamp in ms, -1 for the end or an empty partition).
+
+    A partition the broker answers with an error (its topic deleted meanwhile, its leader moved)
+    is asked once more of its leader then, and left out if it fails again: a topic deleted while
+    the runs are listed must not hold the listing up (aiokafka's ``end_offsets`` waits for its
+    metadata until the request timeout).
+
+    Raises:
+        aiokafka.errors.KafkaError: a broker did not answer.
+    """
+    todo = {tp: leaders.get(tp.topic, {}).get(tp.partition, -1) for tp in tps}
+    found: dict[TopicPartition, tuple[int, int]] = {}
+    for attempt in range(2):
+        by_node: dict[int, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+        for tp, node in todo.items():
+            if node >= 0:
+                by_node[node][tp.topic].append((tp.partition, timestamp))
+        requests = [OffsetRequest(-1, _READ_COMMITTED, list(t.items())) for t in by_node.values()]
+        responses = await asyncio.gather(
+            *(admin._send_request(r, node) for r, node in zip(requests, by_node, strict=True))
+        )
+        failed: list[TopicPartition] = [tp for tp, node in todo.items() if node < 0]
+        for response in responses:
+            for topic, partitions in response.topics:
+                for partition, error_code, ts, offset, *_ in partitions:
+                    tp = TopicPartition(topic, partition)
+                    if error_code:
+                        failed.append(tp)
+                    else:
+                        found[tp] = (offset, ts)
+        if not failed or attempt:
+            if failed:
+                log.debug("no offsets for %s (deleted or moved meanwhile): left out", failed)
+            break
+        fresh = await _topics(admin, sorted({tp.topic for tp in failed}))
+        todo = {tp: fresh.get(tp.topic, {}).get(tp.partition, -1) for tp in failed}
+    return found
+
+
+async def _read_controls(
+    consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient, leaders: Leaders, topics: Sequence[str]
+) -> dict[str, ControlState]:
     """Each control topic (partition 0) read from its beginning to its last stable offset and
     applied to a :class:`ControlState`, as :class:`streams.control.ControlLog` does for one
-    (tombstones skipped, a value that does not decode skipped with a warning). The caller bounds
-    the time."""
+    (tombstones skipped, a value that does not decode skipped with a warning). A topic that
+    yields nothing for :data:`STALL_S` seconds while others do not either (deleted meanwhile) is
+    left as read so far, with a warning. The caller bounds the time."""
     states = {t: ControlState() for t in topics}
-    tps = [TopicPartition(t, 0) for t in topics]
-    if not tps:
+    ends = await _list_offsets(admin, leaders, [TopicPartition(t, 0) for t in topics], -1)
+    pending = {tp for tp, (end, _) in ends.items() if end > 0}
+    if not pending:
         return states
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    ends = await consumer.end_offsets(tps)
-    pending = {tp for tp in tps if ends[tp] > 0}
+    consumer.assign(sorted(pending))
+    await consumer.seek_to_beginning(*pending)
+    progress_at = time.monotonic()
     while pending:
         for tp in list(pending):  # compacted away or aborted records: the position passes them
-            if await consumer.position(tp) >= ends[tp]:
+            if await consumer.position(tp) >= ends[tp][0]:
                 pending.discard(tp)
         if not pending:
             break
+        if time.monotonic() - progress_at > STALL_S:
+            log.warning("%s: nothing read for %.0f s (deleted?): left as read", sorted(pending), STALL_S)
+            break
         batch = await consumer.getmany(*pending, timeout_ms=200, max_records=10000)
         for tp, messages in batch.items():
+            progress_at = time.monotonic() if messages else progress_at
             state = states[tp.topic]
             for message in messages:
                 state.offset = message.offset + 1
@@ -169,14 +233,15 @@ async def _group_offsets(admin: AIOKafkaAdminClient, group: str) -> dict[tuple[s
     return {(tp.topic, tp.partition): max(0, o.offset) for tp, o in offsets.items()}
 
 
-async def _first_record_at(consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition]) -> dict[str, float]:
+async def _first_record_at(
+    admin: AIOKafkaAdminClient, leaders: Leaders, tps: Iterable[TopicPartition]
+) -> dict[str, float]:
     """Topic -> the earliest timestamp (Unix seconds) of the first record of its partitions
     (ListOffsets for timestamp 0: the first record's offset and timestamp); empty topics left out."""
-    found = await consumer.offsets_for_times({tp: 0 for tp in tps})
     first: dict[str, float] = {}
-    for tp, hit in found.items():
-        if hit is not None and hit.timestamp >= 0:
-            first[tp.topic] = min(first.get(tp.topic, float("inf")), hit.timestamp / 1000)
+    for tp, (offset, ts) in (await _list_offsets(admin, leaders, tps, 0)).items():
+        if offset >= 0 and ts >= 0:
+            first[tp.topic] = min(first.get(tp.topic, float("inf")), ts / 1000)
     return first
 
 
@@ -245,7 +310,7 @@ async def _facts(
     settings: Settings,
     admin: AIOKafkaAdminClient,
     consumer: AIOKafkaConsumer,
-    topics: dict[str, list[int]],
+    topics: Leaders,
     own: dict[str, set[str]],
     folders: dict[str, str],
     selected: Sequence[str],
@@ -254,7 +319,7 @@ async def _facts(
     facts = {r: RunFacts(r, frozenset(own.get(r, ())), s3_folder=folders.get(r)) for r in selected}
     with_topics = [r for r in selected if own.get(r)]
     controls = await _read_controls(
-        consumer, [naming.control_topic(r) for r in with_topics if "control" in own[r]]
+        consumer, admin, topics, [naming.control_topic(r) for r in with_topics if "control" in own[r]]
     )
     for r in with_topics:
         facts[r].control = controls.get(naming.control_topic(r), ControlState())
@@ -271,7 +336,7 @@ async def _facts(
     offsets = dict(zip(with_topics, await asyncio.gather(*(groups(r) for r in with_topics)), strict=True))
 
     def tps(topic: str | None) -> list[TopicPartition]:
-        return [TopicPartition(topic, p) for p in topics.get(topic, [])] if topic else []
+        return [TopicPartition(topic, p) for p in sorted(topics.get(topic, {}))] if topic else []
 
     wanted: set[TopicPartition] = set()
     owned: set[TopicPartition] = set()
@@ -290,16 +355,13 @@ async def _facts(
         if "prompts" in f.own_topics:
             owned.update(tps(naming.prompts_topic(r)))
     progress = tps(settings.topics.producer_progress)[:1] if with_topics else []
-    if asked := wanted | owned | set(progress):
-        # aiokafka asks metadata for an unknown topic one topic at a time (a retry each, 5 s for 50
-        # topics): assigning them all first has it fetched in one request; paused, nothing is read.
-        consumer.assign(sorted(asked))
-        consumer.pause(*asked)
-    ends = await consumer.end_offsets(list(wanted | set(progress))) if wanted or progress else {}
-    first = await _first_record_at(consumer, owned) if owned else {}
+    listed = await _list_offsets(admin, topics, [*wanted, *progress], -1)
+    ends = {tp: offset for tp, (offset, _) in listed.items()}
+    first = await _first_record_at(admin, topics, owned)
     reader = _ProgressReader(consumer, settings.topics.producer_progress, b"")
     for ptp in progress:  # one partition
-        await reader.read(ends.pop(ptp))
+        if ptp in ends:
+            await reader.read(ends.pop(ptp))
 
     for r in with_topics:
         f = facts[r]

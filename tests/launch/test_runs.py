@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from launch.cli import main as cli_main
+from launch.runs import _list_offsets, _topics
 from streams import naming
 from streams.config import Settings
 from streams.control import (
@@ -27,7 +29,7 @@ from streams.control import (
     RegenerateRecord,
     RunRecord,
 )
-from streams.kafka import consumer_kwargs, end_offsets, producer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs
 from streams.records import ProgressRecord, encode
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
@@ -440,3 +442,24 @@ def test_a_bucket_that_does_not_exist_exits_1_with_kafkas_runs_listed(
     assert [r["run_id"] for r in doc["runs"]] == [d.run_id]
     assert doc["s3"]["listed"] is False and "NoSuchBucket" in doc["s3"]["error"]
     assert f"create bucket {bucket!r}" in err
+
+
+async def test_a_topic_deleted_while_listing_is_left_out_at_once(world: World) -> None:
+    """Metadata read before a run's topics were deleted (a clean-up meanwhile): their offsets are
+    left out, the others read, without waiting for a request timeout (aiokafka's ``end_offsets``
+    would wait for the deleted topic's metadata, then fail the whole listing)."""
+    gone, kept = world.run("g"), world.run("k")
+    await publish(gone, [make_prompt(0)], partition=0)
+    await publish(kept, [make_prompt(i) for i in range(3)], partition=0)
+    admin = AIOKafkaAdminClient(**client_kwargs(world.base.kafka, role="test"))
+    await admin.start()
+    try:
+        leaders = await _topics(admin)
+        await admin.delete_topics([gone.topics.prompts])
+        asked = [TopicPartition(gone.topics.prompts, 0), TopicPartition(kept.topics.prompts, 0)]
+        started = time.monotonic()
+        found = await _list_offsets(admin, leaders, asked, -1)
+        assert time.monotonic() - started < 5
+        assert found == {TopicPartition(kept.topics.prompts, 0): (3, -1)}
+    finally:
+        await admin.close()
