@@ -33,7 +33,7 @@ from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_
 from streams.records import ProgressRecord, encode
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
-from tests.helpers import make_prompt, publish, unused_port
+from tests.helpers import broker_shapes, make_prompt, publish, unused_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,7 +62,13 @@ class World:
 
 
 @pytest.fixture
-def world(base_settings: Settings, kafka: str, s3: str, unique: str) -> World:
+def world(
+    base_settings: Settings, kafka: str, s3: str, unique: str, brokers: int, request: pytest.FixtureRequest
+) -> World:
+    """This test's world on the single broker, or (``brokers`` 3, :func:`tests.helpers.broker_shapes`)
+    on the 3-broker cluster, where partitions have different leaders."""
+    if brokers == 3:
+        base_settings = request.getfixturevalue("kafka_cluster_stack").settings
     topics = base_settings.topics.model_copy(update={"producer_progress": f"progress-runs-{unique}"})
     s3_settings = base_settings.s3.model_copy(update={"prefix": f"test-runs-{unique}"})
     return World(unique, base_settings.model_copy(update={"topics": topics, "s3": s3_settings}))
@@ -231,6 +237,7 @@ async def _make_runs(world: World, now: float) -> Made:
     return Made(a_prompts, behind, d_folder, e_folder)
 
 
+@broker_shapes()
 def test_runs_are_listed_with_every_field_as_json_and_as_a_table(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
