@@ -29,11 +29,11 @@ from streams.control import (
     RegenerateRecord,
     RunRecord,
 )
-from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs
+from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs, topic_partitions
 from streams.records import ProgressRecord, encode
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
-from tests.helpers import broker_shapes, make_prompt, publish, unused_port
+from tests.helpers import broker_shapes, make_prompt, publish, unused_port, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -463,6 +463,11 @@ async def test_a_topic_deleted_while_listing_is_left_out_at_once(world: World) -
     try:
         leaders = await _topics(admin)
         await admin.delete_topics([gone.topics.prompts])
+
+        async def deleted() -> bool:  # the broker applies the deletion a moment later
+            return not await topic_partitions(world.base.kafka, gone.topics.prompts)
+
+        await wait_for(deleted, timeout_s=30, what=f"{gone.topics.prompts} deleted")
         asked = [TopicPartition(gone.topics.prompts, 0), TopicPartition(kept.topics.prompts, 0)]
         started = time.monotonic()
         found = await _list_offsets(admin, leaders, asked, -1)
