@@ -207,7 +207,9 @@ async def _make_runs(world: World, now: float) -> Made:
             prompts_topic=a.topics.prompts, partitions=len(a_prompts),
             generation={"model": "qwen3-32b", "max_tokens": 8192},
         ),
-        _member(b),
+        # its host's clock 20 s ahead (a report carries the reporter's clock): live for the
+        # whole test however loaded the machine is
+        _member(b, at=time.time() + 20),
         RegenerateRecord(
             run_id=b.run_id, digest="d1", where={"flag": "truncated"}, overrides={"max_tokens": 16384},
             ids=2, attempts={"1": 2}, at=now - 30, by="regenerate@h",
