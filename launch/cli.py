@@ -15,6 +15,7 @@ command                 what                                                  al
 ``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
 ``kafkagen replay``     a run's prompts again under a new run id               :mod:`launch.replay_cli`
 ``kafkagen regenerate`` a selection of a run's prompts again, as attempt + 1   :mod:`launch.regenerate_cli`
+``kafkagen runs``       the runs Kafka and S3 know (``--json``)               :mod:`launch.runs_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -47,6 +48,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("launch.gate_cli", "gate"),
     "replay": ("launch.replay_cli", "replay_command"),
     "regenerate": ("launch.regenerate_cli", "regenerate_command"),
+    "runs": ("launch.runs_cli", "runs_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -61,6 +63,7 @@ _SUMMARIES = {
     "gate": "The run's fleet-wide quality gate: status, halt, resume.",
     "replay": "Generate every prompt of a run again under a new run id, with new parameters.",
     "regenerate": "Re-publish a run's prompts selected by quality, finish_reason, error or id.",
+    "runs": "The runs Kafka and S3 know: state, parent, parameters, counts (--json).",
 }
 
 

@@ -10,7 +10,18 @@ import pytest
 
 from launch.cli import main
 
-COMMANDS = ["run", "produce", "generate", "sink", "export", "stack", "preflight", "status"]
+COMMANDS = [
+    "run",
+    "produce",
+    "generate",
+    "sink",
+    "export",
+    "stack",
+    "preflight",
+    "status",
+    "runs",
+    "regenerate",
+]
 GROUPS = ["serve", "gate"]
 """Command groups: their settings and log level are on their subcommands."""
 
@@ -32,6 +43,15 @@ def test_each_command_has_help_settings_and_log_level(
     assert "--settings-help" in out
     if command != "stack":  # the stack's are on the group: kafkagen stack --log-level debug up
         assert "--log-level" in out
+
+
+def test_replay_passes_the_main_jobs_options_through(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: kafkagen replay [OPTIONS] RUN" in out and "Every other option is `kafkagen run`'s" in out
+    assert main(["--help"]) == 0 and "  replay " in capsys.readouterr().out
+    assert main(["replay", "a", "--as", "a"]) == 2, "a run cannot replay itself"
+    assert "replay_of 'a' is the run id itself" in capsys.readouterr().err
 
 
 def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
