@@ -41,9 +41,12 @@ class Tally:
     """``prompt``, ``completion``, ``reasoning`` → tokens."""
     flagged: int = 0
     """completions with at least one quality flag."""
+    completions: int = 0
+    errors: int = 0
 
     def completion(self, record: CompletionRecord, attempt: int) -> None:
         """Count one written completion."""
+        self.completions += 1
         self.by_attempt[attempt] += 1
         self.by_finish[record.finish_reason] += 1
         self.by_flag.update(record.quality)
@@ -54,6 +57,7 @@ class Tally:
 
     def error(self, record: ErrorRecord, attempt: int) -> None:
         """Count one written error."""
+        self.errors += 1
         self.by_attempt[attempt] += 1
         self.by_error[f"{record.stage}:{record.error_type}"] += 1
 
@@ -79,12 +83,18 @@ def build_manifest(
     list_cap: int,
     keep: Keep = "latest",
     regenerations: list[dict[str, Any]] | None = None,
+    formats: dict[str, Any] | None = None,
+    card: str | None = None,
 ) -> dict[str, Any]:
     """The manifest (module docstring); ``ok`` is false when the export fails.
 
     Args:
         source_uri: ``s3://bucket/<run folder>``.
-        shards: the entries of the written shards (:attr:`sinks.export.destination.Shards.written`).
+        shards: the entries of the written shards, all formats together
+            (:attr:`sinks.export.formats.Output.written`: path, format, kind, records, bytes, sha256).
+        formats: ``{"formats": [...], "reasoning": <the chat format's --reasoning or None>}``
+            (default: ``jsonl`` only).
+        card: the dataset card's name when one is written (``README.md``, with ``parquet``).
         keep: which record of an id was kept (:data:`sinks.export.sources.Keep`).
         regenerations: the run's regenerate records (:class:`streams.control.RegenerateRecord` as
             dicts), oldest first.
@@ -102,9 +112,6 @@ def build_manifest(
         or foreign_count
         or (missing and not allow_missing)
     )
-    written = Counter[str]()
-    for entry in shards:
-        written[entry["kind"]] += entry["records"]
     return {
         "run_id": run_id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -129,8 +136,8 @@ def build_manifest(
         },
         "records": {
             "ids": len(present),
-            "completions": written["completions"],
-            "errors": written["errors"],
+            "completions": tally.completions,
+            "errors": tally.errors,
         },
         "by_attempt": {str(a): n for a, n in sorted(tally.by_attempt.items())},
         "attempts": {
@@ -151,7 +158,9 @@ def build_manifest(
         else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
         "missing": _capped(missing, list_cap),
         "unexpected": _capped(unexpected, list_cap),
+        "formats": formats or {"formats": ["jsonl"], "reasoning": None},
         "shards": shards,
+        "card": card,
     }
 
 
