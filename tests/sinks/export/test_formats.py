@@ -5,17 +5,26 @@ their schema (nulls included), the dataset card, the ``--format`` values and the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgspec
 import openai.types.chat
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from sinks.export.destination import Destination
 from sinks.export.formats import FORMATS, SHARD_NAME, parse_formats
 from sinks.export.formats.card import card, is_ours
 from sinks.export.formats.chat import chat_row
 from sinks.export.formats.openai_batch import batch_error_line, batch_output_line
-from sinks.export.formats.parquet import COMPLETION_SCHEMA, ERROR_SCHEMA, completion_row, error_row
+from sinks.export.formats.parquet import (
+    COMPLETION_SCHEMA,
+    ERROR_SCHEMA,
+    ParquetShards,
+    completion_row,
+    error_row,
+)
 from tests.sinks.export.format_records import TOOL_CALLS, TOOLS, completion, dead_letter
 
 RUN = "run-1"
@@ -215,3 +224,22 @@ def test_the_card_has_the_counts_and_the_configs() -> None:
     assert "| `prompt_tokens` | int64 | tokens of the prompt |" in text
     assert "| `reasoning_content` | string, nullable |" in text
     assert not is_ours(b"# my own notes\n")
+
+
+def test_parquet_shards_stream_in_row_groups(tmp_path: Path) -> None:
+    dest = Destination(str(tmp_path / "out"), None)
+    try:
+        shards = ParquetShards(dest, "completions", 4, COMPLETION_SCHEMA, {"k": "v"}, row_group_rows=2)
+        for i in range(5):
+            shards.add(completion_row(completion(i, RUN)), 100)
+        shards.close()
+    finally:
+        dest.close()
+    assert [(s["path"], s["records"]) for s in shards.written] == [
+        ("completions-00000.parquet", 4),
+        ("completions-00001.parquet", 1),
+    ]
+    first = pq.ParquetFile(tmp_path / "out" / "completions-00000.parquet")
+    assert first.metadata.num_row_groups == 2 and first.schema_arrow.metadata == {b"k": b"v"}
+    assert pq.read_table(tmp_path / "out" / "completions-00001.parquet")["id"].to_pylist() == ["id-000004"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [s["path"] for s in shards.written]
