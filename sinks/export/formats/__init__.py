@@ -15,15 +15,12 @@ record → row function is pure (tested without Kafka or S3).
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Final
 
 from sinks.export.destination import Destination
 from sinks.export.formats.base import REASONING_MODES, FormatOptions, Output, ReasoningMode
-from sinks.export.formats.chat import ChatOutput
-from sinks.export.formats.jsonl import JsonlOutput
-from sinks.export.formats.openai_batch import OpenAIBatchOutput
-from sinks.export.formats.parquet import ParquetOutput
 
 __all__ = [
     "FORMATS",
@@ -36,9 +33,14 @@ __all__ = [
     "parse_formats",
 ]
 
-_OUTPUTS: Final[dict[str, type[Output]]] = {
-    cls.name: cls for cls in (JsonlOutput, ParquetOutput, OpenAIBatchOutput, ChatOutput)
+_OUTPUTS: Final[dict[str, tuple[str, str]]] = {
+    "jsonl": ("jsonl", "JsonlOutput"),
+    "parquet": ("parquet", "ParquetOutput"),
+    "openai-batch": ("openai_batch", "OpenAIBatchOutput"),
+    "chat": ("chat", "ChatOutput"),
 }
+"""format → (module of this package, its :class:`Output`), imported when used: pyarrow only loads
+for ``parquet``."""
 FORMATS: Final[tuple[str, ...]] = tuple(_OUTPUTS)
 """The ``--format`` values."""
 
@@ -75,4 +77,10 @@ def open_outputs(
     Raises:
         ValueError: an unknown format.
     """
-    return [_OUTPUTS[name](dest, per_shard, options) for name in parse_formats(formats)]
+    outputs: list[Output] = []
+    for name in parse_formats(formats):
+        module, attr = _OUTPUTS[name]
+        cls: type[Output] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        assert cls.name == name
+        outputs.append(cls(dest, per_shard, options))
+    return outputs

@@ -14,9 +14,10 @@ card (which replaces it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from sinks.export.formats.parquet import COMPLETION_COLUMNS, ERROR_COLUMNS, Column
+if TYPE_CHECKING:
+    from sinks.export.formats.parquet import Column
 
 __all__ = ["CARD_NAME", "MARKER", "card", "is_ours"]
 
@@ -46,6 +47,8 @@ def _columns(columns: tuple[Column, ...]) -> list[str]:
 def card(manifest: Mapping[str, Any]) -> str:
     """The card's text (module docstring) for ``manifest`` (:func:`sinks.export.manifest.build_manifest`
     with its ``shards``)."""
+    from sinks.export.formats.parquet import COMPLETION_COLUMNS, ERROR_COLUMNS  # pyarrow: only with parquet
+
     parquet = [s for s in manifest["shards"] if s.get("format") == "parquet"]
     kinds = [k for k in ("completions", "errors") if any(s["kind"] == k for s in parquet)]
     front = ["---", "configs:"]
