@@ -4,8 +4,9 @@ is printed on the terminal (a summary, then one line per problem).
 ``manifest.json`` holds the run id, creation time, counts by ``finish_reason``, by quality flag
 and by ``attempt`` (``attempts``: the records of each attempt, those kept, which rule kept them,
 and the regenerate commands that made the attempts), token totals, duplicate counts, conflicts,
-foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), per-shard record
-counts and SHA-256 (of the shard file as stored), and what was checked in the source objects. A
+foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), the formats
+written (``formats``, ``card``), per-shard format, kind, record counts and SHA-256 (of the shard file
+as stored), and what was checked in the source objects. A
 failed export lists each problem (unreadable or corrupt objects, gaps, coverage problems,
 conflicts, foreign records): the first :data:`SHOWN` of each kind are printed.
 """
