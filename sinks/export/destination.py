@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import zstandard
+from botocore.exceptions import ClientError
 
 from streams.errors import ConfigError
 
@@ -109,8 +110,10 @@ class Destination:
             resp = self.client.get_object(
                 Bucket=self.bucket, Key=self._key(name), Range=f"bytes=0-{size - 1}"
             )
-        except self.client.exceptions.NoSuchKey:
-            return b""
+        except ClientError as exc:  # none there, or an empty object (no byte in the range)
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "InvalidRange"}:
+                return b""
+            raise
         data: bytes = resp["Body"].read()
         return data[:size]
 

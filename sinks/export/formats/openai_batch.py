@@ -28,7 +28,9 @@ kafkagen comes back with its own ``custom_id`` values. ``<h>`` is a BLAKE2b-96 h
 answer is empty and the model called tools, as OpenAI returns it (kafkagen stores ``""``);
 ``reasoning_content`` (SGLang's and DeepSeek's field; OpenAI has none) is there only when the
 server returned reasoning, and ``tool_calls`` only when the model called tools. Token counts are
-the served model's tokens; ``completion_tokens`` includes ``reasoning_tokens``.
+the served model's tokens; ``completion_tokens`` includes ``reasoning_tokens``. ``finish_reason``
+is the server's, one of OpenAI's values (SGLang's ``abort`` is retried, then dead-lettered: never a
+completion, :mod:`consumers.sglang`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ __all__ = [
 
 SHARD_NAME: Final = re.compile(r"^(completions|errors)-\d{5}\.parquet$")
 ROW_GROUP_ROWS: Final = 10_000
-ROW_GROUP_BYTES: Final = 64 << 20
+ROW_GROUP_BYTES: Final = 32 << 20
 """bytes of records (their JSON) buffered before a row group is written."""
 
 _json: Final = msgspec.json.Encoder()

@@ -19,6 +19,7 @@ import pytest
 import zstandard
 
 from sinks.export import main
+from sinks.export.destination import Destination
 from sinks.export.formats.card import MARKER
 from sinks.export.formats.parquet import COMPLETION_SCHEMA, ERROR_SCHEMA
 from streams.config import Settings
@@ -307,3 +308,16 @@ def test_an_input_format_given_as_format_says_where_it_goes(
     err = capsys.readouterr().err
     assert "unknown format 'openai_batch'" in err and "the format of --input files is --input-format" in err
     assert main(_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--format", "chat")) == 0
+
+
+@pytest.mark.parametrize("body", [b"", b"# notes\n"], ids=["empty", "notes"])
+def test_the_head_of_a_file_on_s3(cfg: Settings, body: bytes) -> None:
+    """How the export tells its own card from a user's README.md: an empty object or none is ``b""``."""
+    s3 = client(cfg)
+    dest = Destination(f"s3://{cfg.s3.bucket}/{cfg.s3.prefix}-head", s3)
+    try:
+        assert dest.head("README.md", 4096) == b""
+        s3.put_object(Bucket=cfg.s3.bucket, Key=f"{cfg.s3.prefix}-head/README.md", Body=body)
+        assert dest.head("README.md", 4096) == body and dest.head("README.md", 2) == body[:2]
+    finally:
+        dest.close()
