@@ -155,7 +155,12 @@ def export_command(
             raise ConfigError(f"--run: {exc}") from None
     try:
         if inputs:
-            options = MappingOptions(format=FormatName(format_), prompt_field=prompt_field, id_field=id_field)
+            try:
+                options = MappingOptions(
+                    format=FormatName(format_), prompt_field=prompt_field, id_field=id_field
+                )
+            except ConfigError as exc:  # worded for the producer, whose flag is --format
+                raise ConfigError(str(exc).replace("--format", "--input-format")) from None
             clients: list[S3Client] = []
 
             def s3() -> S3Client:
