@@ -135,6 +135,8 @@ class RunOptions:
     metrics_port: int | None = None
     """``--metrics-port BASE``: Prometheus metrics (``docs/metrics.md``) on 127.0.0.1, the producer
     on BASE, the sink on BASE+1, consumer i on BASE+2+i (:func:`metrics_port_args`); none: off."""
+    export_formats: tuple[str, ...] = ()
+    """``--export-format``: the dataset formats (``kafkagen export --format``); none: ``jsonl``."""
 
 
 @dataclass(frozen=True)
@@ -505,7 +507,15 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             return 1
         dataset = options.to or str(stack.home / "datasets" / settings.run_id)
         export = subprocess.run(
-            _python("-m", "sinks.export", "--run", settings.run_id, "--to", dataset),
+            _python(
+                "-m",
+                "sinks.export",
+                "--run",
+                settings.run_id,
+                "--to",
+                dataset,
+                *(arg for fmt in options.export_formats for arg in ("--format", fmt)),
+            ),
             env={**os.environ, **env},
             cwd=root,
             check=False,

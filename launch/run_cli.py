@@ -84,6 +84,14 @@ __all__ = ["run_command_", "run_main"]
     help="dataset destination: a folder or s3://bucket/prefix (default <stack home>/datasets/<run id>)",
 )
 @click.option(
+    "--export-format",
+    "export_formats",
+    multiple=True,
+    metavar="FORMAT",
+    help="dataset format of the export: jsonl (default), parquet, openai-batch, chat; repeatable or "
+    "comma-separated (kafkagen export --format, docs/export.md)",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
@@ -113,13 +121,19 @@ def run_command_(
     max_tokens: int | None,
     thinking: bool | None,
     to: str | None,
+    export_formats: tuple[str, ...],
     timeout_s: float | None,
     keep_running: bool,
     no_progress: bool,
     metrics_port: int | None,
 ) -> int:
     from launch.run import RunOptions, plan_run, run
+    from sinks.export.formats import parse_formats
 
+    try:  # before anything runs: the export is the job's last step
+        export_formats = parse_formats(export_formats) if export_formats else ()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--export-format") from None
     settings = command_settings(ctx)
     run_id = settings.run_id if flag_given(ctx, "run_id") or settings.run_id != "default" else "demo"
     try:
@@ -144,6 +158,7 @@ def run_command_(
         serve=serve,
         preflight=preflight,
         metrics_port=metrics_port,
+        export_formats=export_formats,
     )
     return run(plan_run(settings, options), options)
 

@@ -333,11 +333,11 @@ def flag_given(ctx: click.Context, *path: str) -> bool:
     return tuple(path) in ctx.meta.get(_META, {})
 
 
-def input_format_option(help_text: str) -> Callable[[F], F]:
-    """The ``--format`` option of the commands that read prompt inputs (the value: a
+def input_format_option(help_text: str, flag: str = "--format") -> Callable[[F], F]:
+    """The ``--format`` option (or ``flag``) of the commands that read prompt inputs (the value: a
     :class:`streams.inputs.FormatName`, ``auto`` by default), passed as ``format_``."""
     return click.option(
-        "--format",
+        flag,
         "format_",
         type=click.Choice([f.value for f in FormatName]),
         default=FormatName.AUTO.value,

@@ -5,14 +5,17 @@ metadata (SHA-256 of the body, record count, line offsets) and the objects of ea
 against the topic (offset gaps and overlaps, see *Coverage*), deduplicates by record id, compares
 the ids with the expected ones, and writes the dataset:
 
-* ``completions-00000.jsonl.zst`` ...: one :class:`~streams.records.CompletionRecord` per line
-  (the bytes as produced), ``--shard-records`` per shard;
-* ``errors-00000.jsonl.zst`` ...: the :class:`~streams.records.ErrorRecord` of each id whose
-  winning record is an error (dead letters, and records the sink could not decode);
+* the winners in each ``--format`` (:mod:`sinks.export.formats`, ``docs/export.md``), at most
+  ``--shard-records`` rows per shard: ``jsonl`` (the default), ``completions-00000.jsonl.zst`` ...,
+  one :class:`~streams.records.CompletionRecord` per line (the bytes as produced), and
+  ``errors-00000.jsonl.zst`` ..., the :class:`~streams.records.ErrorRecord` of each id whose
+  winning record is an error (dead letters, and records the sink could not decode); ``parquet``
+  (typed shards and a dataset card ``README.md``), ``openai-batch`` (OpenAI Batch API output and
+  error files), ``chat`` (training-ready conversations, ``--reasoning field|inline|drop``);
 * ``manifest.json``: run id, creation time, counts by ``finish_reason``, by quality flag and by
   ``attempt``, token totals, duplicate counts, conflicts, foreign records, expected/missing/
-  unexpected ids (lists capped by ``--list-cap``), per-shard record counts and SHA-256 (of the
-  shard file as stored), and what was checked in the source objects.
+  unexpected ids (lists capped by ``--list-cap``), the formats, per-shard format, kind, record
+  counts and SHA-256 (of the shard file as stored), and what was checked in the source objects.
 
 Deduplication
     Records of other runs are left out first (*Foreign records*). Per id, the record of the latest
@@ -54,9 +57,10 @@ each, the first 20) and listed in the manifest, and fail the export.
 Destination
     Shards are written to a staging folder (inside a local destination; a temporary folder for
     ``s3://``), moved or uploaded into place, then ``manifest.json``; finally files of the
-    destination named like this export's shards (``completions-NNNNN.jsonl.zst``,
-    ``errors-NNNNN.jsonl.zst``) that the new manifest does not list are deleted, so re-exporting
-    into the same folder leaves no stale shard of an earlier export.
+    destination named like the shards of any format (``completions-NNNNN.jsonl.zst``,
+    ``errors-NNNNN.parquet``, ``batch-output-NNNNN.jsonl``, ``chat-NNNNN.jsonl.zst``, ...) that the
+    new manifest does not list are deleted, and a dataset card of an earlier export when this one
+    writes none, so re-exporting into the same folder leaves no stale shard of an earlier export.
 
 Report
     After a successful export (exit 0), its :class:`streams.control.ExportReport` (ids,
@@ -70,7 +74,8 @@ object; shards are streamed to disk (uploaded per shard for an ``s3://`` destina
 Modules: :mod:`~sinks.export.expected` (expected ids), :mod:`~sinks.export.sources` (listing and
 reading the objects), :mod:`~sinks.export.index` (first pass: winners, conflicts, foreign
 records), :mod:`~sinks.export.coverage` (holes, gaps, overlaps), :mod:`~sinks.export.destination`
-(the destination and its shards), :mod:`~sinks.export.manifest` (statistics, manifest, terminal
+(the destination and its JSON Lines shards), :mod:`~sinks.export.formats` (the formats and
+their writers), :mod:`~sinks.export.manifest` (statistics, manifest, terminal
 summary), :mod:`~sinks.export.report` (the report on the control topic),
 :mod:`~sinks.export.dataset` (:func:`export`), :mod:`~sinks.export.cli` (:func:`main`).
 

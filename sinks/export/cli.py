@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
+from sinks.export.formats import FORMATS, REASONING_MODES, ReasoningMode, parse_formats
 from sinks.export.manifest import summary
 from sinks.export.report import export_report, publish_export_report, regenerations_of
 from sinks.export.sources import KEEPS, Keep
@@ -63,7 +64,7 @@ __all__ = ["export_command", "main"]
     "inputs too (--input data/*.jsonl)",
 )
 @click.argument("more_inputs", nargs=-1, metavar="[INPUT]...")
-@input_format_option("--input format (streams/inputs/formats.py)")
+@input_format_option("--input format (streams/inputs/formats.py)", flag="--input-format")
 @click.option("--prompt-field", help="--input dataset rows: the prompt field")
 @click.option("--id-field", help="--input: the field holding record ids")
 @click.option("--allow-missing", is_flag=True, help="exit 0 even when ids are missing")
@@ -95,6 +96,22 @@ __all__ = ["export_command", "main"]
     "what it regenerated) or best (a completion without quality flags, then a flagged one, then a dead "
     "letter; the latest attempt among equals)",
 )
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    metavar="FORMAT",
+    help=f"dataset format: {', '.join(FORMATS)} (default jsonl); repeatable or comma-separated "
+    "(--format jsonl,parquet): all are written from the same records (docs/export.md)",
+)
+@click.option(
+    "--reasoning",
+    type=click.Choice(REASONING_MODES),
+    default="field",
+    show_default=True,
+    help="--format chat: the reasoning in the assistant message's reasoning_content (field), before "
+    "the answer in <think>...</think> (inline), or left out (drop)",
+)
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
@@ -112,7 +129,18 @@ def export_command(
     shard_records: int,
     list_cap: int,
     keep: Keep,
+    formats: tuple[str, ...],
+    reasoning: ReasoningMode,
 ) -> int:
+    try:
+        formats = parse_formats(formats)
+    except ValueError as exc:
+        hint = (
+            " (the format of --input files is --input-format)"
+            if any(v in {f.value for f in FormatName} for f in formats for v in f.split(","))
+            else ""
+        )
+        raise click.BadParameter(f"{exc}{hint}", param_hint="--format") from None
     logging.getLogger("aiokafka.consumer.fetcher").setLevel(logging.CRITICAL)
     if more_inputs and not inputs:
         raise click.UsageError(f"unexpected argument {more_inputs[0]!r}: inputs follow --input")
@@ -127,7 +155,12 @@ def export_command(
             raise ConfigError(f"--run: {exc}") from None
     try:
         if inputs:
-            options = MappingOptions(format=FormatName(format_), prompt_field=prompt_field, id_field=id_field)
+            try:
+                options = MappingOptions(
+                    format=FormatName(format_), prompt_field=prompt_field, id_field=id_field
+                )
+            except ConfigError as exc:  # worded for the producer, whose flag is --format
+                raise ConfigError(str(exc).replace("--format", "--input-format")) from None
             clients: list[S3Client] = []
 
             def s3() -> S3Client:
@@ -150,6 +183,8 @@ def export_command(
             check_topics=not no_topic_check,
             keep=keep,
             regenerations=None if no_topic_check else asyncio.run(regenerations_of(settings)),
+            formats=formats,
+            reasoning=reasoning,
         )
     except (ClientError, BotoCoreError) as exc:
         raise storage_error(exc, f"at {settings.s3.endpoint_url}", settings.s3.bucket, name_it=True) from None

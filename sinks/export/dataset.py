@@ -2,9 +2,11 @@
 
 Two passes over the objects keep memory to the id index (about 300 bytes per id,
 :mod:`sinks.export.index`) plus one object: the first finds each id's winner, the second writes
-the winners to shards (:mod:`sinks.export.destination`), streamed to disk (uploaded per shard for
-an ``s3://`` destination). Then the coverage is checked (:mod:`sinks.export.coverage`), the
-manifest written (:mod:`sinks.export.manifest`) and stale shards of an earlier export removed.
+the winners in every requested format (:mod:`sinks.export.formats`) to shards
+(:mod:`sinks.export.destination`), streamed to disk (uploaded per shard for an ``s3://``
+destination). Then the coverage is checked (:mod:`sinks.export.coverage`), the dataset card
+written (with ``parquet``: :mod:`sinks.export.formats.card`), then the manifest
+(:mod:`sinks.export.manifest`), and stale shards (and a stale card) of an earlier export removed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sinks.export.coverage import overlaps, s3_only_gaps, spans, topic_coverage
-from sinks.export.destination import Destination, Shards
+from sinks.export.destination import Destination
 from sinks.export.expected import Expected
+from sinks.export.formats import SHARD_NAME, FormatOptions, ReasoningMode, open_outputs, parse_formats
+from sinks.export.formats.card import CARD_NAME, card, is_ours
 from sinks.export.index import IdIndex
 from sinks.export.manifest import Tally, build_manifest
 from sinks.export.sources import Keep, list_sources, read_object
@@ -55,6 +59,8 @@ def export(
     check_topics: bool = True,
     keep: Keep = "latest",
     regenerations: list[dict[str, Any]] | None = None,
+    formats: tuple[str, ...] = ("jsonl",),
+    reasoning: ReasoningMode = "field",
 ) -> ExportResult:
     """Export run ``run_id`` from ``settings.s3`` to ``to`` (a folder or ``s3://bucket/prefix``).
 
@@ -67,15 +73,22 @@ def export(
         keep: which record of an id is kept (:data:`sinks.export.sources.Keep`).
         regenerations: the run's ``kafkagen regenerate`` commands (``RegenerateRecord`` as dicts),
             listed in the manifest with the attempts.
+        formats: the dataset formats to write (:data:`sinks.export.formats.FORMATS`), each from the
+            same winners.
+        reasoning: where the ``chat`` format puts the reasoning (:mod:`sinks.export.formats.chat`).
 
     Returns:
         the manifest and the exit status (0, or 1 when the export failed: :mod:`sinks.export`).
 
     Raises:
-        ConfigError: a malformed destination or run id.
+        ConfigError: a malformed destination or run id, an unknown format.
         botocore.exceptions.ClientError, BotoCoreError: S3 failed (after botocore's retries).
         aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read (``check_topics``).
     """
+    try:
+        formats = parse_formats(formats)
+    except ValueError as exc:
+        raise ConfigError(f"--format: {exc}") from None
     client = s3_client(settings.s3)
     bucket = settings.s3.bucket
     try:
@@ -96,9 +109,11 @@ def export(
 
     # Pass 2: write the winners, with statistics over them.
     dest = Destination(to, client)
-    shards = {kind: Shards(dest, kind, shard_records) for kind in ("completions", "errors")}
     tally = Tally()
     try:
+        outputs = open_outputs(
+            formats, dest, shard_records, FormatOptions(run_id=run_id, reasoning=reasoning)
+        )
         for source in sources:
             if source.problem is not None:
                 continue
@@ -107,13 +122,17 @@ def export(
                     continue
                 value = bytes(line.value)
                 if line.kind == "completion":
-                    tally.completion(decode(value, CompletionRecord), head.attempt)
-                    shards["completions"].add(value)
+                    completion = decode(value, CompletionRecord)
+                    tally.completion(completion, head.attempt)
+                    for out in outputs:
+                        out.completion(value, completion)
                 else:
-                    tally.error(decode(value, ErrorRecord), head.attempt)
-                    shards["errors"].add(value)
-        for s in shards.values():
-            s.close()
+                    error = decode(value, ErrorRecord)
+                    tally.error(error, head.attempt)
+                    for out in outputs:
+                        out.error(value, error)
+        for out in outputs:
+            out.close()
 
         found = spans(sources)
         coverage_problems: list[str] = []
@@ -134,17 +153,25 @@ def export(
             gaps=gaps,
             coverage_problems=coverage_problems,
             overlaps=overlaps(found),
-            shards=[entry for s in shards.values() for entry in s.written],
+            shards=[entry for out in outputs for entry in out.written],
             list_cap=list_cap,
             keep=keep,
             regenerations=regenerations or [],
+            formats={"formats": list(formats), "reasoning": reasoning if "chat" in formats else None},
+            card=CARD_NAME if "parquet" in formats else None,
         )
+        if manifest["card"] is not None:
+            dest.path(CARD_NAME).write_text(card(manifest))
+            dest.publish(CARD_NAME)
         (dest.path("manifest.json")).write_text(json.dumps(manifest, indent=2) + "\n")
         dest.publish("manifest.json")
         listed = {entry["path"] for entry in manifest["shards"]}
-        for stale in sorted(dest.shard_names() - listed):
+        for stale in sorted(dest.names(SHARD_NAME) - listed):
             dest.remove(stale)
             log.info("removed %s: a shard of an earlier export", dest.where(stale))
+        if manifest["card"] is None and is_ours(dest.head(CARD_NAME, 4096)):
+            dest.remove(CARD_NAME)
+            log.info("removed %s: the dataset card of an earlier export", dest.where(CARD_NAME))
         manifest["_where"] = dest.where("manifest.json")
         return ExportResult(manifest, 0 if manifest["ok"] else 1)
     finally:

@@ -1,10 +1,11 @@
-"""The export's destination: a local folder or ``s3://bucket/prefix``, and the shards written to it.
+"""The export's destination: a local folder or ``s3://bucket/prefix``, and the JSON Lines shards
+written to it.
 
 Shards are written to a staging folder (inside a local destination, so a move is a rename; a
 temporary folder for ``s3://``), moved or uploaded into place (:meth:`Destination.publish`), then
-``manifest.json``; finally the files of the destination named like this export's shards that the
-new manifest does not list are deleted, so re-exporting into the same folder leaves no stale
-shard of an earlier export.
+``manifest.json``; finally the files of the destination named like this export's shards (any
+format's, :data:`sinks.export.formats.SHARD_NAME`) that the new manifest does not list are
+deleted, so re-exporting into the same folder leaves no stale shard of an earlier export.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import zstandard
+from botocore.exceptions import ClientError
 
 from streams.errors import ConfigError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-__all__ = ["SHARD_NAME", "STAGE_PREFIX", "Destination", "Shards"]
+__all__ = ["STAGE_PREFIX", "Destination", "Shards", "finish_shard"]
 
-SHARD_NAME: Final = re.compile(r"^(completions|errors)-\d{5}\.jsonl\.zst$")
-"""Names of the files this export writes besides ``manifest.json``."""
 STAGE_PREFIX: Final = ".kafkagen-export-"
 
 
@@ -77,10 +77,10 @@ class Destination:
         self.client.upload_file(str(self.stage / name), self.bucket, self._key(name))
         (self.stage / name).unlink()
 
-    def shard_names(self) -> set[str]:
-        """Names of the files in place that are named like this export's shards."""
+    def names(self, pattern: re.Pattern[str]) -> set[str]:
+        """Names of the files in place (directly in the folder or prefix) that match ``pattern``."""
         if self.folder is not None:
-            return {p.name for p in self.folder.iterdir() if SHARD_NAME.match(p.name)}
+            return {p.name for p in self.folder.iterdir() if p.is_file() and pattern.match(p.name)}
         assert self.bucket is not None and self.client is not None
         found: set[str] = set()
         base = f"{self.prefix}/" if self.prefix else ""
@@ -89,9 +89,33 @@ class Destination:
         ):
             for obj in page.get("Contents", []):
                 name = obj["Key"][len(base) :]
-                if SHARD_NAME.match(name):
+                if pattern.match(name):
                     found.add(name)
         return found
+
+    def head(self, name: str, size: int) -> bytes:
+        """The first ``size`` bytes of a file in place (``b""`` when there is none).
+
+        Raises:
+            botocore.exceptions.ClientError, BotoCoreError: S3 failed (other than a missing key).
+        """
+        if self.folder is not None:
+            try:
+                with (self.folder / name).open("rb") as f:
+                    return f.read(size)
+            except FileNotFoundError:
+                return b""
+        assert self.bucket is not None and self.client is not None
+        try:
+            resp = self.client.get_object(
+                Bucket=self.bucket, Key=self._key(name), Range=f"bytes=0-{size - 1}"
+            )
+        except ClientError as exc:  # none there, or an empty object (no byte in the range)
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "InvalidRange"}:
+                return b""
+            raise
+        data: bytes = resp["Body"].read()
+        return data[:size]
 
     def remove(self, name: str) -> None:
         """Delete a file in place (a stale shard)."""
@@ -106,13 +130,47 @@ class Destination:
         shutil.rmtree(self.stage, ignore_errors=True)
 
 
+def finish_shard(dest: Destination, name: str, *, fmt: str, kind: str, records: int) -> dict[str, Any]:
+    """Publish the staged shard ``name`` and return its manifest entry: ``path``, ``format``,
+    ``kind``, ``records``, ``bytes`` and ``sha256`` (of the file as stored, hex)."""
+    path = dest.path(name)
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+    entry = {
+        "path": name,
+        "format": fmt,
+        "kind": kind,
+        "records": records,
+        "bytes": path.stat().st_size,
+        "sha256": sha.hexdigest(),
+    }
+    dest.publish(name)
+    return entry
+
+
 @dataclass
 class Shards:
-    """Writes ``<kind>-NNNNN.jsonl.zst`` files of at most ``per_shard`` lines."""
+    """Writes JSON Lines shards ``<stem>-NNNNN<suffix>`` of at most ``per_shard`` lines each,
+    zstd-compressed (one frame per shard) unless ``compress`` is false.
+
+    Args:
+        dest: where they go.
+        kind: ``completions`` or ``errors``: what the lines are (the manifest's ``kind``).
+        per_shard: lines per shard.
+        stem: the name before the shard number (default: ``kind``).
+        suffix: the name after it (``.jsonl.zst``, or ``.jsonl`` uncompressed).
+        fmt: the export format the shards belong to (the manifest's ``format``).
+    """
 
     dest: Destination
     kind: str
     per_shard: int
+    stem: str = ""
+    suffix: str = ".jsonl.zst"
+    fmt: str = "jsonl"
+    compress: bool = True
     level: int = 3
     written: list[dict[str, Any]] = field(default_factory=list)
     _file: Any = None
@@ -121,11 +179,15 @@ class Shards:
     _count: int = 0
 
     def add(self, value: bytes) -> None:
-        """Write one record (its JSON bytes, without the newline) to the current shard."""
-        if self._writer is None:
-            self._name = f"{self.kind}-{len(self.written):05d}.jsonl.zst"
+        """Write one line (JSON bytes, without the newline) to the current shard."""
+        if self._file is None:
+            self._name = f"{self.stem or self.kind}-{len(self.written):05d}{self.suffix}"
             self._file = self.dest.path(self._name).open("wb")
-            self._writer = zstandard.ZstdCompressor(level=self.level).stream_writer(self._file, closefd=False)
+            self._writer = (
+                zstandard.ZstdCompressor(level=self.level).stream_writer(self._file, closefd=False)
+                if self.compress
+                else self._file
+            )
             self._count = 0
         self._writer.write(value + b"\n")
         self._count += 1
@@ -133,25 +195,15 @@ class Shards:
             self.close()
 
     def close(self) -> None:
-        """Finish the current shard, publish it and list it in :attr:`written` (path, kind,
-        records, bytes, SHA-256 of the file as stored)."""
-        if self._writer is None:
+        """Finish the current shard, publish it and list it in :attr:`written`
+        (:func:`finish_shard`)."""
+        if self._file is None:
             return
-        self._writer.flush(zstandard.FLUSH_FRAME)
-        self._writer.close()
+        if self.compress:
+            self._writer.flush(zstandard.FLUSH_FRAME)
+            self._writer.close()
         self._file.close()
-        path = self.dest.path(self._name)
-        sha = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                sha.update(chunk)
-        entry = {
-            "path": self._name,
-            "kind": self.kind,
-            "records": self._count,
-            "bytes": path.stat().st_size,
-            "sha256": sha.hexdigest(),
-        }
-        self.dest.publish(self._name)
-        self.written.append(entry)
+        self.written.append(
+            finish_shard(self.dest, self._name, fmt=self.fmt, kind=self.kind, records=self._count)
+        )
         self._writer = self._file = None

@@ -4,8 +4,9 @@ is printed on the terminal (a summary, then one line per problem).
 ``manifest.json`` holds the run id, creation time, counts by ``finish_reason``, by quality flag
 and by ``attempt`` (``attempts``: the records of each attempt, those kept, which rule kept them,
 and the regenerate commands that made the attempts), token totals, duplicate counts, conflicts,
-foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), per-shard record
-counts and SHA-256 (of the shard file as stored), and what was checked in the source objects. A
+foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), the formats
+written (``formats``, ``card``), per-shard format, kind, record counts and SHA-256 (of the shard file
+as stored), and what was checked in the source objects. A
 failed export lists each problem (unreadable or corrupt objects, gaps, coverage problems,
 conflicts, foreign records): the first :data:`SHOWN` of each kind are printed.
 """
@@ -41,9 +42,12 @@ class Tally:
     """``prompt``, ``completion``, ``reasoning`` → tokens."""
     flagged: int = 0
     """completions with at least one quality flag."""
+    completions: int = 0
+    errors: int = 0
 
     def completion(self, record: CompletionRecord, attempt: int) -> None:
         """Count one written completion."""
+        self.completions += 1
         self.by_attempt[attempt] += 1
         self.by_finish[record.finish_reason] += 1
         self.by_flag.update(record.quality)
@@ -54,6 +58,7 @@ class Tally:
 
     def error(self, record: ErrorRecord, attempt: int) -> None:
         """Count one written error."""
+        self.errors += 1
         self.by_attempt[attempt] += 1
         self.by_error[f"{record.stage}:{record.error_type}"] += 1
 
@@ -79,12 +84,18 @@ def build_manifest(
     list_cap: int,
     keep: Keep = "latest",
     regenerations: list[dict[str, Any]] | None = None,
+    formats: dict[str, Any] | None = None,
+    card: str | None = None,
 ) -> dict[str, Any]:
     """The manifest (module docstring); ``ok`` is false when the export fails.
 
     Args:
         source_uri: ``s3://bucket/<run folder>``.
-        shards: the entries of the written shards (:attr:`sinks.export.destination.Shards.written`).
+        shards: the entries of the written shards, all formats together
+            (:attr:`sinks.export.formats.Output.written`: path, format, kind, records, bytes, sha256).
+        formats: ``{"formats": [...], "reasoning": <the chat format's --reasoning or None>}``
+            (default: ``jsonl`` only).
+        card: the dataset card's name when one is written (``README.md``, with ``parquet``).
         keep: which record of an id was kept (:data:`sinks.export.sources.Keep`).
         regenerations: the run's regenerate records (:class:`streams.control.RegenerateRecord` as
             dicts), oldest first.
@@ -102,9 +113,6 @@ def build_manifest(
         or foreign_count
         or (missing and not allow_missing)
     )
-    written = Counter[str]()
-    for entry in shards:
-        written[entry["kind"]] += entry["records"]
     return {
         "run_id": run_id,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -129,8 +137,8 @@ def build_manifest(
         },
         "records": {
             "ids": len(present),
-            "completions": written["completions"],
-            "errors": written["errors"],
+            "completions": tally.completions,
+            "errors": tally.errors,
         },
         "by_attempt": {str(a): n for a, n in sorted(tally.by_attempt.items())},
         "attempts": {
@@ -151,7 +159,9 @@ def build_manifest(
         else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
         "missing": _capped(missing, list_cap),
         "unexpected": _capped(unexpected, list_cap),
+        "formats": formats or {"formats": ["jsonl"], "reasoning": None},
         "shards": shards,
+        "card": card,
     }
 
 

@@ -1,0 +1,36 @@
+"""``kafkagen run --export-format``: checked before anything starts, and handed to the job's export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import launch.run
+from launch.run import RunOptions, main
+
+
+def test_an_unknown_export_format_stops_the_run_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def started(*args: Any) -> Any:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(launch.run, "plan_run", started)
+    assert main(["--run-id", "formats", "--export-format", "parquet,csv"]) == 2
+    assert "unknown format 'csv'" in capsys.readouterr().err
+
+
+def test_the_export_formats_reach_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[RunOptions] = []
+
+    def run(plan: Any, options: RunOptions) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr(launch.run, "plan_run", lambda settings, options: settings)
+    monkeypatch.setattr(launch.run, "run", run)
+    assert main(["--run-id", "formats", "--export-format", "parquet,chat", "--export-format", "parquet"]) == 0
+    assert seen[0].export_formats == ("parquet", "chat")
+    assert main(["--run-id", "formats"]) == 0
+    assert seen[1].export_formats == ()
