@@ -52,8 +52,12 @@ class InputChangedError(InputError):
 
 
 def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
-    """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`."""
-    return {
+    """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`.
+
+    ``last_turn`` is there only when it is not ``auto``, so resume points written before the
+    option existed still match a run that does not give it.
+    """
+    fingerprint: dict[str, Any] = {
         "format": options.format.value,
         "prompt_field": options.prompt_field,
         "id_field": options.id_field,
@@ -61,6 +65,9 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
         "keep_fields": list(options.keep_fields),
         "tags": list(options.tags),
     }
+    if options.last_turn != "auto":
+        fingerprint["last_turn"] = options.last_turn
+    return fingerprint
 
 
 def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> str:
@@ -74,9 +81,9 @@ def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> 
     fingerprint = options_fingerprint(options)
     if prior.options != fingerprint:
         changed = ", ".join(
-            f"{k}: {prior.options.get(k)!r} then, {v!r} now"
-            for k, v in fingerprint.items()
-            if prior.options.get(k) != v
+            f"{k}: {prior.options.get(k)!r} then, {fingerprint.get(k)!r} now"
+            for k in dict.fromkeys([*fingerprint, *prior.options])
+            if prior.options.get(k) != fingerprint.get(k)
         )
         raise InputChangedError(
             f"an earlier run published lines 1-{prior.line} with other mapping options ({changed}): "

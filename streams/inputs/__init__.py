@@ -12,6 +12,8 @@ module                         owns
 :mod:`.formats`                rows → :class:`streams.records.PromptRecord` (formats, ids)
 :mod:`.fields`                 the checks of messages, tools and generation parameters
 :mod:`.bfcl`                   BFCL function definitions → OpenAI tools
+:mod:`.sharegpt`               ShareGPT conversations → OpenAI messages, tool calls and tools
+:mod:`.answers`                a conversation's last assistant turn as a reference answer
 =============================  ===============================================================
 
 Every name below may be imported from ``streams.inputs`` directly.
@@ -19,6 +21,7 @@ Every name below may be imported from ``streams.inputs`` directly.
 
 from __future__ import annotations
 
+from streams.inputs.answers import LAST_TURN_RULES, LastTurn
 from streams.inputs.formats import (
     FormatName,
     MappingOptions,
@@ -33,10 +36,12 @@ from streams.inputs.resolve import GLOB_CHARS, InputSpec, resolve_inputs, split_
 __all__ = [
     "CHUNK_BYTES",
     "GLOB_CHARS",
+    "LAST_TURN_RULES",
     "STDIN_IDENTITY_BYTES",
     "CountingRaw",
     "FormatName",
     "InputSpec",
+    "LastTurn",
     "MappingOptions",
     "OpenedInput",
     "derived_id",
