@@ -17,7 +17,22 @@ the stored SHA-256 at the stored offset. A file that grew (lines appended) resum
 the new lines; a file whose already-published part changed, or that got shorter, is refused
 (:class:`InputChangedError`, exit 2: restore it, or ``--from-scratch``, which ignores the stored
 progress and publishes everything again). Resuming with other mapping options (format, fields,
-system prompt, tags) is refused the same way (:func:`resume_note`).
+system prompt, tags, last-turn rule) is refused the same way (:func:`resume_note`).
+
+The same resume point serves inputs without lines (:func:`streams.inputs.read_rows`), its
+``line`` being the 1-based row number (``metadata.line``):
+
+- a JSON array: the rows are its elements; ``offset`` is the byte offset in the (decompressed)
+  file just after element ``line``, and the digest covers the file's bytes up to there (the ``[``,
+  the separators and the elements), exactly as for JSON Lines. Elements appended before the
+  closing ``]`` resume; a changed element already published is refused.
+- a Parquet file: its bytes are not a sequence of rows, so the digest covers the rows' content
+  instead: the SHA-256 of each row's JSON text (:mod:`streams.inputs.parquet`) up to row ``line``,
+  and ``offset`` is the length of those texts. A file rewritten with the same rows (another
+  compression, other row groups) resumes; one whose first ``line`` rows changed is refused.
+
+A resume point is written only in the transaction that publishes the rows it counts, so after a
+SIGKILL the re-run starts after the last committed row and publishes each row at most once.
 """
 
 from __future__ import annotations
@@ -70,9 +85,10 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
     return fingerprint
 
 
-def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> str:
+def resume_note(prior: ProgressRecord, options: MappingOptions, source: str, *, noun: str = "line") -> str:
     """What to tell about resuming input ``source`` from ``prior`` with ``options``: all its lines
-    were published, or the line publishing continues after.
+    were published, or the line publishing continues after (``noun``: ``line``, or ``record`` for
+    a JSON array or Parquet file).
 
     Raises:
         InputChangedError: ``prior`` was published with other mapping options (the message lists
@@ -86,7 +102,7 @@ def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> 
             if prior.options.get(k) != fingerprint.get(k)
         )
         raise InputChangedError(
-            f"an earlier run published lines 1-{prior.line} with other mapping options ({changed}): "
+            f"an earlier run published {noun}s 1-{prior.line} with other mapping options ({changed}): "
             "repeat them to resume, or pass --from-scratch or another --run-id",
             source=source,
         )
@@ -94,19 +110,20 @@ def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> 
     done = f"{prior.published} records, at {when}"
     if prior.done:
         return (
-            f"{source}: an earlier run published all its {prior.line} lines ({done}); lines added since "
-            "are published, the others only checked"
+            f"{source}: an earlier run published all its {prior.line} {noun}s ({done}); {noun}s added "
+            "since are published, the others only checked"
         )
     return (
-        f"{source}: an earlier run published lines 1-{prior.line} ({done}); continuing after line "
-        f"{prior.line} (lines up to it are only checked)"
+        f"{source}: an earlier run published {noun}s 1-{prior.line} ({done}); continuing after {noun} "
+        f"{prior.line} ({noun}s up to it are only checked)"
     )
 
 
-def changed_error(prior: ProgressRecord, source: str, what: str) -> InputChangedError:
-    """The error for input ``source`` whose content no longer matches ``prior``; ``what`` says how."""
+def changed_error(prior: ProgressRecord, source: str, what: str, *, noun: str = "line") -> InputChangedError:
+    """The error for input ``source`` whose content no longer matches ``prior``; ``what`` says how
+    (``noun``: as :func:`resume_note`)."""
     return InputChangedError(
-        f"changed since an earlier run of this run id published its lines 1-{prior.line}: "
+        f"changed since an earlier run of this run id published its {noun}s 1-{prior.line}: "
         f"{what}. Restore it, or pass --from-scratch to publish it all again "
         "(the records published earlier stay on the topic, so their ids would appear twice), "
         "or use another --run-id",

@@ -43,8 +43,9 @@ a conversation that ends with the assistant's answer is sent without it, and the
 ``auto`` does that for ``sharegpt`` rows only; ``reference`` does it for rows of every format;
 ``keep`` never does.
 
-Rows are what :mod:`streams.inputs.containers` reads: the lines of a JSON Lines file, the elements
-of a JSON array, the rows of a Parquet file (numbered from 1 in each input, the ``line`` below).
+Rows are what :func:`streams.inputs.reading.read_rows` reads: the lines of a JSON Lines file, the
+elements of a JSON array, the rows of a Parquet file (numbered from 1 in each input: the ``line``
+below). A Parquet row arrives as the JSON object of its columns, so every format applies to it.
 
 Auto detection (:func:`detect_format`) looks at one row's fields, first match wins:
 ``custom_id`` and ``body`` → openai_batch; ``messages`` → chat; ``question`` and ``function`` →
