@@ -190,10 +190,11 @@ def _echo(message: str) -> None:
 
 @click.command(
     "produce",
-    help="Publish prompt files (JSON Lines: plain, .gz, .zst, stdin, s3://) to the prompts topic, exactly "
-    "once: a re-run after a crash continues where the last committed transaction ended. FILE: a JSON "
-    "Lines file, a glob, '-' for stdin, s3://bucket/key (or glob). Exit status: 0 ok, 1 bad lines "
-    "(unless --allow-bad), 2 usage or input error, 3 Kafka/S3 failure, 130 interrupted.",
+    help="Publish prompt files (JSON Lines or a JSON array: plain, .gz, .zst, stdin, s3://; Parquet) to the "
+    "prompts topic, exactly once: a re-run after a crash continues where the last committed transaction "
+    "ended. FILE: a JSON Lines or JSON array file, a Parquet file or a folder of them, a glob, '-' for "
+    "stdin, s3://bucket/key (or glob). Exit status: 0 ok, 1 bad lines (unless --allow-bad), 2 usage or "
+    "input error, 3 Kafka/S3 failure, 130 interrupted.",
 )
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE...")
 @mapping_options
