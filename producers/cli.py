@@ -33,7 +33,7 @@ from producers.transactions import quiet_abandoned_kafka_futures
 from streams.cli import ExitCode, command_settings, input_format_option, run_command, settings_options
 from streams.config import KeyBy
 from streams.errors import ConfigError, StorageError, UnavailableError
-from streams.inputs import FormatName, MappingOptions, resolve_inputs
+from streams.inputs import LAST_TURN_RULES, FormatName, LastTurn, MappingOptions, resolve_inputs
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
 
@@ -69,6 +69,7 @@ class InputMapping:
     keep_fields: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     key_by: KeyBy | None = None
+    last_turn: LastTurn = "auto"
 
     def options(self, run_id: str | None) -> MappingOptions:
         """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``.
@@ -85,6 +86,7 @@ class InputMapping:
             keep_fields=self.keep_fields,
             tags=self.tags,
             run_id=run_id,
+            last_turn=self.last_turn,
         )
 
     def argv(self) -> list[str]:
@@ -93,6 +95,8 @@ class InputMapping:
         args: list[str] = []
         if self.format != FormatName.AUTO.value:
             args += ["--format", self.format]
+        if self.last_turn != "auto":
+            args += ["--last-turn", self.last_turn]
         for flag, value in (
             ("--prompt-field", self.prompt_field),
             ("--id-field", self.id_field),
@@ -116,6 +120,7 @@ MAPPING_OPTIONS: Final = (
     "--keep-field",
     "--tag",
     "--key-by",
+    "--last-turn",
 )
 """The flags :func:`mapping_options` adds."""
 
@@ -123,7 +128,7 @@ MAPPING_OPTIONS: Final = (
 def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for a click command that reads prompt inputs: the input mapping options
     (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
-    ``--keep-field``, ``--tag``, ``--key-by``), handed to the command as one keyword argument
+    ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``), handed to the command as one keyword argument
     ``mapping`` (an :class:`InputMapping`). ``kafkagen produce`` and ``kafkagen run`` both use it,
     so their options cannot drift apart. Put it below ``@click.command``."""
 
@@ -137,9 +142,12 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         keep_field: tuple[str, ...],
         tag: tuple[str, ...],
         key_by: KeyBy | None,
+        last_turn: LastTurn,
         **kwargs: Any,
     ) -> Any:
-        mapping = InputMapping(format_, prompt_field, id_field, system, keep_field, tag, key_by)
+        mapping = InputMapping(
+            format_, prompt_field, id_field, system, keep_field, tag, key_by, last_turn=last_turn
+        )
         return command(*args, mapping=mapping, **kwargs)
 
     decorators = [
@@ -160,6 +168,15 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
             help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
             "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
         ),
+        click.option(
+            "--last-turn",
+            type=click.Choice(LAST_TURN_RULES),
+            default="auto",
+            show_default=True,
+            help="a conversation ending with an assistant turn: 'reference' sends the turns before it and "
+            "keeps the answer in metadata.extra.reference, 'keep' sends it whole; 'auto': reference for "
+            "sharegpt rows, keep for the others (streams/inputs/answers.py)",
+        ),
     ]
     decorated: Callable[..., Any] = wrapper
     for option in reversed(decorators):  # the first listed shows first in --help
@@ -173,10 +190,11 @@ def _echo(message: str) -> None:
 
 @click.command(
     "produce",
-    help="Publish prompt files (JSON Lines: plain, .gz, .zst, stdin, s3://) to the prompts topic, exactly "
-    "once: a re-run after a crash continues where the last committed transaction ended. FILE: a JSON "
-    "Lines file, a glob, '-' for stdin, s3://bucket/key (or glob). Exit status: 0 ok, 1 bad lines "
-    "(unless --allow-bad), 2 usage or input error, 3 Kafka/S3 failure, 130 interrupted.",
+    help="Publish prompt files (JSON Lines or a JSON array: plain, .gz, .zst, stdin, s3://; Parquet) to the "
+    "prompts topic, exactly once: a re-run after a crash continues where the last committed transaction "
+    "ended. FILE: a JSON Lines or JSON array file, a Parquet file or a folder of them, a glob, '-' for "
+    "stdin, s3://bucket/key (or glob). Exit status: 0 ok, 1 bad lines (unless --allow-bad), 2 usage or "
+    "input error, 3 Kafka/S3 failure, 130 interrupted.",
 )
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE...")
 @mapping_options

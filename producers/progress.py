@@ -17,7 +17,22 @@ the stored SHA-256 at the stored offset. A file that grew (lines appended) resum
 the new lines; a file whose already-published part changed, or that got shorter, is refused
 (:class:`InputChangedError`, exit 2: restore it, or ``--from-scratch``, which ignores the stored
 progress and publishes everything again). Resuming with other mapping options (format, fields,
-system prompt, tags) is refused the same way (:func:`resume_note`).
+system prompt, tags, last-turn rule) is refused the same way (:func:`resume_note`).
+
+The same resume point serves inputs without lines (:func:`streams.inputs.read_rows`), its
+``line`` being the 1-based row number (``metadata.line``):
+
+- a JSON array: the rows are its elements; ``offset`` is the byte offset in the (decompressed)
+  file just after element ``line``, and the digest covers the file's bytes up to there (the ``[``,
+  the separators and the elements), exactly as for JSON Lines. Elements appended before the
+  closing ``]`` resume; a changed element already published is refused.
+- a Parquet file: its bytes are not a sequence of rows, so the digest covers the rows' content
+  instead: the SHA-256 of each row's JSON text (:mod:`streams.inputs.parquet`) up to row ``line``,
+  and ``offset`` is the length of those texts. A file rewritten with the same rows (another
+  compression, other row groups) resumes; one whose first ``line`` rows changed is refused.
+
+A resume point is written only in the transaction that publishes the rows it counts, so after a
+SIGKILL the re-run starts after the last committed row and publishes each row at most once.
 """
 
 from __future__ import annotations
@@ -52,8 +67,12 @@ class InputChangedError(InputError):
 
 
 def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
-    """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`."""
-    return {
+    """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`.
+
+    ``last_turn`` is there only when it is not ``auto``, so resume points written before the
+    option existed still match a run that does not give it.
+    """
+    fingerprint: dict[str, Any] = {
         "format": options.format.value,
         "prompt_field": options.prompt_field,
         "id_field": options.id_field,
@@ -61,11 +80,15 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
         "keep_fields": list(options.keep_fields),
         "tags": list(options.tags),
     }
+    if options.last_turn != "auto":
+        fingerprint["last_turn"] = options.last_turn
+    return fingerprint
 
 
-def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> str:
+def resume_note(prior: ProgressRecord, options: MappingOptions, source: str, *, noun: str = "line") -> str:
     """What to tell about resuming input ``source`` from ``prior`` with ``options``: all its lines
-    were published, or the line publishing continues after.
+    were published, or the line publishing continues after (``noun``: ``line``, or ``record`` for
+    a JSON array or Parquet file).
 
     Raises:
         InputChangedError: ``prior`` was published with other mapping options (the message lists
@@ -74,12 +97,12 @@ def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> 
     fingerprint = options_fingerprint(options)
     if prior.options != fingerprint:
         changed = ", ".join(
-            f"{k}: {prior.options.get(k)!r} then, {v!r} now"
-            for k, v in fingerprint.items()
-            if prior.options.get(k) != v
+            f"{k}: {prior.options.get(k)!r} then, {fingerprint.get(k)!r} now"
+            for k in dict.fromkeys([*fingerprint, *prior.options])
+            if prior.options.get(k) != fingerprint.get(k)
         )
         raise InputChangedError(
-            f"an earlier run published lines 1-{prior.line} with other mapping options ({changed}): "
+            f"an earlier run published {noun}s 1-{prior.line} with other mapping options ({changed}): "
             "repeat them to resume, or pass --from-scratch or another --run-id",
             source=source,
         )
@@ -87,19 +110,20 @@ def resume_note(prior: ProgressRecord, options: MappingOptions, source: str) -> 
     done = f"{prior.published} records, at {when}"
     if prior.done:
         return (
-            f"{source}: an earlier run published all its {prior.line} lines ({done}); lines added since "
-            "are published, the others only checked"
+            f"{source}: an earlier run published all its {prior.line} {noun}s ({done}); {noun}s added "
+            "since are published, the others only checked"
         )
     return (
-        f"{source}: an earlier run published lines 1-{prior.line} ({done}); continuing after line "
-        f"{prior.line} (lines up to it are only checked)"
+        f"{source}: an earlier run published {noun}s 1-{prior.line} ({done}); continuing after {noun} "
+        f"{prior.line} ({noun}s up to it are only checked)"
     )
 
 
-def changed_error(prior: ProgressRecord, source: str, what: str) -> InputChangedError:
-    """The error for input ``source`` whose content no longer matches ``prior``; ``what`` says how."""
+def changed_error(prior: ProgressRecord, source: str, what: str, *, noun: str = "line") -> InputChangedError:
+    """The error for input ``source`` whose content no longer matches ``prior``; ``what`` says how
+    (``noun``: as :func:`resume_note`)."""
     return InputChangedError(
-        f"changed since an earlier run of this run id published its lines 1-{prior.line}: "
+        f"changed since an earlier run of this run id published its {noun}s 1-{prior.line}: "
         f"{what}. Restore it, or pass --from-scratch to publish it all again "
         "(the records published earlier stay on the topic, so their ids would appear twice), "
         "or use another --run-id",

@@ -1,11 +1,12 @@
 """``python -m producers.prompts FILE [FILE ...]``: publish prompt files to the prompts topic, exactly once.
 
-Inputs are local ``.jsonl`` files (``.json`` files that hold JSON Lines too), gzip or zstandard
-compressed files (detected from their first bytes, whatever their name), ``-`` for stdin,
+Inputs are local ``.jsonl`` files (``.json`` files that hold JSON Lines too), JSON array files
+(``[{...}, ...]``, streamed element by element), gzip or zstandard compressed files (detected from
+their first bytes, whatever their name), local Parquet files and folders of them, ``-`` for stdin,
 ``s3://bucket/key`` objects, and globs of either (``data/*.jsonl``, ``s3://bucket/prompts/*.jsonl.zst``).
-Blank lines are skipped; a file that is a JSON array rather than JSON Lines is refused (exit 2).
+Blank lines are skipped; a JSON array whose structure is broken stops its input (exit 2).
 The Kafka key of a record is its id; a re-run with the same run id continues after the last
-committed transaction; bad lines and duplicate ids are reported, not published.
+committed transaction; bad rows and duplicate ids are reported, not published.
 
 This module is the entry point only; each concern has its module:
 
@@ -24,7 +25,8 @@ module                         owns
 :mod:`producers.ownership`     refusing a prompts topic of another run
 :mod:`producers.transactions`  what aiokafka keeps private about a failed transaction
 :mod:`producers.results`       counts per input and the summary line
-:mod:`streams.inputs`          resolving and opening inputs; rows → prompt records (formats)
+:mod:`streams.inputs`          resolving, opening and reading inputs (JSON Lines, JSON arrays,
+                               Parquet); rows → prompt records (formats)
 :mod:`streams.naming`          the progress key and the transactional id of an input
 =============================  ===============================================================
 

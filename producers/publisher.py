@@ -16,9 +16,11 @@ with the same transactional id, fences the dead one and makes the broker abort t
 (without a re-run the broker aborts it after the transaction timeout,
 ``producer.transaction_timeout_ms``; until then read_committed consumers of the touched partitions
 wait). The re-run then reads the progress topic up to its high watermark (waiting for any open
-transaction of another producer to end) and skips every line at or before the committed line. So
+transaction of another producer to end) and skips every row at or before the committed one. So
 each record is committed exactly once, however often the producer is killed; records of aborted
-transactions stay in the log, invisible to read_committed readers.
+transactions stay in the log, invisible to read_committed readers. Rows are lines of JSON Lines,
+elements of a JSON array or rows of a Parquet file (:func:`streams.inputs.read_rows`): the resume
+point counts them all alike (:mod:`producers.progress`).
 
 Skipped lines are still parsed (not published), so a resumed run reports the same bad lines and
 the same duplicate ids as an uninterrupted one; that costs the CPU of parsing them (about 10 µs per
@@ -65,7 +67,6 @@ from producers.results import InputStats, RunResult
 from producers.transactions import failed_transaction, transaction_failure
 from streams import naming
 from streams.config import Settings
-from streams.errors import InputError
 from streams.inputs import InputSpec, MappingOptions
 from streams.kafka import producer_kwargs
 from streams.records import ProgressRecord, encode
@@ -133,6 +134,8 @@ class InputPublisher:
         self.pkey = b""
         self.identity = ""
         self.prior: ProgressRecord | None = None
+        self.noun = "line"
+        """what the input's rows are called in messages: ``line`` (JSON Lines) or ``record``."""
 
     async def run(self) -> InputStats:
         """Publish the input (resuming after its stored resume point); returns what happened.
@@ -153,7 +156,9 @@ class InputPublisher:
         reader = InputReader(self.spec, make, line_limit=ctx.line_limit, s3=ctx.s3)
         bar: tqdm[Any] | None = None
         try:
-            self.identity = await reader.open()
+            opened = await reader.open()
+            self.identity = opened.identity
+            self.noun = "line" if opened.container == "jsonl" else "record"
             self.pkey = naming.progress_key(self.topic, ctx.settings.run_id, self.identity)
             kwargs = producer_kwargs(ctx.settings.kafka)
             self.producer = AIOKafkaProducer(
@@ -197,11 +202,11 @@ class InputPublisher:
 
     def _check_prior(self) -> None:
         if self.prior is not None:
-            self.ctx.echo(resume_note(self.prior, self.ctx.options, self.spec.name))
+            self.ctx.echo(resume_note(self.prior, self.ctx.options, self.spec.name, noun=self.noun))
 
     def _changed(self, what: str) -> InputChangedError:
         assert self.prior is not None
-        return changed_error(self.prior, self.spec.name, what)
+        return changed_error(self.prior, self.spec.name, what, noun=self.noun)
 
     async def _publish(self, reader: InputReader, bar: tqdm[Any]) -> None:
         ctx = self.ctx
@@ -214,7 +219,6 @@ class InputPublisher:
         file_base = pack_where(self.file_index, 0)
         raw_seen = 0
         rate_started = time.monotonic()
-        content_seen = False
         while True:
             chunk = await self._next_chunk(reader)
             long_lines = chunk.long_lines
@@ -228,14 +232,6 @@ class InputPublisher:
                 if parsed is None:
                     stats.blank += 1
                     continue
-                if not content_seen:
-                    content_seen = True
-                    if raw.lstrip().startswith(b"["):
-                        raise InputError(
-                            "this is a JSON array, not JSON Lines (one JSON object per line): convert it, "
-                            "e.g. with jq -c '.[]'",
-                            source=name,
-                        )
                 if type(parsed) is Rejected:
                     report.add(name, line, parsed.reason, parsed.record_id)
                     stats.bad += 1
@@ -274,7 +270,7 @@ class InputPublisher:
             if self.txn_open and time.monotonic() - self.txn_started > self.checkpoint_interval_s:
                 await self._checkpoint(done=False)
         if self.line < resume_line:
-            raise self._changed(f"it now has {self.line} lines")
+            raise self._changed(f"it now has {self.line} {self.noun}s")
         if self.line > resume_line:  # also when the last line was committed mid-chunk: mark it done
             await self._checkpoint(done=True)
 
@@ -300,7 +296,7 @@ class InputPublisher:
     def _verify_resume_point(self) -> None:
         assert self.prior is not None
         if self.offset != self.prior.offset or self.hasher.hexdigest() != self.prior.digest:
-            raise self._changed(f"its first {self.line} lines differ from the ones published")
+            raise self._changed(f"its first {self.line} {self.noun}s differ from the ones published")
 
     async def _next_chunk(self, reader: InputReader) -> Chunk:
         """The next chunk. While waiting for it, buffered records are sent once they are
@@ -438,7 +434,8 @@ async def publish(
 
     Raises:
         ForeignRunError: the prompts topic belongs to another run; nothing is published.
-        InputError: an input cannot be read, is a JSON array, or changed since an earlier run.
+        InputError: an input cannot be read (a broken JSON array, an unreadable Parquet file), or
+            changed since an earlier run.
         KafkaError, asyncio.TimeoutError: Kafka is unreachable or refused the records; the open
             transaction is aborted (its records never become visible).
         ProducerFenced: another producer started publishing the same input.

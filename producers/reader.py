@@ -1,10 +1,12 @@
 """Reading one input ahead of the publisher, in a thread.
 
-Every input is streamed line by line as bytes, never loaded whole (:func:`streams.inputs.open_input`):
-a reader thread reads and parses chunks of about 1 MiB (:data:`streams.inputs.CHUNK_BYTES`), at most
-:data:`CHUNKS_AHEAD` ahead of the publisher, so parsing goes on while a transaction commits and
-while the event loop compresses batches. A line longer than the line limit
-(:func:`producers.limits.line_limit`) is skipped (reported bad) without being held in memory.
+Every input is streamed row by row, never loaded whole (:func:`streams.inputs.open_input`,
+:func:`streams.inputs.read_rows`: the lines of JSON Lines, the elements of a JSON array, the rows of
+a Parquet file): a reader thread reads and parses chunks of about 1 MiB
+(:data:`streams.inputs.CHUNK_BYTES`), at most :data:`CHUNKS_AHEAD` ahead of the publisher, so
+parsing goes on while a transaction commits and while the event loop compresses batches. A row
+longer than the line limit (:func:`producers.limits.line_limit`) is skipped (reported bad) without
+being held in memory.
 Memory is bounded: the chunks ahead with their encoded records (about 12 MiB). The thread matters
 for throughput, and so does the short GIL switch interval ``python -m producers.prompts`` sets.
 """
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 from producers.maker import Parsed, RecordMaker, Rejected
 from producers.partitioning import input_salt
 from streams.errors import InputError, KafkagenError, StorageError
-from streams.inputs import CHUNK_BYTES, CountingRaw, InputSpec, open_input
+from streams.inputs import CHUNK_BYTES, Container, CountingRaw, InputSpec, Row, open_input, read_rows
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -36,11 +37,13 @@ CHUNKS_AHEAD: Final = 4
 
 @dataclass(slots=True)
 class Chunk:
-    """Lines read and parsed ahead by the reader thread.
+    """Rows read and parsed ahead by the reader thread.
 
-    ``parsed[i]`` is what ``lines[i]`` became: ``None`` for a blank line, a :class:`Rejected`, or
+    ``lines[i]`` is row ``i``'s raw bytes (:class:`streams.inputs.Row`: a JSON Lines line, a JSON
+    array element with the separator before it, a Parquet row's JSON text), which the resume digest
+    covers; ``parsed[i]`` is what it became: ``None`` for a blank line, a :class:`Rejected`, or
     ``(id, key, value, partition)``. ``long_lines`` maps an index in ``lines`` to the full length
-    of a line over the limit, of which ``lines`` holds only the first ``line_limit`` bytes.
+    of a row over the limit, of which ``lines`` holds only the first ``line_limit`` bytes.
     ``raw_bytes`` counts bytes read from the source so far (compressed bytes for a compressed input).
     """
 
@@ -53,9 +56,10 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class Opened:
-    """The reader's first message: the input is open and has this identity."""
+    """The reader's first message: the input is open, has this identity and holds its rows so."""
 
     identity: str
+    container: Container = "jsonl"
 
 
 class InputReader:
@@ -88,8 +92,9 @@ class InputReader:
         self._thread = threading.Thread(target=self._run, name=f"read {spec.name}", daemon=True)
         self._thread.start()
 
-    async def open(self) -> str:
-        """Wait until the input is open; returns its identity (:class:`streams.inputs.OpenedInput`).
+    async def open(self) -> Opened:
+        """Wait until the input is open; returns its identity and container
+        (:class:`streams.inputs.OpenedInput`).
 
         Raises:
             InputError: the input cannot be opened or read.
@@ -99,7 +104,7 @@ class InputReader:
         if isinstance(item, BaseException):
             raise self._error(item)
         assert isinstance(item, Opened)
-        return item.identity
+        return item
 
     async def next_chunk(self) -> Chunk:
         """The next chunk of lines; ``eof`` is set on the last one.
@@ -139,12 +144,12 @@ class InputReader:
 
     def _run(self) -> None:
         try:
-            with self._open_lines() as (lines, raw):
+            with self._open_rows() as (rows, raw, noun):
                 while not self._stopped.is_set():
                     self._slots.acquire()
                     if self._stopped.is_set():
                         return
-                    chunk = self._read_chunk(lines, raw)
+                    chunk = self._read_chunk(rows, raw, noun)
                     self._put(chunk)
                     if chunk.eof:
                         return
@@ -152,15 +157,16 @@ class InputReader:
             self._put(exc)
 
     @contextlib.contextmanager
-    def _open_lines(self) -> Iterator[tuple[io.BufferedIOBase, CountingRaw]]:
+    def _open_rows(self) -> Iterator[tuple[Iterator[Row], CountingRaw, str]]:
         with open_input(self.spec, self._s3) as opened:
             # The round-robin starts where the input's identity says, not its spelling
             # (``a.jsonl`` and ``./a.jsonl`` are one input): set before any line is made.
             self._make.salt = input_salt(opened.identity)
-            self._put(Opened(opened.identity))
-            yield opened.lines, opened.raw
+            self._put(Opened(opened.identity, opened.container))
+            rows = read_rows(opened, source=self.spec.name, limit=self._line_limit)
+            yield rows, opened.raw, "line" if opened.container == "jsonl" else "record"
 
-    def _read_chunk(self, stream: io.BufferedIOBase, raw: CountingRaw) -> Chunk:
+    def _read_chunk(self, rows: Iterator[Row], raw: CountingRaw, noun: str) -> Chunk:
         limit = self._line_limit
         make = self._make
         lines: list[bytes] = []
@@ -168,27 +174,17 @@ class InputReader:
         long_lines: dict[int, int] = {}
         size = 0
         started = time.monotonic()
-        readline = stream.readline
-        while size < CHUNK_BYTES:
-            line = readline(limit)
-            if not line:
-                return Chunk(lines, parsed, long_lines, raw.count, eof=True)
+        for line, total, text in rows:
             self._line += 1
-            if len(line) == limit and not line.endswith(b"\n"):
-                total = len(line)
-                while True:  # drop the rest of an over-long line without holding it
-                    rest = readline(limit)
-                    total += len(rest)
-                    if not rest or rest.endswith(b"\n"):
-                        break
+            if text is not None:
+                parsed.append(make(text, self._line))
+            elif total > len(line):
                 long_lines[len(lines)] = total
-                parsed.append(Rejected(f"line is {total} bytes, over the {limit}-byte limit"))
-            elif line.isspace():
-                parsed.append(None)
+                parsed.append(Rejected(f"{noun} is {total} bytes, over the {limit}-byte limit"))
             else:
-                parsed.append(make(line, self._line))
+                parsed.append(None)
             lines.append(line)
             size += len(line)
-            if time.monotonic() - started > 0.1:  # a slow input: hand over what there is
-                break
-        return Chunk(lines, parsed, long_lines, raw.count, eof=False)
+            if size >= CHUNK_BYTES or time.monotonic() - started > 0.1:  # hand over what there is
+                return Chunk(lines, parsed, long_lines, raw.count, eof=False)
+        return Chunk(lines, parsed, long_lines, raw.count, eof=True)

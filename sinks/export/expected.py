@@ -1,6 +1,7 @@
 """The ids a run should have produced: from its prompts topic or from the prompt input files.
 
-Input files are resolved and opened with :mod:`streams.inputs` and parsed with
+Input files are resolved, opened and read row by row with :mod:`streams.inputs`
+(:func:`streams.inputs.read_rows`: JSON Lines, JSON arrays, Parquet) and parsed with
 :mod:`streams.inputs.formats` as the producer does, so the export expects exactly the ids the producer
 would publish.
 """
@@ -16,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from streams.config import Settings
 from streams.errors import ConfigError, InputError
-from streams.inputs import MappingOptions, open_input, parse_line, resolve_inputs
+from streams.inputs import MappingOptions, open_input, parse_line, read_rows, resolve_inputs
 from streams.kafka import read_to_end, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
 from streams.storage import storage_error
@@ -69,13 +70,14 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
 def prompt_ids_from_inputs(
     items: Sequence[str], options: MappingOptions, s3: Callable[[], S3Client]
 ) -> Expected:
-    """Every record id of the prompt inputs ``items`` (files, globs, ``-``, ``s3://`` URIs or
-    globs; plain, gzip or zstandard), resolved, opened and parsed as the producer does (blank lines
-    skipped; rows the producer would reject are counted as ``unreadable``).
+    """Every record id of the prompt inputs ``items`` (files, globs, folders of Parquet files,
+    ``-``, ``s3://`` URIs or globs; JSON Lines or JSON arrays, plain, gzip or zstandard; Parquet),
+    resolved, opened, read and parsed as the producer does (blank lines skipped; rows the producer
+    would reject are counted as ``unreadable``).
 
     Raises:
         InputError: an input is missing, matches nothing, or cannot be read to its end (I/O error,
-            corrupt or truncated compressed data).
+            corrupt or truncated compressed data, a broken JSON array, unreadable Parquet).
         StorageError: S3 failed.
     """
     ids: set[str] = set()
@@ -85,12 +87,12 @@ def prompt_ids_from_inputs(
         number = 0
         try:
             with open_input(spec, s3) as opened:
-                while raw := opened.lines.readline():
+                for row in read_rows(opened, source=spec.name, limit=None):
                     number += 1
-                    if not raw.strip():
+                    if row.text is None:
                         continue
                     try:
-                        ids.add(parse_line(raw, source=spec.name, line=number, options=options).id)
+                        ids.add(parse_line(row.text, source=spec.name, line=number, options=options).id)
                     except InputError:
                         unreadable += 1
         except (ClientError, BotoCoreError) as exc:

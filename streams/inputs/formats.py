@@ -31,12 +31,28 @@ Formats (:class:`FormatName`), one JSON object per line:
 ``bfcl``
     Berkeley Function-Calling Leaderboard single-turn rows ``{"id", "question": [[message, ...]],
     "function": [{"name", "description", "parameters"}]}``.
+``sharegpt``
+    ShareGPT conversations as LLaMA-Factory describes them (its ``data/README.md``):
+    ``{"conversations": [{"from", "value"}, ...], "system"?, "tools"?, "id"?}``, with tool calls
+    (``function_call``) and their results (``observation``) as OpenAI ``tool_calls`` and ``tool``
+    messages (:mod:`streams.inputs.sharegpt` has the mapping).
+
+The last assistant turn (``MappingOptions.last_turn``, ``--last-turn``, :mod:`streams.inputs.answers`):
+a conversation that ends with the assistant's answer is sent without it, and the answer is kept in
+``metadata.extra["reference"]`` (plus ``reference_tool_calls`` when it called tools). The default
+``auto`` does that for ``sharegpt`` rows only; ``reference`` does it for rows of every format;
+``keep`` never does.
+
+Rows are what :func:`streams.inputs.reading.read_rows` reads: the lines of a JSON Lines file, the
+elements of a JSON array, the rows of a Parquet file (numbered from 1 in each input: the ``line``
+below). A Parquet row arrives as the JSON object of its columns, so every format applies to it.
 
 Auto detection (:func:`detect_format`) looks at one row's fields, first match wins:
 ``custom_id`` and ``body`` → openai_batch; ``messages`` → chat; ``question`` and ``function`` →
-bfcl; ``turns`` → mt_bench; ``prompt`` → prompt. With ``format=auto`` and a ``prompt_field`` set,
-rows are ``dataset`` rows. Detection is per row; a producer that wants one format for a whole file
-detects on its first row and passes ``dataclasses.replace(options, format=detected)``.
+bfcl; ``conversations`` → sharegpt; ``turns`` → mt_bench; ``prompt`` → prompt. With
+``format=auto`` and a ``prompt_field`` set, rows are ``dataset`` rows. Detection is per row; a
+producer that wants one format for a whole file detects on its first row and passes
+``dataclasses.replace(options, format=detected)``.
 
 Record ids (the Kafka key; they must be stable across re-runs):
 
@@ -70,6 +86,7 @@ from typing import Any, Final
 import msgspec
 
 from streams.errors import ConfigError, InputError
+from streams.inputs.answers import LAST_TURN_RULES, LastTurn, split_answer
 from streams.inputs.bfcl import bfcl_tools
 from streams.inputs.fields import (
     BadRow,
@@ -81,6 +98,7 @@ from streams.inputs.fields import (
     nonempty_text,
     shortened,
 )
+from streams.inputs.sharegpt import sharegpt_messages, sharegpt_tools
 from streams.records import GenerationParams, PromptMetadata, PromptRecord
 
 __all__ = [
@@ -105,6 +123,7 @@ class FormatName(StrEnum):
     DATASET = "dataset"
     MT_BENCH = "mt_bench"
     BFCL = "bfcl"
+    SHAREGPT = "sharegpt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +141,12 @@ class MappingOptions:
             (a field missing from a row is left out of that row's ``extra``).
         tags: copied into ``metadata.tags``.
         run_id: copied into ``PromptRecord.run_id``.
+        last_turn: what becomes of a last assistant turn: ``auto``, ``reference`` or ``keep``
+            (:mod:`streams.inputs.answers`).
 
     Raises:
-        ConfigError: unknown format, ``dataset`` without ``prompt_field``, ``prompt_field`` with
-            another format, or an empty name or system prompt.
+        ConfigError: unknown format or last-turn rule, ``dataset`` without ``prompt_field``,
+            ``prompt_field`` with another format, or an empty name or system prompt.
     """
 
     format: FormatName = FormatName.AUTO
@@ -135,6 +156,7 @@ class MappingOptions:
     keep_fields: tuple[str, ...] = field(default=())
     tags: tuple[str, ...] = field(default=())
     run_id: str | None = None
+    last_turn: LastTurn = "auto"
 
     def __post_init__(self) -> None:
         try:
@@ -143,6 +165,9 @@ class MappingOptions:
             choices = ", ".join(f.value for f in FormatName)
             raise ConfigError(f"unknown input format {self.format!r}: expected one of {choices}") from None
         object.__setattr__(self, "format", fmt)
+        if self.last_turn not in LAST_TURN_RULES:
+            choices = ", ".join(LAST_TURN_RULES)
+            raise ConfigError(f"unknown last-turn rule {self.last_turn!r}: expected one of {choices}")
         object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
         object.__setattr__(self, "tags", tuple(self.tags))
         if fmt is FormatName.DATASET and self.prompt_field is None:
@@ -173,7 +198,8 @@ def detect_format(row: Mapping[str, Any]) -> FormatName:
     """The format of one decoded row, by its fields; first match wins.
 
     ``custom_id`` and ``body`` → ``openai_batch``; ``messages`` → ``chat``; ``question`` and
-    ``function`` → ``bfcl``; ``turns`` → ``mt_bench``; ``prompt`` → ``prompt``. ``dataset`` is
+    ``function`` → ``bfcl``; ``conversations`` → ``sharegpt``; ``turns`` → ``mt_bench``;
+    ``prompt`` → ``prompt``. ``dataset`` is
     never detected: it needs ``prompt_field``.
 
     Raises:
@@ -188,6 +214,8 @@ def detect_format(row: Mapping[str, Any]) -> FormatName:
         return FormatName.CHAT
     if "question" in row and "function" in row:
         return FormatName.BFCL
+    if "conversations" in row:
+        return FormatName.SHAREGPT
     if "turns" in row:
         return FormatName.MT_BENCH
     if "prompt" in row:
@@ -197,7 +225,7 @@ def detect_format(row: Mapping[str, Any]) -> FormatName:
     hint = f" (text fields here: {', '.join(text_fields)})" if text_fields else ""
     raise InputError(
         f"cannot tell this row's format from its fields ({fields}): pass --format "
-        f"(chat, prompt, openai_batch, mt_bench, bfcl) or --prompt-field NAME for the field that "
+        f"(chat, prompt, openai_batch, mt_bench, bfcl, sharegpt) or --prompt-field NAME for the field that "
         f"holds the prompt{hint}"
     )
 
@@ -274,8 +302,16 @@ def _mapped(
         messages = checked_messages(question[0], "question[0]")
         tools, renamed = bfcl_tools(row.get("function"))
         return messages, tools, no_params, ({"bfcl_function_names": renamed} if renamed else {})
+    if fmt is FormatName.SHAREGPT:
+        return sharegpt_messages(row), sharegpt_tools(row.get("tools")), no_params, {}
     fail(f"unknown format {fmt!r}")
 
+
+_MESSAGES_PATH: Final[Mapping[FormatName, str]] = {
+    FormatName.SHAREGPT: "conversations",
+    FormatName.OPENAI_BATCH: "body.messages",
+    FormatName.BFCL: "question[0]",
+}
 
 _ID_FIELDS: Final[Mapping[FormatName, str]] = {
     FormatName.OPENAI_BATCH: "custom_id",
@@ -306,6 +342,11 @@ def normalise(row: object, *, source: str, line: int, options: MappingOptions) -
         if fmt is FormatName.AUTO:
             fmt = FormatName.DATASET if options.prompt_field is not None else detect_format(row)
         messages, tools, params, extra = _mapped(row, fmt, options)
+        rule = options.last_turn
+        if rule == "reference" or (rule == "auto" and fmt is FormatName.SHAREGPT):
+            path = options.prompt_field if fmt is FormatName.DATASET else _MESSAGES_PATH.get(fmt)
+            messages, answer = split_answer(messages, path or "messages")
+            extra.update(answer)
         id_key = options.id_field or _ID_FIELDS.get(fmt, "id")
         required = options.id_field is not None or fmt is FormatName.OPENAI_BATCH
         record_id = _row_id(row, id_key, required=required, source=source, line=line)

@@ -1,6 +1,11 @@
 """Opening one resolved input for streaming: local file, stdin or S3 object, plain, gzip or
 zstandard (detected from the first bytes, whatever the name), never loaded whole; the bytes read
 from the source are counted (progress bars) and the input gets its identity (the resume key).
+
+The container is told by content too (:data:`Container`): Parquet by its magic ``PAR1`` in the
+first bytes (Apache Parquet's file format spec), a JSON array by ``[`` as the first character of
+the decompressed text after a UTF-8 byte-order mark and white space; anything else is JSON Lines.
+:func:`streams.inputs.reading.read_rows` reads the rows of each.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import io
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import zstandard
 
@@ -21,7 +26,7 @@ from streams.inputs.resolve import InputSpec, split_s3
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-__all__ = ["CHUNK_BYTES", "STDIN_IDENTITY_BYTES", "CountingRaw", "OpenedInput", "open_input"]
+__all__ = ["CHUNK_BYTES", "STDIN_IDENTITY_BYTES", "Container", "CountingRaw", "OpenedInput", "open_input"]
 
 CHUNK_BYTES: Final = 1024 * 1024
 """Buffer size of an opened input (bytes)."""
@@ -29,6 +34,11 @@ STDIN_IDENTITY_BYTES: Final = 64 * 1024
 """Bytes of stdin hashed into its identity."""
 GZIP_MAGIC: Final = b"\x1f\x8b"
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+PARQUET_MAGIC: Final = b"PAR1"
+_BOM: Final = b"\xef\xbb\xbf"
+
+Container = Literal["jsonl", "json_array", "parquet"]
+"""How an input holds its rows: JSON Lines, one JSON array, or a Parquet file."""
 
 
 class CountingRaw(io.RawIOBase):
@@ -67,22 +77,37 @@ class CountingRaw(io.RawIOBase):
 class OpenedInput:
     """An open input: ``lines`` yields its decompressed bytes (``readline``), ``raw`` counts the
     bytes read from the source (compressed bytes for a compressed input), ``identity`` is the
-    resolved path, the ``s3://`` URI or ``stdin:<SHA-256 of its first 64 KiB>``."""
+    resolved path, the ``s3://`` URI or ``stdin:<SHA-256 of its first 64 KiB>``; ``container``
+    says how it holds its rows, ``path`` is the local file's path (``None`` for S3, stdin and a
+    compressed file; Parquet is read from it)."""
 
     lines: io.BufferedIOBase
     raw: CountingRaw
     identity: str
+    container: Container = "jsonl"
+    path: str | None = None
+
+
+def _decompressed_container(lines: io.BufferedIOBase) -> Container:
+    """``json_array`` when the decompressed text starts with ``[`` (after a BOM and white space),
+    ``parquet`` for a compressed Parquet file (which cannot be read: it has no local path)."""
+    peek = getattr(lines, "peek", None)
+    head = peek(CHUNK_BYTES) if peek is not None else b""
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    return "json_array" if head.removeprefix(_BOM).lstrip().startswith(b"[") else "jsonl"
 
 
 @contextlib.contextmanager
 def open_input(spec: InputSpec, s3: Callable[[], S3Client]) -> Iterator[OpenedInput]:
-    """Open ``spec`` for streaming, decompressing gzip or zstandard by their magic bytes.
+    """Open ``spec`` for streaming, decompressing gzip or zstandard by their magic bytes, and tell
+    its container (the module docstring).
 
-    Raises:
-        OSError: a local file cannot be opened.
-        botocore.exceptions.ClientError, BotoCoreError: an S3 object cannot be opened.
-        (Corrupt compressed data raises from ``readline``: ``OSError``/``EOFError`` for gzip,
-        ``zstandard.ZstdError`` for zstandard.)
+        Raises:
+            OSError: a local file cannot be opened.
+            botocore.exceptions.ClientError, BotoCoreError: an S3 object cannot be opened.
+            (Corrupt compressed data raises from ``readline``: ``OSError``/``EOFError`` for gzip,
+            ``zstandard.ZstdError`` for zstandard.)
     """
     head = b""
     if spec.kind == "file":
@@ -106,12 +131,18 @@ def open_input(spec: InputSpec, s3: Callable[[], S3Client]) -> Iterator[OpenedIn
     with raw:
         buffered = io.BufferedReader(raw, CHUNK_BYTES)
         magic = buffered.peek(4)[:4]
+        path = spec.location if spec.kind == "file" else None
         lines: io.BufferedIOBase
+        if magic == PARQUET_MAGIC:
+            yield OpenedInput(buffered, raw, identity, "parquet", path)
+            return
         if magic.startswith(GZIP_MAGIC):
             lines = gzip.GzipFile(fileobj=buffered, mode="rb")
+            path = None
         elif magic == ZSTD_MAGIC:
             reader = zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)
             lines = io.BufferedReader(reader, CHUNK_BYTES)
+            path = None
         else:
             lines = buffered
-        yield OpenedInput(lines, raw, identity)
+        yield OpenedInput(lines, raw, identity, _decompressed_container(lines), path)

@@ -1,5 +1,10 @@
-"""Resolving command-line inputs: files, globs, ``-`` for stdin, ``s3://`` objects and S3 globs
-become an ordered list of :class:`InputSpec` (opening one is :mod:`streams.inputs.opening`).
+"""Resolving command-line inputs: files, globs, folders of Parquet files, ``-`` for stdin,
+``s3://`` objects and S3 globs become an ordered list of :class:`InputSpec` (opening one is
+:mod:`streams.inputs.opening`).
+
+A folder stands for the ``*.parquet`` files under it, at any depth, in path order (a Hugging Face
+dataset's ``data/`` folder holds ``train-00000-of-00002.parquet``, ...); each is an input of its
+own, with its own resume point.
 """
 
 from __future__ import annotations
@@ -61,8 +66,8 @@ def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[Inp
         s3: returns the S3 client; called only when an ``s3://`` input is given.
 
     Raises:
-        InputError: a file or S3 object that does not exist, a directory, a glob matching nothing,
-            ``-`` given twice.
+        InputError: a file or S3 object that does not exist, a folder without Parquet files, a
+            glob matching nothing, ``-`` given twice.
         StorageError: S3 could not be asked.
     """
     specs: list[InputSpec] = []
@@ -84,7 +89,15 @@ def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[Inp
         else:
             path = Path(item)
             if path.is_dir():
-                raise InputError("is a directory: give the files in it, e.g. with a glob", source=item)
+                found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+                if not found:
+                    raise InputError(
+                        "is a folder without .parquet files: give the files in it, e.g. with a glob",
+                        source=item,
+                    )
+                for file in found:
+                    add(InputSpec(str(file), "file", str(file.resolve()), file.stat().st_size))
+                continue
             if path.exists():
                 add(InputSpec(item, "file", str(path.resolve()), path.stat().st_size))
                 continue

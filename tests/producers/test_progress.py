@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from producers.cli import InputMapping
 from producers.progress import InputChangedError, changed_error, options_fingerprint, resume_note
 from streams import naming
 from streams.inputs import FormatName, MappingOptions
@@ -71,3 +72,21 @@ def test_changed_error_names_the_input_and_the_published_lines() -> None:
     assert isinstance(error, InputChangedError)
     assert "lines 1-120: it now has 3 lines" in str(error)
     assert "--from-scratch" in str(error)
+
+
+def test_the_last_turn_rule_is_stored_only_when_given_so_older_resume_points_still_match() -> None:
+    older = prior(MappingOptions())
+    assert "last_turn" not in older.options
+    assert "continuing after line 120" in resume_note(older, MappingOptions(last_turn="auto"), "a.jsonl")
+    with pytest.raises(InputChangedError, match=r"last_turn: None then, 'reference' now"):
+        resume_note(older, MappingOptions(last_turn="reference"), "a.jsonl")
+    assert options_fingerprint(MappingOptions(last_turn="keep"))["last_turn"] == "keep"
+    note = resume_note(prior(MappingOptions()), MappingOptions(), "a.json", noun="record")
+    assert "published records 1-120" in note and "continuing after record 120" in note
+
+
+def test_the_last_turn_option_reaches_the_producer_command_line() -> None:
+    assert InputMapping().argv() == []
+    mapping = InputMapping(format="sharegpt", last_turn="keep")
+    assert mapping.argv() == ["--format", "sharegpt", "--last-turn", "keep"]
+    assert mapping.options("r").last_turn == "keep"

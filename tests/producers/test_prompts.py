@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 import pytest
 import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.structs import ConsumerRecord
 
 from launch.stack import LocalStack
 from producers.partitioning import input_salt, partition_for
@@ -30,9 +28,8 @@ from streams.records import ProgressRecord, PromptRecord, decode, key_of
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, partition_leader
-from tests.producers.support import flags
+from tests.producers.support import flags, read_all, run_cli, spawn
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kafka
 
 
@@ -42,59 +39,6 @@ pytestmark = pytest.mark.kafka
 async def run_main(settings: Settings, *args: str) -> int:
     """``main()`` in a worker thread (it runs its own event loop), as the command line would."""
     return await asyncio.to_thread(main, [*args, *flags(settings)])
-
-
-def spawn(
-    settings: Settings, *args: str, cwd: Path, stdin: Any = subprocess.DEVNULL
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "producers.prompts", *args, *flags(settings)],
-        cwd=cwd,
-        stdin=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
-
-
-def run_cli(settings: Settings, *args: str, cwd: Path, input: bytes | None = None) -> tuple[int, str]:
-    """Run the producer as a process; returns its exit status and stderr."""
-    proc = spawn(settings, *args, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
-    _, err = proc.communicate(input, timeout=60)
-    return proc.returncode, err.decode()
-
-
-async def read_all(
-    settings: Settings,
-    topic: str,
-    *,
-    partitions: int | None = None,
-    isolation: str = "read_committed",
-    visible_now: bool = False,
-) -> list[ConsumerRecord[bytes, bytes]]:
-    """Every record of ``topic`` up to its high watermarks now. With ``read_committed`` that waits
-    for the last transactions' markers (a commit returns before they are written) and for open
-    transactions to end; ``visible_now`` reads only up to the last stable offsets instead."""
-    count = settings.topics.partitions if partitions is None else partitions
-    tps = [TopicPartition(topic, p) for p in range(count)]
-    base = consumer_kwargs(settings.kafka, group_id=None)
-    probe = AIOKafkaConsumer(**{**base, "isolation_level": "read_uncommitted"})
-    consumer = AIOKafkaConsumer(**{**base, "isolation_level": isolation})
-    await probe.start()
-    await consumer.start()
-    try:
-        end = await (consumer if visible_now else probe).end_offsets(tps)
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        got: list[ConsumerRecord[bytes, bytes]] = []
-        async with asyncio.timeout(30):
-            while [tp for tp in tps if await consumer.position(tp) < end[tp]]:
-                for messages in (await consumer.getmany(*tps, timeout_ms=200)).values():
-                    got += messages
-        return got
-    finally:
-        await consumer.stop()
-        await probe.stop()
 
 
 async def prompts_on_topic(settings: Settings) -> list[PromptRecord]:
@@ -458,7 +402,7 @@ async def test_every_kind_of_bad_line_is_reported_and_good_lines_arrive(
     assert len(await prompts_on_topic(settings)) == 2
 
 
-async def test_missing_inputs_and_json_arrays_exit_2_without_traceback(
+async def test_missing_inputs_and_broken_json_arrays_exit_2_without_traceback(
     kafka: str, settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, err = run_cli(settings, "nope.jsonl", cwd=tmp_path)
@@ -466,10 +410,11 @@ async def test_missing_inputs_and_json_arrays_exit_2_without_traceback(
     assert await run_main(settings, str(tmp_path / "*.none")) == 2
     assert "no file matches this pattern" in capsys.readouterr().err
     array = tmp_path / "array.json"
-    array.write_text(json.dumps([{"prompt": "a"}, {"prompt": "b"}], indent=1))
+    array.write_text(json.dumps([{"prompt": "a"}, {"prompt": "b"}], indent=1)[:-2])  # truncated
     assert await run_main(settings, str(array)) == 2
     err = capsys.readouterr().err
-    assert "is a JSON array, not JSON Lines" in err and "Traceback" not in err
+    assert "array.json: not a valid JSON array: it ends without its closing ']' (after record 2" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "bad-lines.jsonl").exists()
 
 

@@ -47,7 +47,8 @@ async def test_lines_arrive_parsed_in_order_with_the_identity_first(tmp_path: Pa
     make = RecordMaker(path.name, MappingOptions(), partitions=3, key_by="balanced", record_limit=1 << 20)
     reader = InputReader(spec_of(path), make, line_limit=1000, s3=no_s3)
     try:
-        assert await reader.open() == str(path.resolve())
+        opened = await reader.open()
+        assert (opened.identity, opened.container) == (str(path.resolve()), "jsonl")
         assert make.salt == input_salt(str(path.resolve()))
         chunks = await read_all(reader)
     finally:
