@@ -13,6 +13,7 @@ command                 what                                                  al
 ``kafkagen preflight``  a sample of the input judged on every server          :mod:`launch.preflight_cli`
 ``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
 ``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
+``kafkagen scale``      add/remove a running run's servers, its partitions    :mod:`launch.scale_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -43,6 +44,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("launch.preflight_cli", "preflight_command"),
     "status": ("launch.status_cli", "status_command"),
     "gate": ("launch.gate_cli", "gate"),
+    "scale": ("launch.scale_cli", "scale_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -55,6 +57,7 @@ _SUMMARIES = {
     "preflight": "Send a sample of the input to every server and judge it before a run.",
     "status": "A run's status: counts, lag, servers, quality, ETA (--json, --watch).",
     "gate": "The run's fleet-wide quality gate: status, halt, resume.",
+    "scale": "Add or remove a running run's servers; raise its partition count.",
 }
 
 

@@ -8,7 +8,8 @@ with only ``--run-id`` and ``--server`` takes the run's generation settings and 
 from it (:func:`join_settings`), so it generates exactly as the main job's consumers do.
 
 Precedence in :func:`join_settings`: a setting the user gave that consumer (a flag, or a
-``KAFKAGEN_*`` variable) wins over the record; everything else comes from the record. A run
+``KAFKAGEN_*`` variable) wins over the record; everything else comes from the record (the
+caller names the generation fields given by flags: ``given``). A run
 without a record (started before records existed, or by hand without the main job) leaves the
 settings as they are.
 """
@@ -16,18 +17,29 @@ settings as they are.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from streams import naming
-from streams.config import GenerationSettings, Settings
+from streams.config import ENV_PREFIX, GenerationSettings, Settings
 from streams.control import ControlLog, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["describe_join", "join_settings", "publish_run_record", "read_run_record", "run_generation"]
+__all__ = [
+    "describe_join",
+    "generation_in_environment",
+    "join_settings",
+    "note_partitions",
+    "publish_run_record",
+    "read_run_record",
+    "run_generation",
+]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the control topic, the write)."""
@@ -84,6 +96,27 @@ async def publish_run_record(
         await control.stop()
 
 
+async def note_partitions(
+    settings: Settings, partitions: int, *, by: str, timeout_s: float = TIMEOUT_S
+) -> None:
+    """Record in run ``settings.run_id``'s :class:`RunRecord` that its prompts topic now has
+    ``partitions`` partitions (``updated_at`` now, ``by`` the writer); nothing when it has no record.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    control = ControlLog(settings)
+    try:
+        state = await control.start(timeout_s=timeout_s)
+        if state.run is None:
+            return
+        record = msgspec.structs.replace(state.run, partitions=partitions, updated_at=time.time(), by=by)
+        async with asyncio.timeout(timeout_s):
+            await control.publish(record)
+    finally:
+        await control.stop()
+
+
 async def read_run_record(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> RunRecord | None:
     """Run ``settings.run_id``'s :class:`RunRecord` (the latest), or None when its control topic
     does not exist or holds none.
@@ -94,13 +127,27 @@ async def read_run_record(settings: Settings, *, timeout_s: float = TIMEOUT_S) -
     return (await read_control(settings, timeout_s=timeout_s)).run
 
 
-def join_settings(settings: Settings, record: RunRecord) -> Settings:
+def generation_in_environment(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The :class:`~streams.config.GenerationSettings` fields a ``KAFKAGEN_*`` variable of
+    ``environ`` (default ``os.environ``) sets: ``KAFKAGEN_GENERATION__<FIELD>`` (any case), or every
+    field for ``KAFKAGEN_GENERATION`` (a JSON object)."""
+    env = {k.upper() for k in (os.environ if environ is None else environ)}
+    prefix = f"{ENV_PREFIX}GENERATION"
+    if prefix in env:
+        return set(GenerationSettings.model_fields)
+    return {name for name in GenerationSettings.model_fields if f"{prefix}__{name.upper()}" in env}
+
+
+def join_settings(settings: Settings, record: RunRecord, *, given: Collection[str] | None = None) -> Settings:
     """``settings`` of a process joining the run ``record`` describes (a generation consumer
     started with ``--run-id`` and ``--server`` only): the record's generation settings and its
     ``parent`` as ``replay_of`` (with the topic names re-derived: :func:`streams.naming.for_run`),
-    except where the user set them (a flag or a ``KAFKAGEN_*`` variable: ``replay_of``, or a
-    field of ``generation``, as pydantic's ``model_fields_set`` records it), which win. A prompts
-    topic left to its derived name takes the record's ``prompts_topic``.
+    except what the user set, which wins: ``replay_of`` when set (a flag or ``KAFKAGEN_REPLAY_OF``:
+    pydantic's ``model_fields_set``), and the generation fields named in ``given`` (the command
+    line's flags and the environment's variables; default: the environment's,
+    :func:`generation_in_environment`). pydantic cannot tell those apart itself: a nested group
+    given in part is filled up with the defaults (``nested_model_default_partial_update``). A
+    prompts topic left to its derived name takes the record's ``prompts_topic``.
 
     Raises:
         ConfigError: ``record`` is of another run than ``settings.run_id``, or its generation
@@ -117,14 +164,15 @@ def join_settings(settings: Settings, record: RunRecord) -> Settings:
         joined = naming.for_run(settings, settings.run_id, replay_of=replay_of)
     except ValueError as exc:
         raise ConfigError(f"run {record.run_id}'s record: {exc}") from None
-    given: dict[str, Any] = {}
-    if "generation" in settings.model_fields_set:
-        gen = settings.generation
-        given = {name: getattr(gen, name) for name in gen.model_fields_set}
+    names = generation_in_environment() if given is None else set(given)
+    gen = settings.generation
+    own = {name: getattr(gen, name) for name in sorted(names) if name in GenerationSettings.model_fields}
     try:
-        generation = GenerationSettings.model_validate({**record.generation, **given})
+        generation = GenerationSettings.model_validate({**record.generation, **own})
     except ValueError as exc:
-        raise ConfigError(f"run {record.run_id}'s record has generation settings that do not fit: {exc}") from None
+        raise ConfigError(
+            f"run {record.run_id}'s record has generation settings that do not fit: {exc}"
+        ) from None
     update: dict[str, Any] = {"generation": generation}
     if derived_prompts and record.prompts_topic and not given_replay:
         update["topics"] = joined.topics.model_copy(update={"prompts": record.prompts_topic})
