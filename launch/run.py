@@ -66,6 +66,7 @@ from launch.servers import describe_server, embedded_llm, wait_for_servers
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
 from launch.stack.process import port_owner
+from launch.status import quiet_kafka_logs
 from launch.supervise import Program, Supervisor
 from producers.cli import InputMapping
 from producers.sample import DEMO_FILE
@@ -452,7 +453,9 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
-    # The run's record and its fleet, read again now (a scale may have come in meanwhile).
+    # The run's record and its fleet, read again now (a scale may have come in meanwhile). A
+    # control topic created a moment ago has no leader yet: aiokafka logs it and retries.
+    quiet_kafka_logs()
     state = asyncio.run(read_control(settings))
     fleet_now = fleet_at_start(
         settings.run_id, command_servers, state.run, state.fleet, by=by, now=time.time()

@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from launch.scaling import fleet_change, scaled_servers
 from launch.servers import describe_server, wait_for_servers
 from streams.config import GenerationSettings, Settings
-from streams.control import ControlLog, FleetRecord, RunRecord
+from streams.control import ControlLog, FleetRecord, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs, topic_partitions
 from streams.run_record import note_partitions
@@ -46,11 +46,7 @@ async def check_run(settings: Settings) -> tuple[RunRecord | None, FleetRecord]:
                 f"{t.prompts}, {t.completions}, {t.control}; nothing was written. Check --run-id and the "
                 "Kafka address (KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS)"
             )
-    control = ControlLog(settings, write=False)
-    try:
-        state = await control.start(timeout_s=TIMEOUT_S)
-    finally:
-        await control.stop()
+    state = await read_control(settings, timeout_s=TIMEOUT_S)  # empty without a control topic
     if state.fleet is None:
         raise ConfigError(
             f"run {settings.run_id} has no fleet record: no main job (kafkagen run) started it, so nothing "

@@ -1,8 +1,9 @@
 """Scaling a running run (issue 14): the main job on 2 simulated servers, ``kafkagen scale`` to 4
-mid-run (until 4 group members hold partitions), then down to 1; the run finishes and its export
-is exact. Each added server's simulator generated after it was added, and each removed one
-received nothing once its consumer had stopped (its requests in flight at the removal finish or
-are handed over before that)."""
+mid-run (until 4 group members hold partitions and each added server generated), then down to 1;
+the run finishes and its export is exact. Each added server's simulator generated after it was
+added, and each removed one received nothing once its consumer had stopped (its requests in
+flight at the removal finish or are handed over before that). The same command run again starts
+the fleet as scaled (one server), not its own two."""
 
 from __future__ import annotations
 
@@ -137,6 +138,12 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
 
         _wait(lambda: holding(four_servers), 180, "4 group members holding partitions", job, log)
         up_s = time.monotonic() - scaled_up_at
+
+        def added_generated(n: int) -> bool:
+            done = {m.server: m.completions for m in _control(settings).members.values()}
+            return all(done.get(u, 0) >= n for u in (third, fourth))
+
+        _wait(lambda: added_generated(5), 120, "5 completions from each added server", job, log)
         text = log.read_text()
         assert "fleet v1 (kafkagen scale@" in text and f"+ {third}: consumer started" in text, text[-3000:]
         assert not generated(PROMPTS), "the run ended before it was scaled down: make it slower"
@@ -164,6 +171,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
             job.terminate()
             job.wait(120)
 
+    assert "aiokafka" not in output and "ERROR" not in output, output[-5000:]
     # One line per change in the main job's output.
     for url in removed:
         assert (
@@ -184,4 +192,14 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
     # The removed servers received nothing after their consumers had stopped.
     assert {u: _received(u) for u in removed} == after_removal
     assert set(by_server) <= set(four_servers)
+
+    # The same command again (as after a SIGKILL of the job): the fleet as scaled, not --server's.
+    again = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-4000:]
+    assert f"run {run_id}: starting the fleet's 1 servers (version 2, set by kafkagen scale@" in output, (
+        output
+    )
+    assert f"run {run_id}: servers {third} (running already" in output, output
+    assert "already complete" in output, output
     print(f"\nscaled up in {up_s:.0f} s; run {total_s:.0f} s; completions by server {dict(by_server)}")
