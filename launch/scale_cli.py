@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 from aiokafka.errors import KafkaError
 
 from launch.scale_control import check_partitions, raise_partitions, scale_fleet
+from launch.supervise import Supervisor
 from streams.cli import command_settings, flag_given, run_command, settings_options
 from streams.config import Settings
 from streams.kafka import kafka_unavailable
@@ -109,9 +111,15 @@ async def _scale(
     if partitions is not None:
         await check_partitions(settings, partitions)  # refused before anything is written
     if add or remove or servers is not None:
-        await scale_fleet(
+        record = await scale_fleet(
             settings, add=add, remove=remove, servers=servers, by=by, server_timeout_s=server_timeout_s
         )
+        home = Path(settings.stack.home) / "runs" / settings.run_id
+        if record is not None and not Supervisor(home).running():
+            print(
+                f"note: no main job of run {settings.run_id} runs on this host (no supervisord in {home}): "
+                "the fleet applies when the main job runs (its same command starts this fleet)"
+            )
     if partitions is not None:
         before, after = await raise_partitions(settings, partitions, by=by)
         topic = settings.topics.prompts

@@ -70,6 +70,7 @@ def test_remove_replace_and_the_last_server(
     assert main(["--remove-server", A]) == 0
     out = capsys.readouterr().out
     assert f"- {A}" in out and "fleet version 1, 1 servers" in out, out
+    assert f"note: no main job of run {env.run_id} runs on this host" in out, out
     fleet = _state(env).fleet
     assert (
         fleet is not None
