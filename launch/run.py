@@ -10,8 +10,12 @@
    every server with the run's generation settings and judged by the quality gate, which stops
    the job with the fix and a recommended ``--max-tokens`` when the answers are unusable
    (:mod:`launch.preflight`; ``--no-preflight`` skips it, ``--ignore-preflight`` goes on);
-2. starts one generation consumer per server and the S3 sink as supervisord programs
-   (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
+2. writes the run's record and fleet on its control topic (:mod:`streams.run_record`,
+   :mod:`launch.scaling`), starts one generation consumer per server of the fleet and the S3 sink
+   as supervisord programs (:mod:`launch.supervise`: own process, own log, restarted if it dies,
+   outliving the terminal), and from then on follows ``kafkagen scale``: consumers are started
+   and stopped as the fleet changes (:mod:`launch.scale_watch`). The same command run again after
+   a scale starts the fleet as scaled; another ``--server`` list replaces it (docs/runs.md);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
    already published), with the producer's input mapping options (``--format``,
    ``--prompt-field``, ``--keep-field``, ...: :func:`producers.cli.mapping_options`);
