@@ -42,18 +42,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-from aiokafka.errors import KafkaError
 
 from consumers.quality import DEGENERATE_FLAGS
 from launch.gate_control import halt_lines, resume_if_halted, unjudged_breach
@@ -61,26 +58,23 @@ from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
-from launch.scale_control import publish_fleet
+from launch.scale_control import fleet_if_up, settle_fleet
 from launch.scale_watch import FleetWatch
-from launch.scaling import consumer_program, fleet_at_start, same_servers, server_key
+from launch.scaling import consumer_programs, same_servers
 from launch.serve.fleet import Fleet
 from launch.serve.spec import FleetSpec
 from launch.servers import describe_server, embedded_llm, wait_for_servers
 from launch.stack import LocalStack
 from launch.stack.llm import local_port
 from launch.stack.process import port_owner
-from launch.status import quiet_kafka_logs
 from launch.supervise import Program, Supervisor
 from producers.cli import InputMapping
 from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
-from streams.control import ControlState, read_control
 from streams.errors import ConfigError, InputError, StackError
 from streams.inputs import resolve_inputs
 from streams.kafka import end_offsets
-from streams.run_record import publish_run_record
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -378,19 +372,11 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     # The stack serves a llama-server per loopback URL of `servers`: only when the job starts them.
     stack = LocalStack(settings if plan.embedded else settings.model_copy(update={"servers": []}))
     say = print
-    # The run's fleet as `kafkagen scale` left it (launch.scaling.fleet_at_start), when Kafka
-    # answers already; else read once the stack is up, below.
-    by = f"kafkagen run@{socket.gethostname()}"
-    command_servers = list(settings.servers)
-    early = _control_if_up(settings)
-    fleet_start = None
+    # The run's fleet as `kafkagen scale` left it, when Kafka answers already (else once it is up).
+    by, command_servers = f"kafkagen run@{socket.gethostname()}", list(settings.servers)
+    early = fleet_if_up(settings, command_servers, by=by, echo=say)
     if early is not None:
-        fleet_start = fleet_at_start(
-            settings.run_id, command_servers, early.run, early.fleet, by=by, now=time.time()
-        )
-        settings = settings.model_copy(update={"servers": fleet_start.servers})
-        if fleet_start.note:
-            say(fleet_start.note)
+        settings = settings.model_copy(update={"servers": early.servers})
     gen = settings.generation
     thinking = gen.chat_template_kwargs.get("enable_thinking")
     origin = (
@@ -457,27 +443,16 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         stack.up(["kafka", "s3"], echo=say)
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
-    # The run's record and its fleet, read again now (a scale may have come in meanwhile). A
-    # control topic created a moment ago has no leader yet: aiokafka logs it and retries.
-    quiet_kafka_logs()
-    state = asyncio.run(read_control(settings))
-    fleet_now = fleet_at_start(
-        settings.run_id, command_servers, state.run, state.fleet, by=by, now=time.time()
-    )
-    if fleet_start is None or not same_servers(fleet_now.servers, settings.servers):
-        if fleet_now.note:
-            say(fleet_now.note + " (their consumers wait for servers not checked above)")
-        settings = settings.model_copy(update={"servers": fleet_now.servers})
-    asyncio.run(publish_run_record(settings, parent=settings.replay_of, servers=command_servers, by=by))
-    if fleet_now.record is not None:
-        asyncio.run(publish_fleet(settings, fleet_now.record))
+    # The run's record and its fleet, written now (a scale may have come in since `early`).
+    servers = asyncio.run(settle_fleet(settings, command_servers, early, by=by, echo=say))
+    settings = settings.model_copy(update={"servers": servers})
 
     # What the run had generated before this invocation (> 0: a resumed run), read before any
     # consumer of this invocation starts.
     generated_before = asyncio.run(progress_now(settings)).generated
 
     env = settings_to_env(settings)
-    make_program = _consumer_programs(settings, options)
+    make_program = consumer_programs(settings, options.metrics_port)
     programs = [make_program(url) for url in settings.servers]
     programs.append(Program("sink", tuple(_python("-m", "sinks.s3", *metrics_port_args(options, 1)))))
     supervisor = Supervisor(stack.home / "runs" / settings.run_id, env)
@@ -575,34 +550,6 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                     else ""
                 )
             )
-
-
-def _control_if_up(settings: Settings) -> ControlState | None:
-    """The run's control state when Kafka answers within a few seconds, else None (the stack is
-    not up yet: the job starts it)."""
-    quiet = logging.getLogger("aiokafka")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # a refused connection is the expected answer here
-    try:
-        return asyncio.run(read_control(settings, timeout_s=5.0))
-    except (KafkaError, TimeoutError, OSError):
-        return None
-    finally:
-        quiet.setLevel(level)
-
-
-def _consumer_programs(settings: Settings, options: RunOptions) -> Callable[[str], Program]:
-    """The maker of a server's consumer program (:func:`launch.scaling.consumer_program`), with
-    ``--metrics-port`` BASE+2+i where i counts the servers in the order they got a consumer
-    (a server added later by ``kafkagen scale`` gets the next port; none past 65535)."""
-    offsets: dict[str, int] = {}
-
-    def make(url: str) -> Program:
-        offset = offsets.setdefault(server_key(url), 2 + len(offsets))
-        fits = options.metrics_port is None or options.metrics_port + offset <= 65535
-        return consumer_program(settings, url, metrics_port_args(options, offset) if fits else ())
-
-    return make
 
 
 def read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:

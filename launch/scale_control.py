@@ -10,20 +10,32 @@ instead), servers that do not answer, a fleet without servers, fewer partitions.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.errors import KafkaError
 
-from launch.scaling import fleet_change, scaled_servers
+from launch.scaling import FleetStart, fleet_at_start, fleet_change, same_servers, scaled_servers
 from launch.servers import describe_server, wait_for_servers
+from launch.status import quiet_kafka_logs
 from streams.config import GenerationSettings, Settings
 from streams.control import ControlLog, FleetRecord, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs, topic_partitions
-from streams.run_record import note_partitions
+from streams.run_record import note_partitions, publish_run_record
 
-__all__ = ["TIMEOUT_S", "check_partitions", "check_run", "publish_fleet", "raise_partitions", "scale_fleet"]
+__all__ = [
+    "TIMEOUT_S",
+    "check_partitions",
+    "check_run",
+    "fleet_if_up",
+    "publish_fleet",
+    "raise_partitions",
+    "scale_fleet",
+    "settle_fleet",
+]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step."""
@@ -54,6 +66,56 @@ async def check_run(settings: Settings) -> tuple[RunRecord | None, FleetRecord]:
             f"--run-id {settings.run_id} --server URL (docs/runs.md)"
         )
     return state.run, state.fleet
+
+
+def fleet_if_up(
+    settings: Settings, command: Sequence[str], *, by: str, echo: Callable[[str], None]
+) -> FleetStart | None:
+    """The main job's fleet at start (:func:`launch.scaling.fleet_at_start`) when Kafka answers
+    within a few seconds (its note printed with ``echo``), else None: the stack is not up yet, and
+    :func:`settle_fleet` decides once it is. aiokafka's own lines about the refused connection
+    are kept out."""
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        state = asyncio.run(read_control(settings, timeout_s=5.0))
+    except (KafkaError, TimeoutError, OSError):
+        return None
+    finally:
+        quiet.setLevel(level)
+    start = fleet_at_start(settings.run_id, command, state.run, state.fleet, by=by, now=time.time())
+    if start.note:
+        echo(start.note)
+    return start
+
+
+async def settle_fleet(
+    settings: Settings,
+    command: Sequence[str],
+    early: FleetStart | None,
+    *,
+    by: str,
+    echo: Callable[[str], None],
+) -> list[str]:
+    """Once the run's topics exist: decide the main job's fleet again from the records now
+    (:func:`launch.scaling.fleet_at_start`; a scale may have come in since ``early``, the decision
+    :func:`fleet_if_up` made, if any), write the run record (``servers``: the command's ``command``,
+    ``parent``: ``replay_of``) and, when the decision says so, the fleet record. Returns the
+    servers to start consumers for. A change from ``early`` is printed with ``echo``.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    quiet_kafka_logs()  # a control topic created a moment ago has no leader yet: aiokafka retries
+    state = await read_control(settings, timeout_s=TIMEOUT_S)
+    now = fleet_at_start(settings.run_id, command, state.run, state.fleet, by=by, now=time.time())
+    if (early is None or not same_servers(now.servers, early.servers)) and now.note:
+        echo(now.note + " (their consumers wait for the servers not checked above)")
+    await publish_run_record(settings, parent=settings.replay_of, servers=command, by=by)
+    if now.record is not None:
+        await publish_fleet(settings, now.record)
+    return now.servers
 
 
 async def publish_fleet(settings: Settings, record: FleetRecord) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launch.supervise import Program
@@ -37,6 +37,7 @@ __all__ = [
     "FleetChange",
     "FleetStart",
     "consumer_program",
+    "consumer_programs",
     "fleet_at_start",
     "fleet_change",
     "instance_id",
@@ -214,6 +215,22 @@ def fleet_at_start(
 def _describe(change: FleetChange) -> str:
     parts = [f"+{u}" for u in change.added] + [f"-{u}" for u in change.removed]
     return " ".join(parts) or "no change"
+
+
+def consumer_programs(settings: Settings, metrics_port: int | None) -> Callable[[str], Program]:
+    """The maker of a server's consumer program (:func:`consumer_program`), with ``--metrics-port``
+    ``metrics_port + 2 + i`` when ``metrics_port`` is set, where i counts the servers in the order
+    they got a consumer (a server added by ``kafkagen scale`` gets the next; none past 65535)."""
+    offsets: dict[str, int] = {}
+
+    def make(url: str) -> Program:
+        offset = offsets.setdefault(server_key(url), 2 + len(offsets))
+        port = None if metrics_port is None else metrics_port + offset
+        return consumer_program(
+            settings, url, ["--metrics-port", str(port)] if port and port <= 65535 else []
+        )
+
+    return make
 
 
 def consumer_program(settings: Settings, url: str, metrics_args: Sequence[str] = ()) -> Program:

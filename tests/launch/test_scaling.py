@@ -14,6 +14,7 @@ from launch.scale_cli import check_scale_args, main
 from launch.scale_watch import FleetWatch
 from launch.scaling import (
     consumer_program,
+    consumer_programs,
     fleet_at_start,
     fleet_change,
     instance_id,
@@ -90,6 +91,13 @@ def test_names_are_per_server_url_not_per_position() -> None:
         "--metrics-port",
         "9102",
     )
+
+
+def test_metrics_ports_follow_the_order_servers_got_a_consumer() -> None:
+    make = consumer_programs(Settings(run_id="r"), 9100)
+    assert [make(u).argv[-1] for u in (A, B, C, A + "/")] == ["9102", "9103", "9104", "9102"]
+    assert "--metrics-port" not in consumer_programs(Settings(run_id="r"), None)(A).argv
+    assert "--metrics-port" not in consumer_programs(Settings(run_id="r"), 65534)(A).argv
 
 
 def test_a_new_run_writes_the_commands_fleet_as_version_0() -> None:
