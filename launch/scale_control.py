@@ -10,6 +10,7 @@ instead), servers that do not answer, a fleet without servers, fewer partitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -100,8 +101,8 @@ async def settle_fleet(
 ) -> list[str]:
     """Once the run's topics exist: decide the main job's fleet again from the records now
     (:func:`launch.scaling.fleet_at_start`; a scale may have come in since ``early``, the decision
-    :func:`fleet_if_up` made, if any), write the run record (``servers``: the command's ``command``,
-    ``parent``: ``replay_of``) and, when the decision says so, the fleet record. Returns the
+    :func:`fleet_if_up` made, if any), write the fleet record when the decision says so, then the
+    run record (``servers``: the command's ``command``, ``parent``: ``replay_of``). Returns the
     servers to start consumers for. A change from ``early`` is printed with ``echo``.
 
     Raises:
@@ -112,9 +113,11 @@ async def settle_fleet(
     now = fleet_at_start(settings.run_id, command, state.run, state.fleet, by=by, now=time.time())
     if (early is None or not same_servers(now.servers, early.servers)) and now.note:
         echo(now.note + " (their consumers wait for the servers not checked above)")
-    await publish_run_record(settings, parent=settings.replay_of, servers=command, by=by)
+    # The fleet first: a job killed between the two writes leaves the run record naming the
+    # previous command, so the same new command run again still replaces the fleet.
     if now.record is not None:
         await publish_fleet(settings, now.record)
+    await publish_run_record(settings, parent=settings.replay_of, servers=command, by=by)
     return now.servers
 
 
@@ -164,9 +167,10 @@ async def scale_fleet(
         echo(f"run {settings.run_id}: fleet unchanged (version {fleet.version}: {', '.join(fleet.servers)})")
         return None
     if change.added:
-        generation = (
-            GenerationSettings.model_validate(run.generation) if run is not None else settings.generation
-        )
+        generation = settings.generation
+        if run is not None:
+            with contextlib.suppress(ValueError):  # a record of another version: ask as this one would
+                generation = GenerationSettings.model_validate(run.generation)
         hint = "check that the server runs at that address, or wait longer with --server-timeout"
         for info in await wait_for_servers(change.added, generation, timeout_s=server_timeout_s, hint=hint):
             echo(describe_server(info))
