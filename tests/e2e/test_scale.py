@@ -1,9 +1,10 @@
 """Scaling a running run (issue 14): the main job on 2 simulated servers, ``kafkagen scale`` to 4
-mid-run (until 4 group members hold partitions and each added server generated), then down to 1;
-the run finishes and its export is exact. Each added server's simulator generated after it was
-added, and each removed one received nothing once its consumer had stopped (its requests in
-flight at the removal finish or are handed over before that). The same command run again starts
-the fleet as scaled (one server), not its own two."""
+mid-run (until 4 group members hold partitions and each added server generated); the main job
+SIGKILLed and its same command run again, which starts the fleet as scaled (4 servers, not its
+own 2); then down to 1; the run finishes and its export is exact. Each added server's simulator
+generated after it was added, and each removed one received nothing once its consumer had stopped
+(its requests in flight at the removal finish or are handed over before that). The same command
+run again once the run is done starts the fleet as scaled (one server)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ from tests.helpers import REPO_ROOT, start_simulator
 
 pytestmark = pytest.mark.timeout(900)
 
-PROMPTS = 300
+PROMPTS = 400
 TIME_SCALE = "2"
-"""Slow enough that 300 prompts take minutes: a request of the simulator's median 1,800 tokens
+"""Slow enough that 400 prompts take minutes: a request of the simulator's median 1,800 tokens
 (thinking on) takes ~5 s of wall time, 8 at once per server (about 1.6 prompts/s per server)."""
 
 
@@ -146,6 +147,23 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
         _wait(lambda: added_generated(5), 120, "5 completions from each added server", job, log)
         text = log.read_text()
         assert "fleet v1 (kafkagen scale@" in text and f"+ {third}: consumer started" in text, text[-3000:]
+
+        # The main job SIGKILLed after the scale (its supervisord and consumers outlive it), and the
+        # same command run again: it starts the fleet as scaled (4 servers), not its own 2.
+        job.kill()
+        job.wait(30)
+        log = tmp_path / "main-job-again.log"
+        job = subprocess.Popen(args, cwd=REPO_ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+        _wait(
+            lambda: "consumers and sink started" in log.read_text(), 240, "the re-run's consumers", job, log
+        )
+        text = log.read_text()
+        assert f"run {run_id}: starting the fleet's 4 servers (version 1, set by kafkagen scale@" in text, (
+            text
+        )
+        assert f"run {run_id}: servers {first}, {second}, {third}, {fourth} (running already" in text, text
+        _wait(lambda: holding(four_servers), 180, "4 group members again after the re-run", job, log)
+        assert set(supervisor.states()) == {program_name(u) for u in four_servers} | {"sink"}
         assert not generated(PROMPTS), "the run ended before it was scaled down: make it slower"
 
         # Down to 1 (one of the added servers): three consumers stop and hand their partitions over.
