@@ -1,6 +1,11 @@
 """The generation consumer's command line: ``kafkagen generate`` (``python -m consumers.generate``)
 ``--server URL [--group G] [--instance-id ID] [--metrics-port P]`` plus any settings flag.
 
+Joining a run by its id alone: ``kafkagen generate --run-id RUN --server URL`` on any host reads
+the run's record on its control topic (:mod:`streams.run_record`, written by the main job) and
+generates with the run's generation settings and ``replay_of``; a setting given to this consumer
+(a flag or a ``KAFKAGEN_*`` variable) wins. A run without a record: the settings as given.
+
 Exit status (:mod:`streams.cli`): 0 after a graceful stop (SIGTERM, SIGINT), 1 on a fatal error,
 2 on bad settings or a prompts topic of another run (``docs/runs.md``), 3 when Kafka cannot be
 reached at start (later outages are waited out).
@@ -9,6 +14,7 @@ reached at start (later outages are waited out).
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Sequence
 
@@ -16,19 +22,23 @@ import click
 from aiokafka.errors import KafkaError
 
 from consumers.generate import GenerationConsumer
-from streams.cli import command_settings, run_command, settings_options
-from streams.config import check_server_url
+from streams.cli import command_settings, flag_given, run_command, settings_options
+from streams.config import GenerationSettings, check_server_url
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
+from streams.run_record import describe_join, generation_in_environment, join_settings, read_run_record
 
 __all__ = ["generate", "main"]
+
+log = logging.getLogger("kafkagen.generate")
 
 
 @click.command(
     "generate",
-    help="Generation consumer: one per inference server (SGLang or OpenAI-compatible). Every setting is "
-    "a flag too, e.g. --generation.max-tokens 8192 (--settings-help).",
+    help="Generation consumer: one per inference server (SGLang or OpenAI-compatible). --run-id RUN alone "
+    "joins a run its main job started, with the run's generation settings. Every setting is a flag too, "
+    "e.g. --generation.max-tokens 8192 (--settings-help), and wins over the run's.",
 )
 @click.option("--server", required=True, help="the inference server's base URL, e.g. http://127.0.0.1:30000")
 @click.option("--group", help="consumer group id (default: <consumer.group>.<run id>)")
@@ -48,6 +58,15 @@ def generate(
         check_server_url(server)
     except ValueError as exc:
         raise ConfigError(f"--server {exc}") from None
+    # A run started by the main job has a run record: take its generation settings and parent.
+    try:
+        record = asyncio.run(read_run_record(settings))
+    except (KafkaError, TimeoutError) as exc:
+        raise kafka_unavailable(settings.kafka, exc) from None
+    if record is not None:
+        flags = {name for name in GenerationSettings.model_fields if flag_given(ctx, "generation", name)}
+        settings = join_settings(settings, record, given=flags | generation_in_environment())
+        log.info("%s", describe_join(record, settings))
     worker = GenerationConsumer(settings, server, group=group, instance_id=instance_id)
     if metrics_port:
         serve_metrics(metrics_port, worker.metrics.registry)

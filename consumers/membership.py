@@ -15,7 +15,11 @@ from streams import naming
 from streams.config import KafkaSettings, Settings
 from streams.kafka import consumer_kwargs, remove_group_member
 
-__all__ = ["default_instance_id", "group_consumer", "group_id", "stop_member"]
+__all__ = ["METADATA_MAX_AGE_MS", "default_instance_id", "group_consumer", "group_id", "stop_member"]
+
+METADATA_MAX_AGE_MS = 30_000
+"""Milliseconds between the group consumer's metadata refreshes: a partition added to the prompts
+topic reaches the consumer group (a rebalance) within this long."""
 
 
 def group_consumer(
@@ -33,6 +37,9 @@ def group_consumer(
         session_timeout_ms=cfg.session_timeout_ms,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         max_poll_records=cfg.max_in_flight,
+        # Partitions added to the prompts topic (kafkagen scale --partitions) are noticed at a
+        # metadata refresh, which then rejoins the group: every 30 s, not aiokafka's 5 min.
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
         # One assignor only: aiokafka 0.14 sends one JoinGroup per listed assignor, each with
         # a longer protocol list, which feeds rebalance storms (consumers/assignor.py).
         partition_assignment_strategy=(assignor,),

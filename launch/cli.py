@@ -16,6 +16,7 @@ command                 what                                                  al
 ``kafkagen replay``     a run's prompts again under a new run id               :mod:`launch.replay_cli`
 ``kafkagen regenerate`` a selection of a run's prompts again, as attempt + 1   :mod:`launch.regenerate_cli`
 ``kafkagen runs``       the runs Kafka and S3 know (``--json``)               :mod:`launch.runs_cli`
+``kafkagen scale``      add/remove a running run's servers, its partitions    :mod:`launch.scale_cli`
 ======================  ====================================================  =====================
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
@@ -49,6 +50,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("launch.replay_cli", "replay_command"),
     "regenerate": ("launch.regenerate_cli", "regenerate_command"),
     "runs": ("launch.runs_cli", "runs_command"),
+    "scale": ("launch.scale_cli", "scale_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",
@@ -64,6 +66,7 @@ _SUMMARIES = {
     "replay": "Generate every prompt of a run again under a new run id, with new parameters.",
     "regenerate": "Re-publish a run's prompts selected by quality, finish_reason, error or id.",
     "runs": "The runs Kafka and S3 know: state, parent, parameters, counts (--json).",
+    "scale": "Add or remove a running run's servers; raise its partition count.",
 }
 
 

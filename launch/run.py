@@ -10,8 +10,12 @@
    every server with the run's generation settings and judged by the quality gate, which stops
    the job with the fix and a recommended ``--max-tokens`` when the answers are unusable
    (:mod:`launch.preflight`; ``--no-preflight`` skips it, ``--ignore-preflight`` goes on);
-2. starts one generation consumer per server and the S3 sink as supervisord programs
-   (:mod:`launch.supervise`: own process, own log, restarted if it dies, outliving the terminal);
+2. writes the run's record and fleet on its control topic (:mod:`streams.run_record`,
+   :mod:`launch.scaling`), starts one generation consumer per server of the fleet and the S3 sink
+   as supervisord programs (:mod:`launch.supervise`: own process, own log, restarted if it dies,
+   outliving the terminal), and from then on follows ``kafkagen scale``: consumers are started
+   and stopped as the fleet changes (:mod:`launch.scale_watch`). The same command run again after
+   a scale starts the fleet as scaled; another ``--server`` list replaces it (docs/runs.md);
 3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
    already published), with the producer's input mapping options (``--format``,
    ``--prompt-field``, ``--keep-field``, ...: :func:`producers.cli.mapping_options`);
@@ -54,6 +58,9 @@ from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
+from launch.scale_control import fleet_if_up, settle_fleet
+from launch.scale_watch import FleetWatch
+from launch.scaling import consumer_programs, same_servers
 from launch.serve.fleet import Fleet
 from launch.serve.spec import FleetSpec
 from launch.servers import describe_server, embedded_llm, wait_for_servers
@@ -367,6 +374,11 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     # The stack serves a llama-server per loopback URL of `servers`: only when the job starts them.
     stack = LocalStack(settings if plan.embedded else settings.model_copy(update={"servers": []}))
     say = print
+    # The run's fleet as `kafkagen scale` left it, when Kafka answers already (else once it is up).
+    by, command_servers = f"kafkagen run@{socket.gethostname()}", list(settings.servers)
+    early = fleet_if_up(settings, command_servers, by=by, echo=say)
+    if early is not None:
+        settings = settings.model_copy(update={"servers": early.servers})
     gen = settings.generation
     thinking = gen.chat_template_kwargs.get("enable_thinking")
     origin = (
@@ -384,7 +396,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
         Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
-        names = options.serve.servers
+        if same_servers(options.serve.urls, settings.servers):
+            names = options.serve.servers
     if plan.embedded:
         _check_llm_ports(stack)
         stack.up(["kafka", "s3", "llm"], echo=say)
@@ -439,33 +452,24 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         )
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
+    # The run's record and its fleet, written now (a scale may have come in since `early`).
+    servers = asyncio.run(settle_fleet(settings, command_servers, early, by=by, echo=say))
+    settings = settings.model_copy(update={"servers": servers})
 
     # What the run had generated before this invocation (> 0: a resumed run), read before any
     # consumer of this invocation starts.
     generated_before = asyncio.run(progress_now(settings)).generated
 
     env = settings_to_env(settings)
-    programs = [
-        Program(
-            f"generate-{i}",
-            tuple(
-                _python(
-                    "-m",
-                    "consumers.generate",
-                    "--server",
-                    url,
-                    "--instance-id",
-                    f"{settings.run_id}-generate-{i}",
-                    *metrics_port_args(options, 2 + i),
-                )
-            ),
-        )
-        for i, url in enumerate(settings.servers)
-    ]
+    make_program = consumer_programs(settings, options.metrics_port)
+    programs = [make_program(url) for url in settings.servers]
     programs.append(Program("sink", tuple(_python("-m", "sinks.s3", *metrics_port_args(options, 1)))))
     supervisor = Supervisor(stack.home / "runs" / settings.run_id, env)
     supervisor.start(programs, cwd=root)
     say(f"consumers and sink started under supervisord; logs in {supervisor.log_dir}")
+    # Follow `kafkagen scale`: one consumer per server of the run's fleet record.
+    watch = FleetWatch(settings, supervisor, servers=settings.servers, make_program=make_program, echo=say)
+    watch.start()
     # A re-run of a halted run is its resume: the consumers just started have the new settings.
     resumed = asyncio.run(resume_if_halted(settings, by=f"kafkagen run@{socket.gethostname()}"))
     if resumed:
@@ -550,6 +554,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             return 1
         return 0
     finally:
+        watch.stop()
         if not options.keep_running:
             supervisor.shutdown()
             say(

@@ -23,12 +23,18 @@ from pathlib import Path
 from typing import Any, cast
 
 import psutil
-from supervisor.xmlrpc import SupervisorTransport
+from supervisor.xmlrpc import Faults, SupervisorTransport
 
 from launch.stack.process import wait_until
 from streams.errors import ConfigError, StackError
 
 __all__ = ["Program", "Supervisor", "command_line", "environment_line"]
+
+# supervisord's XML-RPC fault codes (supervisor/xmlrpc.py ``Faults``).
+_BAD_NAME = Faults.BAD_NAME
+_NOT_RUNNING = Faults.NOT_RUNNING
+_STILL_RUNNING = Faults.STILL_RUNNING
+_ALREADY_STARTED = Faults.ALREADY_STARTED
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,9 @@ class Supervisor:
         self.conf = self.home / "supervisord.conf"
         self.socket = self.home / "supervisord.sock"
         self.log_dir = self.home / "logs"
+        self._programs: dict[str, Program] = {}
+        """the programs in the config file, by name (:meth:`start`, :meth:`add`, :meth:`remove`)."""
+        self._cwd = Path.cwd()
 
     def _proxy(self) -> Any:
         transport = SupervisorTransport(None, None, f"unix://{self.socket}")
@@ -182,6 +191,8 @@ class Supervisor:
         # longer answers as RUNNING but still holds the socket, and a new one could not bind it.
         self.shutdown()
         self.home.mkdir(parents=True, exist_ok=True)
+        self._programs = {p.name: p for p in programs}
+        self._cwd = cwd
         self.write_config(programs, cwd)
         supervisord = Path(sys.executable).with_name("supervisord")
         # Programs inherit supervisord's environment: settings travel there, not in the config
@@ -202,6 +213,64 @@ class Supervisor:
     def start_program(self, name: str) -> None:
         """Start program ``name`` again (e.g. one that ended ``FATAL``); does not wait."""
         self._proxy().supervisor.startProcess(name, False)
+
+    def programs(self) -> list[str]:
+        """The names of the programs in the config (started by :meth:`start` or :meth:`add`)."""
+        return list(self._programs)
+
+    def add(self, program: Program) -> None:
+        """Add ``program`` to the running supervisord and start it (does not wait): the config is
+        rewritten with it, supervisord re-reads it (``reloadConfig``) and adds its group
+        (``addProcessGroup``; supervisor docs, "XML-RPC API Documentation").
+
+        Raises:
+            ConfigError: a program of that name is in the config already, or supervisord refuses
+                the command (it is then taken out again).
+            OSError, xmlrpc.client.Fault: supervisord does not answer.
+        """
+        if program.name in self._programs:
+            raise ConfigError(f"supervisord program {program.name} exists already")
+        self._programs[program.name] = program
+        self.write_config(list(self._programs.values()), self._cwd)
+        proxy = self._proxy()
+        proxy.supervisor.reloadConfig()
+        try:
+            proxy.supervisor.addProcessGroup(program.name)
+            proxy.supervisor.startProcess(program.name, False)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode == _ALREADY_STARTED:
+                return
+            with contextlib.suppress(OSError, xmlrpc.client.Fault, ConfigError):
+                self.remove(program.name)
+            raise ConfigError(f"supervisord cannot start {program.name} ({fault.faultString})") from None
+
+    def stop_program(self, name: str) -> None:
+        """Ask supervisord to stop program ``name`` (SIGTERM, SIGKILL after its ``stop_wait_s``);
+        does not wait. A program that is not running is left as it is."""
+        try:
+            self._proxy().supervisor.stopProcess(name, False)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode not in (_NOT_RUNNING, _BAD_NAME):
+                raise
+
+    def remove(self, name: str) -> None:
+        """Take the stopped program ``name`` out of supervisord (``removeProcessGroup``) and of
+        the config. A name supervisord does not know is only taken out of the config.
+
+        Raises:
+            StackError: the program still runs (stop it first: :meth:`stop_program`).
+            OSError, xmlrpc.client.Fault: supervisord does not answer.
+        """
+        try:
+            self._proxy().supervisor.removeProcessGroup(name)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode == _STILL_RUNNING:
+                raise StackError(f"supervisord program {name} still runs: stop it first") from None
+            if fault.faultCode != _BAD_NAME:
+                raise
+        self._programs.pop(name, None)
+        self.write_config(list(self._programs.values()), self._cwd)
+        self._proxy().supervisor.reloadConfig()
 
     def log_path(self, name: str) -> Path:
         """The log file of program ``name`` (its stdout and stderr)."""

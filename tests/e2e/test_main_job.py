@@ -20,6 +20,7 @@ import psutil
 import pytest
 import zstandard
 
+from launch.scaling import program_name
 from launch.stack import LocalStack
 from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
@@ -131,19 +132,20 @@ def test_chaos_sigkill_consumer_sink_and_llm_server(
     log = tmp_path / "run.log"
     proc = _start_run(run_id, prompts, log)
     supervisor = Supervisor(local_stack.home / "runs" / run_id)
+    consumer = program_name(llm[0])  # the first server's consumer (programs are named per server URL)
     seed = random.randrange(1_000_000)
     rng = random.Random(seed)
     print(f"chaos seed {seed}")
     deadline = time.monotonic() + 120
     while not (
         supervisor.running()
-        and set(supervisor.states()) >= {"generate-0", "sink"}
+        and set(supervisor.states()) >= {consumer, "sink"}
         and (supervisor.home / "logs" / "sink.log").exists()
     ):
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.5)
     killed: list[str] = []
-    for target in rng.sample(["generate-0", "sink", "llm"], 3):
+    for target in rng.sample([consumer, "sink", "llm"], 3):
         time.sleep(rng.uniform(3, 12))
         if proc.poll() is not None:
             break
@@ -171,7 +173,7 @@ def test_kafka_restart_mid_run(
     log = tmp_path / "run.log"
     proc = _start_run(run_id, prompts, log)
     deadline = time.monotonic() + 180
-    completions = local_stack.home / "runs" / run_id / "logs" / "generate-0.log"
+    completions = local_stack.home / "runs" / run_id / "logs" / f"{program_name(llm[0])}.log"
     # Wait until generation is under way (a consumer reported completions), then restart Kafka.
     while not (completions.exists() and re.search(r"completions [1-9]", completions.read_text())):
         assert proc.poll() is None, log.read_text()

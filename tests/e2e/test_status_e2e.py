@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.scaling import instance_id
 from launch.stack import LocalStack
 from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
@@ -144,7 +145,7 @@ def test_status_and_progress_on_a_real_pipeline(
         assert lag["total"] == 0 and lag["sink"] == {"lag": 0, "members": 1}
         assert sum(x["end_offset"] for x in lag["partitions"]) > 100, "offsets include transaction markers"
         members = {c["member"]: c["partitions"] for c in lag["consumers"]}
-        assert set(members) == {f"{run_id}-generate-0", f"{run_id}-generate-1"}, lag["consumers"]
+        assert set(members) == {instance_id(run_id, url) for url in servers}, lag["consumers"]
         assert sorted(q for ps in members.values() for q in ps) == list(range(7))
         assert {x["owner"] for x in lag["partitions"]} == set(members)
 
