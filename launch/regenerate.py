@@ -10,6 +10,11 @@ are the run's topics read and the selection made. So the same command run twice,
 other, at the same time or after a SIGKILL, publishes once (the second finds the record, or its
 selection finds the first one's attempts pending), and two different commands never give one id
 the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`).
+
+The same transaction starts a new quality-gate epoch (``GateRecord(state="resumed")``, counts
+from zero, docs/gate.md) unless the run is halted: the new attempts run with other parameters and
+are judged on their own, not on the counts of the results they replace. A halted run stays
+halted; its main job run again with the fix resumes it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,14 @@ from launch.regenerate_select import (
 )
 from producers.transactions import failed_transaction
 from streams.config import Settings
-from streams.control import ControlState, RegenerateRecord, encode_control, key_of_control, read_control
+from streams.control import (
+    ControlState,
+    GateRecord,
+    RegenerateRecord,
+    encode_control,
+    key_of_control,
+    read_control,
+)
 from streams.errors import ConfigError, KafkagenError
 from streams.kafka import producer_kwargs, read_to_end, topic_partitions
 from streams.records import (
@@ -67,6 +79,8 @@ class Plan:
     results: int
     foreign: int
     done_before: RegenerateRecord | None
+    gate: ControlState | None = None
+    """the control topic's state when the plan was made (its gate epoch and halt)."""
 
 
 async def plan_regeneration(settings: Settings, where: Where, overrides: GenerationParams) -> Plan:
@@ -110,6 +124,7 @@ async def plan_regeneration(settings: Settings, where: Where, overrides: Generat
         results=selector.results,
         foreign=selector.foreign,
         done_before=state.regenerations.get(digest),
+        gate=state,
     )
 
 
@@ -202,6 +217,23 @@ async def regenerate(
                 await producer.send(
                     settings.topics.control, encode_control(record), key=key_of_control(record)
                 )
+                gate = plan.gate
+                if gate is not None and not gate.halted:
+                    # the new attempts run with other parameters: the gate judges them from zero,
+                    # not on the counts of the results they replace (a halted run resumes instead
+                    # when its main job is run again with the fix)
+                    fresh = GateRecord(
+                        run_id=settings.run_id,
+                        state="resumed",
+                        epoch=gate.epoch + 1,
+                        at=record.at,
+                        by=record.by,
+                        reason=f"kafkagen regenerate {plan.digest}: {record.ids} prompts re-published",
+                        counts=gate.fleet_gate_counts(),
+                    )
+                    await producer.send(
+                        settings.topics.control, encode_control(fresh), key=key_of_control(fresh)
+                    )
         except (ProducerFenced, AssertionError, IllegalOperation) as exc:
             cause = failed_transaction(producer) or exc
             if not isinstance(cause, ProducerFenced):

@@ -32,10 +32,10 @@ pytestmark = pytest.mark.timeout(1200)
 PROMPTS = 40
 
 
-def _run(args: list[str]) -> tuple[int, str]:
+def _run(args: list[str], *, gate: bool = False) -> tuple[int, str]:
     # the quality gate would halt a run whose budget is this small (tests/e2e/test_main_job_gate.py):
-    # off here, the run must finish with its too-small budget
-    env = {**os.environ, "KAFKAGEN_GATE__ENABLED": "false"}
+    # off unless asked, the run must finish with its too-small budget
+    env = {**os.environ, "KAFKAGEN_GATE__ENABLED": "true" if gate else "false"}
     done = subprocess.run(
         args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False, env=env
     )
@@ -90,9 +90,11 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     [record] = state.regenerations.values()
     assert record.ids == len(cut) and record.attempts == {"1": len(cut)}
     assert record.where == {"quality": ["reasoning_ate_budget"]} and record.overrides == {"max_tokens": 4096}
+    assert state.gate is not None and (state.gate.state, state.gate.epoch) == ("resumed", 1), state.gate
 
-    # 3. The same main job command again: it publishes nothing new and generates only those.
-    code, output = _run(args)
+    # 3. The same main job command again, its gate on: it publishes nothing new and generates only
+    # those; the regeneration started a gate epoch, so the old cut-off results do not halt it
+    code, output = _run(args, gate=True)
     assert code == 0, output[-4000:]
     manifest = _manifest(dataset)
     _exact(manifest, PROMPTS)

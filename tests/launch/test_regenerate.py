@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaProducer
 
 from streams import naming
 from streams.config import Settings, settings_to_env
-from streams.control import RunRecord, encode_control, key_of_control, read_control
+from streams.control import ControlRecord, GateRecord, RunRecord, encode_control, key_of_control, read_control
 from streams.kafka import producer_kwargs
 from streams.records import (
     CompletionRecord,
@@ -151,6 +151,8 @@ def test_it_republishes_the_selection_once_with_the_overrides(run: Settings) -> 
     assert "to re-publish: 0 prompts" in out and _published(run) == PROMPTS + len(CUT)
     state = asyncio.run(read_control(run))
     assert [r.ids for r in state.regenerations.values()] == [len(CUT)]
+    # the new attempts are judged from zero: one new gate epoch, in the same transaction
+    assert state.gate is not None and (state.gate.state, state.gate.epoch) == ("resumed", 1)
 
 
 @broker_shapes()
@@ -236,7 +238,6 @@ def test_refusals_name_the_problem(run: Settings, unique: str) -> None:
 
 
 async def _replay_record(s: Settings, *, parent: str) -> None:
-    await ensure_topics(s, [topic_specs(s)["control"]])
     record = RunRecord(
         run_id=s.run_id,
         parent=parent,
@@ -246,6 +247,11 @@ async def _replay_record(s: Settings, *, parent: str) -> None:
         prompts_topic=f"{parent}.prompts",
         partitions=7,
     )
+    await _control_record(s, record)
+
+
+async def _control_record(s: Settings, record: ControlRecord) -> None:
+    await ensure_topics(s, [topic_specs(s)["control"]])
     producer = AIOKafkaProducer(**producer_kwargs(s.kafka))
     await producer.start()
     try:
@@ -267,3 +273,16 @@ def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> 
     selector.see_prompt(PromptHead(prompt.id), 2, prompt)
     selection = selector.selection()
     assert [(p, r.id) for p, r in selection.prompts] == [(2, "p-00001")] and selection.unknown_ids == 1
+
+
+@broker_shapes()
+def test_a_halted_run_stays_halted(run: Settings) -> None:
+    """A regeneration of a halted run publishes its prompts but does not resume the run: the main
+    job run again with the fix does (docs/gate.md)."""
+    halt = GateRecord(run_id=run.run_id, state="halted", epoch=0, at=time.time(), by="t", reason="r", fix="f")
+    asyncio.run(_control_record(run, halt))
+    proc = _regenerate(run, *REDO)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and f"published {len(CUT)} prompts" in out, out
+    state = asyncio.run(read_control(run))
+    assert state.halted and state.epoch == 0 and len(state.regenerations) == 1
