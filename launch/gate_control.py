@@ -96,7 +96,8 @@ async def _check_run_exists(settings: Settings) -> None:
 async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
     """Resume run ``settings.run_id`` if its gate halted it (what a re-run of the main job with the
     fix does, after its consumers were replaced); the line to print, or None when it was not halted.
-    The line warns when ``settings.generation`` has the ``max_tokens`` and thinking the gate halted at.
+    The line warns when ``settings.generation`` has the ``max_tokens`` and thinking the gate halted at
+    (and the gate is on: off, it will not halt again).
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
@@ -121,7 +122,8 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
             f"; the {kept.results} results written before the halt stay in the run with their quality "
             f"flags ({bad}): the export keeps them, tell them by params.max_tokens or quality"
         )
-    if halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking:
+    same = halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking
+    if same and settings.gate.enabled:
         note += (
             "; warning: max_tokens and thinking are the ones it halted at: unless the servers changed, "
             "it will halt again"

@@ -329,7 +329,8 @@ def summary(
             f"warning: at least {max(unusable.values())} of {records['completions']} completions are "
             f"unusable ({flags}): the results finished at the halted settings are kept, a resume does "
             "not generate them again; filter the dataset on each record's quality flags, or generate "
-            "those prompts again in a new run"
+            f"them again with the fix: kafkagen regenerate {m['run_id']} --where "
+            f"quality={','.join(unusable)} (with the fixed --max-tokens N or --thinking)"
         )
     return "\n".join(lines)
 

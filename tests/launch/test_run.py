@@ -296,6 +296,9 @@ def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept(
     text = summary(manifest, 10.0, None, "/d", resumed=True, after_halt=True)
     assert "warning: at least 58 of 60 completions are unusable" in text
     assert "empty_content 58, reasoning_ate_budget 58" in text and "truncated" not in text.split("warning")[1]
+    assert (
+        f"kafkagen regenerate {manifest['run_id']} --where quality=empty_content,reasoning_ate_budget" in text
+    )
     assert "warning" not in summary(manifest, 10.0, None, "/d", resumed=True)
 
 
