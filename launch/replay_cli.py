@@ -8,8 +8,10 @@ compares with ``RUN.prompts``. Every record of ``RUN.prompts`` is generated, inc
 ``kafkagen regenerate`` re-published (their ``params`` overrides still apply; the export keeps each
 id's latest attempt). Re-running the same command resumes ``NEW``.
 
-The generation overrides (``--max-tokens``, ``--thinking/--no-thinking``, ``--temperature``,
-``--top-p``, ``--model``) become ``NEW``'s defaults; every other option is ``kafkagen run``'s
+``NEW`` starts from ``RUN``'s generation settings (``max_tokens``, thinking, ``temperature``,
+``top_p`` from its :class:`streams.control.RunRecord`, :func:`inherited_flags`). The generation
+overrides (``--max-tokens``, ``--thinking/--no-thinking``, ``--temperature``, ``--top-p``,
+``--model``) beat them; every other option is ``kafkagen run``'s
 (``--server URL`` for another model's servers, ``--to``, ``--timeout``, settings flags ...).
 Exit status: the main job's (2 also when ``RUN`` has no prompts topic, :func:`launch.run.run`,
 or ``NEW`` is ``RUN``).
@@ -17,16 +19,63 @@ or ``NEW`` is ``RUN``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 import click
+from aiokafka.errors import KafkaError
 
 from launch.run_cli import run_main
 from streams import naming
 from streams.cli import run_command
+from streams.config import Settings
+from streams.control import RunRecord
 from streams.errors import ConfigError
+from streams.run_record import generation_in_environment, read_run_record
 
-__all__ = ["main", "replay_argv", "replay_command"]
+__all__ = ["inherited_flags", "main", "replay_argv", "replay_command"]
+
+
+_INHERITED: Final = {
+    # RunRecord.generation field: the flags that set it (any of them given: not inherited)
+    "max_tokens": ("--max-tokens", "--generation.max_tokens", "--generation.max-tokens"),
+    "thinking": ("--thinking", "--no-thinking", "--generation.chat_template_kwargs"),
+    "temperature": ("--generation.temperature",),
+    "top_p": ("--generation.top_p", "--generation.top-p"),
+}
+
+
+def inherited_flags(parent: RunRecord | None, rest: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The ``kafkagen run`` flags that give the replay its parent's generation settings
+    (``max_tokens``, thinking, ``temperature``, ``top_p`` from the parent's :class:`RunRecord`),
+    each unless ``rest`` (the options passed through) or a ``KAFKAGEN_GENERATION__*`` variable of
+    ``environ`` sets it. Nothing without a run record (a run of hand-started pieces)."""
+    if parent is None:
+        return []
+    given = {arg.split("=", 1)[0] for arg in rest if arg.startswith("--")}
+    in_env = generation_in_environment(environ)
+    gen = parent.generation
+    kwargs = gen.get("chat_template_kwargs")
+    values: dict[str, object] = {
+        "max_tokens": gen.get("max_tokens"),
+        "thinking": kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None,
+        "temperature": gen.get("temperature"),
+        "top_p": gen.get("top_p"),
+    }
+    flags: list[str] = []
+    for name, value in values.items():
+        env_name = "chat_template_kwargs" if name == "thinking" else name
+        if value is None or given.intersection(_INHERITED[name]) or env_name in in_env:
+            continue
+        if name == "thinking":
+            flags.append("--thinking" if value else "--no-thinking")
+        elif name == "max_tokens":
+            flags += ["--max-tokens", str(value)]
+        else:
+            flags += [f"--generation.{name}", str(value)]
+    return flags
 
 
 def replay_argv(
@@ -37,9 +86,11 @@ def replay_argv(
     top_p: float | None = None,
     model: str | None = None,
     rest: Sequence[str] = (),
+    inherited: Sequence[str] = (),
 ) -> list[str]:
     """The ``kafkagen run`` arguments of a replay of ``run`` as ``new`` (``rest``: other ``run``
-    options, passed as they are, ``--max-tokens`` and ``--thinking`` among them)."""
+    options, passed as they are, ``--max-tokens`` and ``--thinking`` among them; ``inherited``:
+    :func:`inherited_flags`, which the overrides beat)."""
     argv = ["--run-id", new, "--replay-of", run]
     if temperature is not None:
         argv += ["--generation.temperature", repr(temperature)]
@@ -47,7 +98,17 @@ def replay_argv(
         argv += ["--generation.top_p", repr(top_p)]
     if model is not None:
         argv += ["--generation.model", model]
-    return [*argv, *rest]
+    skip = {"--generation.temperature"} if temperature is not None else set()
+    skip |= {"--generation.top_p"} if top_p is not None else set()
+    kept: list[str] = []
+    i = 0
+    while i < len(inherited):  # the overrides beat what the parent had
+        flag = inherited[i]
+        takes_value = flag not in ("--thinking", "--no-thinking")
+        if flag not in skip:
+            kept += inherited[i : i + (2 if takes_value else 1)]
+        i += 2 if takes_value else 1
+    return [*argv, *kept, *rest]
 
 
 @click.command(
@@ -75,8 +136,18 @@ def replay_command(
         naming.check_not_self_replay(new, run)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    try:  # the parent's generation settings are the replay's defaults (Kafka from the environment)
+        parent = asyncio.run(read_run_record(naming.for_run(Settings(), run, replay_of=None), timeout_s=15))
+    except (KafkaError, TimeoutError, ValueError) as exc:
+        print(f"note: run {run}'s generation settings could not be read ({exc!r}): the replay uses its own")
+        parent = None
+    inherited = inherited_flags(parent, ctx.args, os.environ)
+    if inherited:
+        print(f"replay of run {run}: its generation settings unless overridden: {' '.join(inherited)}")
     return run_main(
-        replay_argv(run, new, temperature=temperature, top_p=top_p, model=model, rest=ctx.args),
+        replay_argv(
+            run, new, temperature=temperature, top_p=top_p, model=model, rest=ctx.args, inherited=inherited
+        ),
         prog="kafkagen replay",
     )
 
