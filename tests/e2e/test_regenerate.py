@@ -122,10 +122,8 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert code == 0, output[-4000:]
     assert f"run {replay_id} replays run {run_id}" in output, output[-4000:]
     # the parent's settings, but for what the command overrides (max_tokens, temperature)
-    assert (
-        f"replay of run {run_id}: its generation settings unless overridden: --thinking --generation.top_p 0.95"
-        in output
-    )
+    inherited = "its generation settings unless overridden: --thinking --generation.top_p 0.95"
+    assert f"replay of run {run_id}: {inherited}" in output, output[-4000:]
     _exact(_manifest(replayed), PROMPTS)
     rows = {r["id"]: r for r in _dataset(replayed)}
     assert set(rows) == {c.id for c in first}
