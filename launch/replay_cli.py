@@ -40,21 +40,24 @@ __all__ = ["inherited_flags", "main", "replay_argv", "replay_command"]
 
 _INHERITED: Final = {
     # RunRecord.generation field: the flags that set it (any of them given: not inherited)
-    "max_tokens": ("--max-tokens", "--generation.max_tokens", "--generation.max-tokens"),
-    "thinking": ("--thinking", "--no-thinking", "--generation.chat_template_kwargs"),
-    "temperature": ("--generation.temperature",),
-    "top_p": ("--generation.top_p", "--generation.top-p"),
+    "max_tokens": ("--max-tokens", "--generation.max-tokens"),
+    "thinking": ("--thinking", "--no-thinking", "--generation.chat-template-kwargs"),
+    "temperature": ("--temperature", "--generation.temperature"),
+    "top_p": ("--top-p", "--generation.top-p"),
 }
 
 
-def inherited_flags(parent: RunRecord | None, rest: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+def inherited_flags(
+    parent: RunRecord | None, given_args: Sequence[str], environ: Mapping[str, str]
+) -> list[str]:
     """The ``kafkagen run`` flags that give the replay its parent's generation settings
     (``max_tokens``, thinking, ``temperature``, ``top_p`` from the parent's :class:`RunRecord`),
-    each unless ``rest`` (the options passed through) or a ``KAFKAGEN_GENERATION__*`` variable of
-    ``environ`` sets it. Nothing without a run record (a run of hand-started pieces)."""
+    each unless ``given_args`` (the replay's own arguments: its overrides and the options passed
+    through) or a ``KAFKAGEN_GENERATION__*`` variable of ``environ`` sets it. Nothing without a run
+    record (a run of hand-started pieces)."""
     if parent is None:
         return []
-    given = {arg.split("=", 1)[0] for arg in rest if arg.startswith("--")}
+    given = {arg.split("=", 1)[0].replace("_", "-") for arg in given_args if arg.startswith("--")}
     in_env = generation_in_environment(environ)
     gen = parent.generation
     kwargs = gen.get("chat_template_kwargs")
@@ -74,7 +77,7 @@ def inherited_flags(parent: RunRecord | None, rest: Sequence[str], environ: Mapp
         elif name == "max_tokens":
             flags += ["--max-tokens", str(value)]
         else:
-            flags += [f"--generation.{name}", str(value)]
+            flags += [f"--generation.{name.replace('_', '-')}", str(value)]
     return flags
 
 
@@ -90,25 +93,15 @@ def replay_argv(
 ) -> list[str]:
     """The ``kafkagen run`` arguments of a replay of ``run`` as ``new`` (``rest``: other ``run``
     options, passed as they are, ``--max-tokens`` and ``--thinking`` among them; ``inherited``:
-    :func:`inherited_flags`, which the overrides beat)."""
+    :func:`inherited_flags`, which leaves out what the overrides and ``rest`` set)."""
     argv = ["--run-id", new, "--replay-of", run]
     if temperature is not None:
         argv += ["--generation.temperature", repr(temperature)]
     if top_p is not None:
-        argv += ["--generation.top_p", repr(top_p)]
+        argv += ["--generation.top-p", repr(top_p)]
     if model is not None:
         argv += ["--generation.model", model]
-    skip = {"--generation.temperature"} if temperature is not None else set()
-    skip |= {"--generation.top_p"} if top_p is not None else set()
-    kept: list[str] = []
-    i = 0
-    while i < len(inherited):  # the overrides beat what the parent had
-        flag = inherited[i]
-        takes_value = flag not in ("--thinking", "--no-thinking")
-        if flag not in skip:
-            kept += inherited[i : i + (2 if takes_value else 1)]
-        i += 2 if takes_value else 1
-    return [*argv, *kept, *rest]
+    return [*argv, *inherited, *rest]
 
 
 @click.command(
@@ -141,7 +134,8 @@ def replay_command(
     except (KafkaError, TimeoutError, ValueError) as exc:
         print(f"note: run {run}'s generation settings could not be read ({exc!r}): the replay uses its own")
         parent = None
-    inherited = inherited_flags(parent, ctx.args, os.environ)
+    overrides = [f for f, v in (("--temperature", temperature), ("--top-p", top_p)) if v is not None]
+    inherited = inherited_flags(parent, [*overrides, *ctx.args], os.environ)
     if inherited:
         print(f"replay of run {run}: its generation settings unless overridden: {' '.join(inherited)}")
     return run_main(

@@ -122,7 +122,7 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert code == 0, output[-4000:]
     assert f"run {replay_id} replays run {run_id}" in output, output[-4000:]
     # the parent's settings, but for what the command overrides (max_tokens, temperature)
-    inherited = "its generation settings unless overridden: --thinking --generation.top_p 0.95"
+    inherited = "its generation settings unless overridden: --thinking --generation.top-p 0.95"
     assert f"replay of run {run_id}: {inherited}" in output, output[-4000:]
     _exact(_manifest(replayed), PROMPTS)
     rows = {r["id"]: r for r in _dataset(replayed)}

@@ -31,14 +31,9 @@ def _parent(**generation: object) -> RunRecord:
 def test_the_parents_settings_are_the_defaults_of_the_replay() -> None:
     flags = inherited_flags(_parent(), [], {})
     assert flags == [
-        "--max-tokens",
-        "512",
-        "--no-thinking",
-        "--generation.temperature",
-        "0.6",
-        "--generation.top_p",
-        "0.95",
-    ]
+        "--max-tokens", "512", "--no-thinking",
+        "--generation.temperature", "0.6", "--generation.top-p", "0.95",
+    ]  # fmt: skip
     argv = replay_argv("a", "b", rest=["--server", "http://s:1"], inherited=flags)
     assert argv[:4] == ["--run-id", "b", "--replay-of", "a"] and argv[-2:] == ["--server", "http://s:1"]
     assert inherited_flags(None, [], {}) == [], "a run of hand-started pieces has no record"
@@ -46,11 +41,15 @@ def test_the_parents_settings_are_the_defaults_of_the_replay() -> None:
 
 def test_what_the_user_gives_beats_the_parent() -> None:
     rest = ["--max-tokens=4096", "--thinking", "--to", "/d"]
-    flags = inherited_flags(_parent(), rest, {"KAFKAGEN_GENERATION__TOP_P": "0.5"})
-    assert flags == ["--generation.temperature", "0.6"], "max_tokens, thinking and top_p were given"
-    argv = replay_argv("a", "b", temperature=0.7, rest=rest, inherited=flags)
-    assert argv == ["--run-id", "b", "--replay-of", "a", "--generation.temperature", "0.7", *rest]
+    flags = inherited_flags(_parent(), ["--temperature", *rest], {"KAFKAGEN_GENERATION__TOP_P": "0.5"})
+    assert flags == [], "max_tokens, thinking and temperature were given, top_p is in the environment"
+    assert inherited_flags(_parent(), ["--generation.max_tokens", "9"], {})[:1] == ["--no-thinking"]
+    argv = replay_argv("a", "b", temperature=0.7, top_p=0.5, rest=rest, inherited=flags)
+    assert argv == [
+        "--run-id", "b", "--replay-of", "a",
+        "--generation.temperature", "0.7", "--generation.top-p", "0.5", *rest,
+    ]  # fmt: skip
     no_thinking_known = _parent(chat_template_kwargs={})
     assert inherited_flags(no_thinking_known, [], {"KAFKAGEN_GENERATION__MAX_TOKENS": "8"}) == [
-        "--generation.temperature", "0.6", "--generation.top_p", "0.95",
+        "--generation.temperature", "0.6", "--generation.top-p", "0.95",
     ]  # fmt: skip
