@@ -19,6 +19,7 @@ halted; its main job run again with the fix resumes it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import socket
 import time
@@ -38,7 +39,7 @@ from launch.regenerate_select import (
     next_turn_prompt,
     regenerated,
 )
-from producers.transactions import failed_transaction
+from producers.transactions import failed_transaction, quiet_abandoned_kafka_futures
 from streams.config import Settings
 from streams.control import (
     ControlState,
@@ -151,6 +152,12 @@ async def _check_run(settings: Settings) -> ControlState:
     return state
 
 
+TRANSACTION_TIMEOUT_MS = 900_000
+"""How long the broker lets a regeneration's transaction stay open before it aborts it: Kafka's
+default ceiling (``transaction.max.timeout.ms``, 15 min), not aiokafka's 60 s, so a large selection
+is not cut off while it is sent (a SIGKILLed one is aborted at once by the next one's fence)."""
+
+
 def regenerate_transactional_id(run_id: str) -> str:
     """The ``transactional_id`` of run ``run_id``'s regenerations (stable: a regenerate fences any
     other of the same run)."""
@@ -189,8 +196,11 @@ async def regenerate(
     await _check_run(settings)  # before creating the control topic of a mistyped run
     await ensure_topics(settings, [topic_specs(settings)["control"]])
     producer = AIOKafkaProducer(
-        **producer_kwargs(settings.kafka), transactional_id=regenerate_transactional_id(settings.run_id)
+        **producer_kwargs(settings.kafka),
+        transactional_id=regenerate_transactional_id(settings.run_id),
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
     )
+    asyncio.get_running_loop().set_exception_handler(quiet_abandoned_kafka_futures)
     await producer.start()  # InitProducerId: fences any other regenerate of this run
     try:
         plan = await plan_regeneration(settings, where, overrides)
@@ -239,7 +249,8 @@ async def regenerate(
             if not isinstance(cause, ProducerFenced):
                 raise cause from None
             raise RegenerationFenced(
-                f"another kafkagen regenerate of run {settings.run_id} started meanwhile and took over: "
+                f"another kafkagen regenerate of run {settings.run_id} started meanwhile and took over "
+                f"(or this one's transaction stayed open past {TRANSACTION_TIMEOUT_MS // 1000} s): "
                 "nothing of this one was published; run it again once that one has ended"
             ) from None
         return plan, record

@@ -58,6 +58,7 @@ from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
+from launch.replays import check_replay
 from launch.scale_control import fleet_if_up, settle_fleet
 from launch.scale_watch import FleetWatch
 from launch.scaling import consumer_programs, same_servers
@@ -74,7 +75,7 @@ from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
 from streams.errors import ConfigError, InputError, StackError
 from streams.inputs import resolve_inputs
-from streams.kafka import end_offsets, topic_partitions
+from streams.kafka import end_offsets
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -361,6 +362,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             is started.
         UnavailableError: a server already running did not answer within ``options.server_timeout_s``
             (default ``consumer.startup_timeout_s``), before the stack is started.
+        ConfigError: a replay that cannot be (:func:`launch.replays.check_replay`), before any topic
+            of it is created.
         PreflightError: the preflight's sample trips the quality gate at the run's generation
             settings (e.g. the budget went to reasoning), before anything is published.
         ServiceNotReadyError: a ``--serve`` server failed to start or was not ready in time.
@@ -444,13 +447,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         )
     if not plan.embedded:
         stack.up(["kafka", "s3"], echo=say)
-    if settings.replay_of is not None and not asyncio.run(
-        topic_partitions(settings.kafka, settings.topics.prompts)
-    ):
-        raise ConfigError(
-            f"run {settings.replay_of} has no prompts topic {settings.topics.prompts}: nothing to replay "
-            "(is the run id right? kafkagen runs lists the runs)"
-        )
+    asyncio.run(check_replay(settings))  # before any topic of a mistaken replay is created
     specs = topic_specs(settings)
     asyncio.run(ensure_topics(settings, [specs[r] for r in ("prompts", "completions", "errors", "control")]))
     # The run's record and its fleet, written now (a scale may have come in since `early`).

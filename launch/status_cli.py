@@ -35,10 +35,12 @@ from launch.dashboard import DEFAULT_PORT, serve_dashboard
 from launch.status import Collector, quiet_kafka_logs
 from launch.status_shape import RunStatus
 from launch.status_view import PLAIN_WIDTH, status_line, status_view
+from streams import naming
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import KafkagenError
 from streams.kafka import kafka_unavailable
+from streams.run_record import read_run_record
 
 __all__ = ["RunNotFoundError", "main", "status_command"]
 
@@ -171,6 +173,7 @@ def status_command(
 ) -> int:
     settings = command_settings(ctx)
     quiet_kafka_logs()
+    settings = _as_recorded(settings)
     if serve:
         if as_json or watch:
             raise click.UsageError("--serve shows the status in a browser: use it without --json and --watch")
@@ -180,6 +183,21 @@ def status_command(
     else:
         asyncio.run(_once(settings, as_json))
     return 0
+
+
+def _as_recorded(settings: Settings) -> Settings:
+    """``settings`` declared the replay its run record says the run is (``RunRecord.parent``), when
+    ``--replay-of`` was not given: a replay's prompts topic is its parent's. Unchanged when the
+    record cannot be read (the status then says what it can)."""
+    if settings.replay_of is not None:
+        return settings
+    try:
+        record = asyncio.run(read_run_record(settings, timeout_s=5.0))
+    except (KafkaError, TimeoutError):
+        return settings
+    if record is None or record.parent is None:
+        return settings
+    return naming.for_run(settings, settings.run_id, replay_of=record.parent)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,7 +67,11 @@ __all__ = ["export_command", "main"]
 @input_format_option("--input format (streams/inputs/formats.py)", flag="--input-format")
 @click.option("--prompt-field", help="--input dataset rows: the prompt field")
 @click.option("--id-field", help="--input: the field holding record ids")
-@click.option("--allow-missing", is_flag=True, help="exit 0 even when ids are missing")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="exit 0 even when ids are missing, or re-published (kafkagen regenerate) and not generated yet",
+)
 @click.option(
     "--no-topic-check",
     is_flag=True,

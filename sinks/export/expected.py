@@ -9,7 +9,7 @@ would publish.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import zstandard
@@ -36,12 +36,15 @@ class Expected:
     ids: set[str]
     unreadable: int = 0
     """input records whose id could not be read (bad rows, undecodable prompts without a key)."""
+    attempts: dict[str, int] = field(default_factory=dict)
+    """id → its latest ``attempt`` on the prompts topic, for the ids re-published (attempt > 0)."""
 
 
 async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout_s: float = 30.0) -> Expected:
     """Every prompt id on ``topic``: ``read_committed``, from the beginning to the end offsets
-    taken at start (:func:`streams.kafka.end_offsets`; later records are ignored). Undecodable
-    prompts count by their key.
+    taken at start (:func:`streams.kafka.end_offsets`; later records are ignored), and the latest
+    attempt of each re-published one (``kafkagen regenerate``). Undecodable prompts count by their
+    key.
 
     Raises:
         ConfigError: the topic does not exist.
@@ -54,17 +57,21 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
             "when this run replays run RUN's prompts (docs/runs.md)"
         )
     ids: set[str] = set()
+    attempts: dict[str, int] = {}
     unreadable = 0
     async for records in read_to_end(settings.kafka, topic, stall_timeout_s=stall_timeout_s):
         for rec in records:
             try:
-                ids.add(decode(rec.value or b"", PromptRecord).id)
+                prompt = decode(rec.value or b"", PromptRecord)
+                ids.add(prompt.id)
+                if prompt.attempt > attempts.get(prompt.id, 0):
+                    attempts[prompt.id] = prompt.attempt
             except RecordDecodeError:
                 if rec.key:
                     ids.add(rec.key.decode("utf-8", "replace"))
                 else:
                     unreadable += 1
-    return Expected(f"topic:{topic}", ids, unreadable)
+    return Expected(f"topic:{topic}", ids, unreadable, attempts)
 
 
 def prompt_ids_from_inputs(

@@ -56,6 +56,8 @@ class IdIndex:
     lines_total: int = 0
     lines_by_kind: Counter[str] = field(default_factory=Counter)
     lines_by_attempt: Counter[int] = field(default_factory=Counter)
+    latest_attempt: dict[str, int] = field(default_factory=dict)
+    """id → the latest attempt it has a record of, for the ids with an attempt > 0."""
     """records of the run (foreign ones left out) per ``attempt``, kept or not."""
     foreign: list[dict[str, Any]] = field(default_factory=list)
     """the first ``list_cap`` foreign records with their sources."""
@@ -79,6 +81,8 @@ class IdIndex:
                 )
             return
         self.lines_by_attempt[head.attempt] += 1
+        if head.attempt > self.latest_attempt.get(record_id, 0):
+            self.latest_attempt[record_id] = head.attempt
         this = self._rank(line, head)
         best = self.winners.get(record_id)
         if best is None or this < best:

@@ -103,6 +103,12 @@ def build_manifest(
     present = index.present
     corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
     missing = sorted(expected.ids - present) if expected is not None else []
+    # re-published (kafkagen regenerate) and not generated yet: the dataset has an older attempt
+    pending = (
+        sorted(i for i, a in expected.attempts.items() if i in present and index.latest_attempt.get(i, 0) < a)
+        if expected is not None
+        else []
+    )
     unexpected = sorted(present - expected.ids) if expected is not None else []
     foreign_count = index.foreign_count
     failed = bool(
@@ -111,7 +117,7 @@ def build_manifest(
         or coverage_problems
         or index.conflicts
         or foreign_count
-        or (missing and not allow_missing)
+        or ((missing or pending) and not allow_missing)
     )
     return {
         "run_id": run_id,
@@ -158,6 +164,7 @@ def build_manifest(
         if expected is None
         else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
         "missing": _capped(missing, list_cap),
+        "pending_attempts": _capped(pending, list_cap),
         "unexpected": _capped(unexpected, list_cap),
         "formats": formats or {"formats": ["jsonl"], "reasoning": None},
         "shards": shards,
@@ -232,6 +239,15 @@ def summary(manifest: dict[str, Any]) -> str:
         if miss["count"]:
             shown = ", ".join(miss["ids"][:10])
             lines.append(f"missing: {shown}{' ...' if miss['count'] > 10 else ''}")
+        pend = manifest["pending_attempts"]
+        if pend["count"]:
+            shown = ", ".join(pend["ids"][:10])
+            lines.append(
+                f"PENDING: {pend['count']} ids were re-published (kafkagen regenerate) and their new attempt "
+                f"is not generated yet, the dataset holds an older one: {shown}"
+                f"{' ...' if pend['count'] > 10 else ''}; run the main job of the run again (or wait for its "
+                "consumers and the sink), then export"
+            )
     if manifest["source"]["offset_overlaps"]:
         lines.append(f"offset overlaps between objects: {len(manifest['source']['offset_overlaps'])}")
     lines.append(f"finish reasons: {manifest['by_finish_reason']}; tokens: {manifest['tokens']}")
