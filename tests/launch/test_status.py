@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from launch.progress import wait_until_done
 from launch.status import collect
 from streams import naming
 from streams.config import Settings
-from streams.control import ClassCounts, ControlLog, ExportReport, GateRecord, MemberReport
+from streams.control import ClassCounts, ControlLog, ExportReport, GateRecord, MemberReport, RunRecord
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import make_prompt, publish, start_simulator, unused_port
 
@@ -183,3 +184,36 @@ async def test_closing_ignores_a_clients_own_cancelled_task_but_not_our_cancella
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_a_replay_is_shown_with_its_parents_prompts_without_replay_of(
+    run_settings: Settings, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run record names the parent: ``status --run-id B`` of a replay counts the parent's
+    prompts topic, as ``status --run-id B --replay-of A`` does."""
+    asyncio.run(publish(run_settings, [make_prompt(i) for i in range(3)]))
+    replay = naming.for_run(run_settings, f"rp-{unique}", replay_of=run_settings.run_id)
+    record = RunRecord(
+        run_id=replay.run_id,
+        parent=run_settings.run_id,
+        created_at=time.time(),
+        updated_at=time.time(),
+        by="t",
+        prompts_topic=run_settings.topics.prompts,
+        partitions=7,
+    )
+
+    async def write() -> None:
+        await ensure_topics(replay, [topic_specs(replay)["control"]])
+        control = ControlLog(replay)
+        await control.start()
+        try:
+            await control.publish(record)
+        finally:
+            await control.stop()
+
+    asyncio.run(write())
+    kafka = ["--kafka.bootstrap-servers", run_settings.kafka.bootstrap_servers]
+    assert cli_main(["status", "--run-id", replay.run_id, "--json", *kafka]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["state"] == "idle" and sum(p["end_offset"] for p in doc["lag"]["partitions"]) >= 3, doc
