@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import os
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -28,7 +26,7 @@ from streams.records import ProgressRecord, PromptRecord, decode, key_of
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import broker_shapes, partition_leader
-from tests.producers.support import flags, read_all, run_cli, spawn
+from tests.producers.support import flags, read_all, run_cli, sigkill_mid_file, spawn
 
 pytestmark = pytest.mark.kafka
 
@@ -172,55 +170,9 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     # 500 records/s: the file takes 8 s, so even a starved test loop has seconds to catch the middle.
     slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "500"]
 
-    # Watch the committed resume points and every record sent (read_uncommitted); kill the producer
-    # mid-file while records of its open transaction are already in the log. The watchers are
-    # ready before the producer starts, so a slow start of theirs cannot eat the window.
-    progress = AIOKafkaConsumer(**consumer_kwargs(settings.kafka, group_id=None))
-    sent = AIOKafkaConsumer(
-        **{**consumer_kwargs(settings.kafka, group_id=None), "isolation_level": "read_uncommitted"}
-    )
-    await progress.start()
-    await sent.start()
-    committed = seen = 0
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        progress_tp = TopicPartition(settings.topics.producer_progress, 0)
-        prompt_tps = [TopicPartition(settings.topics.prompts, p) for p in range(settings.topics.partitions)]
-        progress.assign([progress_tp])
-        sent.assign(prompt_tps)
-        await progress.seek_to_beginning(progress_tp)
-        await sent.seek_to_beginning(*prompt_tps)
-        proc = spawn(settings, str(path), *slow, cwd=tmp_path)
-
-        async def poll() -> None:
-            nonlocal committed, seen
-            for messages in (await progress.getmany(timeout_ms=30)).values():
-                for m in messages:
-                    committed = decode(m.value or b"", ProgressRecord).published
-            seen += sum(len(v) for v in (await sent.getmany(timeout_ms=30)).values())
-
-        deadline = time.monotonic() + 60
-        while True:
-            assert time.monotonic() < deadline, "the producer never reached the middle of the file"
-            assert proc.poll() is None, f"the producer ended before it was killed ({committed=}, {seen=})"
-            await poll()
-            if committed >= n * 0.4 and seen > committed:
-                os.kill(proc.pid, signal.SIGSTOP)  # freeze it, then look again: a commit may have landed
-                for _ in range(5):
-                    await poll()
-                if seen > committed:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-                os.kill(proc.pid, signal.SIGCONT)
-    finally:
-        await progress.stop()
-        await sent.stop()
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-    assert proc.returncode == -signal.SIGKILL
-    assert n * 0.4 <= committed < n
+    # Kill the producer mid-file while records of its open transaction are already in the log
+    # (the watchers are ready before the producer starts: tests/producers/support.py).
+    committed = await sigkill_mid_file(settings, str(path), *slow, n=n, cwd=tmp_path)
 
     # The killed transaction stays open (until the broker's timeout or a new producer of the same
     # transactional id): read_committed readers see exactly the committed lines meanwhile.
