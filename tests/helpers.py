@@ -194,6 +194,28 @@ async def wait_for(
         await asyncio.sleep(interval_s)
 
 
+async def holds(
+    check: Callable[[], bool] | Callable[[], object], *, for_s: float, what: str, interval_s: float = 0.25
+) -> None:
+    """Watch ``check`` (sync or async) over a window of ``for_s`` seconds in which nothing may
+    happen (no request sent, no commit moved, no rebalance): it must be truthy at every look.
+    Open the window only once what it watches is ready; make it seconds wide.
+
+    Raises:
+        AssertionError: ``check`` was falsy at some look; the message says ``what`` should hold.
+    """
+    started = time.monotonic()
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if not result:
+            raise AssertionError(f"{what} stopped holding after {time.monotonic() - started:.1f} s")
+        if time.monotonic() - started >= for_s:
+            return
+        await asyncio.sleep(interval_s)
+
+
 def start_simulator(log: Path, *args: str, port: int = 0) -> tuple[subprocess.Popen[str], str]:
     """``python -m simulator --port PORT ARGS`` (``port`` 0: any free one) with its stderr in ``log``;
     returns the process and its URL, read from the line the simulator prints once it listens."""

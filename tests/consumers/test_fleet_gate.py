@@ -29,7 +29,7 @@ from streams.control import ControlState, GateRecord, read_control
 from streams.kafka import consumer_kwargs, end_offsets
 from streams.records import CompletionRecord, PromptRecord, decode
 from tests.consumers.support import Fleet, completions, errors
-from tests.helpers import REPO_ROOT, committed, make_prompt, publish, unused_port, wait_for
+from tests.helpers import REPO_ROOT, committed, holds, make_prompt, publish, unused_port, wait_for
 
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
 NAMES = ("gate-0", "gate-1", "gate-2")
@@ -74,6 +74,12 @@ def sim_stats(url: str) -> dict[str, Any]:
     """The simulator's own counters (``GET /simulator/stats``: ``simulator.SimulatorStats``)."""
     stats: dict[str, Any] = httpx.get(f"{url}/simulator/stats", timeout=5).json()
     return stats
+
+
+def sim_idle(url: str) -> bool:
+    """Whether the simulator at ``url`` has no request running or queued."""
+    stats = sim_stats(url)
+    return bool(stats["running"] == 0 and stats["queued"] == 0)
 
 
 def received(urls: list[str]) -> list[int]:
@@ -189,8 +195,16 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
     s512 = cs.model_copy(update={"generation": generation, "gate": gate})
     fleet.settings = s512
     produce(s512)
-    ids = set((await prompt_ids(s512)).values())
-    assert len(ids) == 1319
+    ids: set[str] = set()
+
+    async def all_visible() -> bool:
+        # The producer's last commit returns before the coordinator has written its markers to
+        # every partition (Kafka's EndTxn answers once PrepareCommit is logged, KIP-98): a
+        # read_committed reader sees the last transaction a moment later.
+        ids.update((await prompt_ids(s512)).values())
+        return len(ids) == 1319
+
+    await wait_for(all_visible, timeout_s=30, what="the 1,319 published prompts to be readable")
 
     with simulators(3, 8.0, tmp_path, "512") as urls:
         for name, url in zip(NAMES, urls, strict=True):
@@ -220,10 +234,13 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
         # the simulators' own counters stand still over a window of seconds
         await wait_members(s512, "halted", record.at, NAMES)
         assert time.time() - record.at < 15, "the consumers took too long to see the halt"
-        await asyncio.sleep(2.0)  # requests in flight at the halt finish and are written
+        await wait_for(
+            lambda: all(sim_idle(u) for u in urls),
+            timeout_s=60,
+            what="requests in flight at the halt to finish",
+        )
         before = received(urls)
-        await asyncio.sleep(5.0)
-        assert received(urls) == before, "a consumer sent requests while the run was halted"
+        await holds(lambda: received(urls) == before, for_s=5, what="no request sent while the run is halted")
         sent = sum(before)
         assert sent < 400, f"{sent} requests sent in all: the fleet did not stop soon after the halt"
         assert all(halted_lines(fleet, n) == 1 for n in NAMES), "one error line per consumer"
@@ -254,8 +271,7 @@ async def test_a_run_whose_reasoning_eats_the_budget_halts_fleet_wide_and_resume
         assert new.incarnation != old.incarnation
         assert new.totals.results >= old.totals.results and new.gate.results >= old.gate.results
         before = received(urls)
-        await asyncio.sleep(4.0)
-        assert received(urls) == before, "the restarted consumer sent requests while halted"
+        await holds(lambda: received(urls) == before, for_s=4, what="no request from the restarted consumer")
         assert halted_lines(fleet, NAMES[1]) == 2  # once before the kill, once after the restart
 
         # 5. stop the fleet (graceful: drains, commits, leaves the group)
@@ -349,12 +365,7 @@ async def test_requests_in_flight_at_a_halt_are_committed_across_a_rebalance(
             what="A's revoke with requests in flight",
         )
 
-        def idle() -> bool:
-            stats = sim_stats(urls[0])
-            return bool(stats["running"] == 0 and stats["queued"] == 0)
-
-        await wait_for(idle, timeout_s=90, what="A's requests in flight to finish")
-        await asyncio.sleep(3.0)  # written, then committed (commit_interval_s 0.3)
+        await wait_for(lambda: sim_idle(urls[0]), timeout_s=90, what="A's requests in flight to finish")
         assert received(urls) == [received(urls[:1])[0], 0], "B started a prompt while halted"
         mine = [
             int(p)
@@ -362,13 +373,20 @@ async def test_requests_in_flight_at_a_halt_are_committed_across_a_rebalance(
             if p.strip()
         ]
         assert mine, "A kept no partition: the scenario did not happen"
-        commits = await committed(cs, group_id(cs), cs.topics.prompts)
-        written = await completions(cs)
-        for p in mine:
-            offsets = sorted(
-                c.source.offset for c in written if c.source is not None and c.source.partition == p
-            )
-            assert (commits.get(p) or 0) >= (offsets[-1] + 1 if offsets else 0), (
-                f"partition {p}: results at offsets {offsets} but committed {commits.get(p)}"
-            )
+        uncommitted: dict[int, tuple[list[int], int | None]] = {}
+
+        async def committed_all_written() -> bool:  # written, then committed (commit_interval_s 0.3)
+            commits = await committed(cs, group_id(cs), cs.topics.prompts)
+            written = await completions(cs)
+            uncommitted.clear()
+            for p in mine:
+                offsets = sorted(
+                    c.source.offset for c in written if c.source is not None and c.source.partition == p
+                )
+                if (commits.get(p) or 0) < (offsets[-1] + 1 if offsets else 0):
+                    uncommitted[p] = (offsets, commits.get(p))
+            return not uncommitted
+
+        await wait_for(committed_all_written, timeout_s=30, what="A's written results to be committed")
+        assert received(urls) == [received(urls[:1])[0], 0], "B started a prompt while halted"
         await assert_commits_covered(cs)

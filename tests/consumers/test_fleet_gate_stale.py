@@ -15,6 +15,7 @@ from streams.config import Settings
 from streams.control import GATE_KEY, ControlLog, GateRecord, decode_control, read_control
 from streams.kafka import KafkaOutage, consumer_kwargs
 from streams.topics import ensure_topics, topic_specs
+from tests.helpers import wait_for
 
 
 def _record(settings: Settings, state: str, epoch: int) -> GateRecord:
@@ -70,7 +71,12 @@ async def test_a_trip_of_a_past_epoch_is_not_written_after_the_resume(kafka: str
 
     loop = asyncio.create_task(gate.run())
     try:
-        await asyncio.sleep(3.0)
+
+        async def b_reported() -> bool:  # b's loop ran: it read the control topic and reported
+            member = (await read_control(settings)).members.get("b")
+            return member is not None and member.epoch == 1
+
+        await wait_for(b_reported, timeout_s=60, what="b to report at epoch 1")
         state = await read_control(settings)
         assert not state.halted and state.epoch == 1, state.gate
         assert state.members["b"].epoch == 1 and state.members["b"].state == "running"

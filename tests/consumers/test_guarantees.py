@@ -23,6 +23,7 @@ from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait
 from tests.helpers import (
     broker_shapes,
     committed,
+    holds,
     make_prompt,
     metric_value,
     publish,
@@ -76,7 +77,11 @@ async def test_a_rebalance_while_the_server_is_down_loses_no_prompt(cs: Settings
         await publish(s, prompts)
         fleet.start("cy", y.url)
         await wait_for(lambda: len(_assignments(log_x)) >= 2, timeout_s=90, what="X's second assignment")
-        await asyncio.sleep(5.0)
+
+        async def y_generates() -> bool:  # the group settled and fetches while X's server is down
+            return sum(1 for c in await completions(s) if c.server == y.url) >= 20
+
+        await wait_for(y_generates, timeout_s=90, what="20 completions from Y's server")
         x.clear_faults()
         ids = {p.id for p in first + prompts}
         done, failed = await wait_all_done(s, ids, timeout_s=180)
@@ -113,7 +118,12 @@ async def test_duplicates_after_sigkill_are_bounded_by_max_uncommitted(cs: Setti
             return len(await completions(s)) >= limit - 1
 
         await wait_for(started_span, timeout_s=120, what=f"{limit - 1} fast completions")
-        await asyncio.sleep(3.0)  # would be enough for the other 260 fast prompts
+
+        async def within_span() -> bool:
+            return len(await completions(s)) <= limit - 1
+
+        # 3 s would be enough for the other 260 fast prompts
+        await holds(within_span, for_s=3, what="no prompt started past the uncommitted span")
         before_kill = Counter(r.id for r in await completions(s))
         assert slow.id not in before_kill
         assert len(before_kill) <= limit - 1, "started prompts past the uncommitted span limit"
@@ -140,7 +150,11 @@ async def test_commits_never_pass_a_prefetched_record(cs: Settings, fleet: Fleet
             return len(await completions(s)) >= 6
 
         await wait_for(some_done, timeout_s=120, what="6 completions")
-        await asyncio.sleep(1.0)  # a few commit intervals
+
+        async def some_committed() -> bool:
+            return bool((await committed(s, group_id(s), s.topics.prompts))[0])
+
+        await wait_for(some_committed, timeout_s=30, what="a first commit")
         offset = (await committed(s, group_id(s), s.topics.prompts))[0] or 0
         done = {r.source.offset for r in await completions(s) if r.source is not None}
         assert set(range(offset)) <= done, f"committed {offset} past an unfinished prompt: {sorted(done)}"
@@ -219,7 +233,6 @@ async def test_max_attempts_holds_while_the_server_is_marked_down(
     assert max(e.attempts for e in await errors(s)) == 2
 
 
-@broker_shapes()
 async def test_losing_a_member_moves_only_its_partitions(cs: Settings, fleet: Fleet) -> None:
     """Three consumers on seven partitions; one is SIGKILLed. With a sticky assignment the two
     survivors keep every partition they had and only take over the dead member's (round-robin,
@@ -239,9 +252,13 @@ async def test_losing_a_member_moves_only_its_partitions(cs: Settings, fleet: Fl
             return sorted(p for parts in last for p in parts) == list(range(7)) and all(last)
 
         await wait_for(settled, timeout_s=120, what="three members sharing seven partitions")
-        await asyncio.sleep(2.0)
-        before = {name: _assignments(log)[-1] for name, log in logs.items()}
         seen = {name: len(_assignments(log)) for name, log in logs.items()}
+        await holds(
+            lambda: {name: len(_assignments(log)) for name, log in logs.items()} == seen,
+            for_s=2,
+            what="the three members' assignment (no rebalance pending)",
+        )
+        before = {name: _assignments(log)[-1] for name, log in logs.items()}
         fleet.kill("cc")
 
         def reassigned() -> bool:
@@ -344,11 +361,13 @@ async def _metric(port: int, name: str) -> float | None:
 
 
 async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
-    cs: Settings, sim: SimulatedServer, fleet: Fleet, local_stack: LocalStack, tmp_path: Path
+    cs: Settings, sim: SimulatedServer, fleet: Fleet, own_kafka: LocalStack, tmp_path: Path
 ) -> None:
-    """The shared broker stops for ~20 s under a working consumer: ``kafkagen_generate_kafka_up`` drops to
+    """The test's own broker stops for ~20 s under a working consumer: ``kafkagen_generate_kafka_up`` drops to
     0, the status line says UNREACHABLE (before: "server up" and nothing else), the outage is a
     handful of lines, not one per record, and once Kafka is back every prompt is generated."""
+    cs = cs.model_copy(update={"kafka": own_kafka.settings.kafka})
+    fleet.settings = cs
     port = unused_port()
     prompts = [make_prompt(i, max_tokens=3000) for i in range(200)]
     await publish(cs, prompts)
@@ -366,7 +385,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
     await wait_for(some_done, timeout_s=90, what="the first completions")
     assert await _metric(port, "kafkagen_generate_kafka_up") == 1.0
     before = len(log.read_text().splitlines())
-    assert local_stack.processes.stop("kafka")
+    assert own_kafka.processes.stop("kafka")
     try:
 
         async def kafka_down() -> bool:
@@ -376,7 +395,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
         await wait_for(
             lambda: "kafka UNREACHABLE for" in log.read_text(), timeout_s=30, what="the status line"
         )
-        await asyncio.sleep(5.0)
+        await holds(lambda: proc.poll() is None, for_s=5, what="the consumer waiting Kafka out")
         ours = [
             line
             for line in log.read_text().splitlines()[before:]
@@ -384,7 +403,7 @@ async def test_a_kafka_outage_shows_in_status_and_metrics_and_loses_nothing(
         ]
         assert len(ours) <= 3, "\n".join(ours)
     finally:
-        await asyncio.to_thread(local_stack.up, ["kafka"])
+        await asyncio.to_thread(own_kafka.up, ["kafka"])
     done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
     assert not failed and set(done) == {p.id for p in prompts}
 
@@ -415,7 +434,6 @@ async def test_generations_longer_than_the_hang_timeout_are_not_abandoned(cs: Se
     assert "hung:" not in log
 
 
-@broker_shapes()
 async def test_joining_a_group_takes_one_generation_per_membership_change(cs: Settings) -> None:
     """aiokafka 0.14 sends one JoinGroup per listed assignor, each with a longer protocol list
     (``consumer/group_coordinator.py`` ``perform_group_join``). Kafka takes the second one,
@@ -446,8 +464,11 @@ async def test_joining_a_group_takes_one_generation_per_membership_change(cs: Se
                 timeout_s=60,
                 what="the two members to share the partitions",
             )
-            await asyncio.sleep(3.0)  # a doubled JoinGroup would rebalance once more by now
-            assert generation(first) == generation(second) == 2
+            await holds(  # a doubled JoinGroup would rebalance once more within this window
+                lambda: generation(first) == generation(second) == 2,
+                for_s=3,
+                what="generation 2 for both members",
+            )
         finally:
             for worker in (first, second):
                 worker.stop()

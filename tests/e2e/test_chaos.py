@@ -18,7 +18,8 @@ from launch.stack import LocalStack
 from streams.config import Settings
 from tests.helpers import REPO_ROOT
 
-pytestmark = pytest.mark.timeout(900)
+# alone: the audit judges its harness on time too (pipeline_recovered), so it runs with no test beside it
+pytestmark = [pytest.mark.timeout(900), pytest.mark.alone]
 
 SEED = 32
 """8 faults of 8 kinds (tests/bench/test_chaos.py checks the schedule itself)."""

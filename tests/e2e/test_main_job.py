@@ -1,28 +1,26 @@
-"""The main job end to end (``python -m launch.run``) on real prompts, the real local stack and
-llama.cpp servers: the happy path, chaos (SIGKILL of a consumer, the sink and a llama-server at
-random moments) and a Kafka restart mid-run. Each checks the exported dataset holds every prompt
-id exactly once."""
+"""The main job end to end (``python -m launch.run``) on 20 of the bundled real prompts, the real
+local stack and llama.cpp servers: the exported dataset holds every prompt id exactly once.
+
+Crashes of the pipeline's processes (consumer, sink, producer, inference server, a broker, S3) are
+the fault audit's (tests/e2e/test_chaos.py, one fixed seed); a whole-Kafka outage under a consumer
+and under the sink is tested on a broker of the test's own (tests/consumers/test_guarantees.py,
+tests/sinks/test_s3_sink.py); supervisord restarting a killed program is tests/launch/test_supervise.py's."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import zstandard
 
-from launch.scaling import program_name
 from launch.stack import LocalStack
-from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
 from tests.helpers import REPO_ROOT
 
@@ -51,7 +49,7 @@ def _start_run(run_id: str, prompts: Path, log: Path) -> subprocess.Popen[str]:
             "--no-progress",
             *_local_llm(),
             "--timeout",
-            "800",  # the happy path took 420 s on a loaded 2-core machine; pytest's limit is 900 s
+            "800",  # pytest's limit is 900 s
         ],
         cwd=REPO_ROOT,
         stdout=log.open("w"),
@@ -103,10 +101,11 @@ def test_happy_path_on_the_bundled_real_prompts(
     local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
 ) -> None:
     run_id = f"e2e-happy-{unique}"
+    prompts = _subset(tmp_path, 5)  # 20 prompts, 6 of them with tools
     log = tmp_path / "run.log"
-    manifest = _finish(_start_run(run_id, DEMO_FILE, log), log, local_stack, run_id)
-    expected = _input_ids(DEMO_FILE)
-    assert len(expected) == 100
+    manifest = _finish(_start_run(run_id, prompts, log), log, local_stack, run_id)
+    expected = _input_ids(prompts)
+    assert len(expected) == 20
     _assert_exactly_once(manifest, expected)
     tokens = manifest["tokens"]
     assert tokens["prompt"] > 0
@@ -122,65 +121,3 @@ def test_happy_path_on_the_bundled_real_prompts(
         rows = [json.loads(line) for line in f]
     assert any(r["prompt"]["tools"] for r in rows)
     assert all(r["usage"]["completion_tokens"] > 0 for r in rows)
-
-
-def test_chaos_sigkill_consumer_sink_and_llm_server(
-    local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
-) -> None:
-    run_id = f"e2e-chaos-{unique}"
-    prompts = _subset(tmp_path, 2)  # 50 prompts
-    log = tmp_path / "run.log"
-    proc = _start_run(run_id, prompts, log)
-    supervisor = Supervisor(local_stack.home / "runs" / run_id)
-    consumer = program_name(llm[0])  # the first server's consumer (programs are named per server URL)
-    seed = random.randrange(1_000_000)
-    rng = random.Random(seed)
-    print(f"chaos seed {seed}")
-    deadline = time.monotonic() + 120
-    while not (
-        supervisor.running()
-        and set(supervisor.states()) >= {consumer, "sink"}
-        and (supervisor.home / "logs" / "sink.log").exists()
-    ):
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.5)
-    killed: list[str] = []
-    for target in rng.sample([consumer, "sink", "llm"], 3):
-        time.sleep(rng.uniform(3, 12))
-        if proc.poll() is not None:
-            break
-        if target == "llm":
-            name = local_stack.names(["llm"])[1]
-            assert local_stack.processes.kill(name)
-            time.sleep(rng.uniform(1, 5))
-            local_stack.up(["llm"])  # restart it
-        else:
-            pid = supervisor.pid(target)
-            assert pid > 0
-            psutil.Process(pid).kill()  # supervisord restarts it
-        killed.append(target)
-    assert len(killed) == 3, f"the run ended before all kills: {killed}\n{log.read_text()[-3000:]}"
-    manifest = _finish(proc, log, local_stack, run_id)
-    _assert_exactly_once(manifest, _input_ids(prompts))
-    print(f"chaos duplicates dropped by the export: {manifest['duplicates']['records_dropped']}")
-
-
-def test_kafka_restart_mid_run(
-    local_stack: LocalStack, kafka: str, s3: str, llm: list[str], tmp_path: Path, unique: str
-) -> None:
-    run_id = f"e2e-kafka-{unique}"
-    prompts = _subset(tmp_path, 3)  # 34 prompts
-    log = tmp_path / "run.log"
-    proc = _start_run(run_id, prompts, log)
-    deadline = time.monotonic() + 180
-    completions = local_stack.home / "runs" / run_id / "logs" / f"{program_name(llm[0])}.log"
-    # Wait until generation is under way (a consumer reported completions), then restart Kafka.
-    while not (completions.exists() and re.search(r"completions [1-9]", completions.read_text())):
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.5)
-    assert local_stack.processes.stop("kafka")
-    time.sleep(3)
-    local_stack.up(["kafka"])
-    manifest = _finish(proc, log, local_stack, run_id)
-    _assert_exactly_once(manifest, _input_ids(prompts))

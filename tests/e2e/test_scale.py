@@ -1,10 +1,14 @@
-"""Scaling a running run (issue 14): the main job on 2 simulated servers, ``kafkagen scale`` to 4
+"""Scaling a running run: the main job on 2 simulated servers, ``kafkagen scale`` to 4
 mid-run (until 4 group members hold partitions and each added server generated); the main job
 SIGKILLed and its same command run again, which starts the fleet as scaled (4 servers, not its
 own 2); then down to 1; the run finishes and its export is exact. Each added server's simulator
 generated after it was added, and each removed one received nothing once its consumer had stopped
 (its requests in flight at the removal finish or are handed over before that). The same command
-run again once the run is done starts the fleet as scaled (one server)."""
+run again once the run is done starts the fleet as scaled (one server).
+
+The run is paced by the simulators' ``slow_factor`` fault, not by a slow time scale: a server is
+slowed (its requests in flight stay, nothing more finishes in the test's time) while the test
+needs the run to go on, and made fast again where it needs the run to move."""
 
 from __future__ import annotations
 
@@ -31,10 +35,13 @@ from tests.helpers import REPO_ROOT, start_simulator
 
 pytestmark = pytest.mark.timeout(900)
 
-PROMPTS = 400
-TIME_SCALE = "2"
-"""Slow enough that 400 prompts take minutes: a request of the simulator's median 1,800 tokens
-(thinking on) takes ~5 s of wall time, 8 at once per server (about 1.6 prompts/s per server)."""
+PROMPTS = 200
+TIME_SCALE = "50"
+"""Fast: a request of the simulator's median 1,800 tokens (thinking on) takes ~0.2 s of wall time."""
+SLOW = {"slow_factor": 5000.0}
+"""Slowed: a request then takes ~15 min, past every phase of the test (the consumer's hang timeout
+is 10 min of requests in flight with none finishing, its collapse watchdog 5 min), while the
+server still answers health checks at once."""
 
 
 @pytest.fixture
@@ -60,6 +67,15 @@ def four_servers(tmp_path: Path) -> Iterator[list[str]]:
             proc.terminate()
         for proc in procs:
             proc.wait(20)
+
+
+def _faults(urls: list[str] | tuple[str, ...], faults: dict[str, float] | None) -> None:
+    """Set ``faults`` on each simulator of ``urls`` (None: clear them)."""
+    for url in urls:
+        if faults is None:
+            httpx.delete(url + "/simulator/faults", timeout=10).raise_for_status()
+        else:
+            httpx.post(url + "/simulator/faults", json=faults, timeout=10).raise_for_status()
 
 
 def _received(url: str) -> int:
@@ -120,6 +136,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
             return sum(m.completions for m in _control(settings).members.values()) >= n
 
         _wait(lambda: generated(30), 240, "30 completions on 2 servers", job, log)
+        _faults([first, second], SLOW)  # the run must go on until it is scaled down
         state = _control(settings)
         assert state.run is not None and state.run.servers == [first, second], state.run
         assert state.fleet is not None and state.fleet.version == 0 and state.fleet.servers == [first, second]
@@ -145,6 +162,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
             return all(done.get(u, 0) >= n for u in (third, fourth))
 
         _wait(lambda: added_generated(5), 120, "5 completions from each added server", job, log)
+        _faults([third, fourth], SLOW)
         text = log.read_text()
         assert "fleet v1 (kafkagen scale@" in text and f"+ {third}: consumer started" in text, text[-3000:]
 
@@ -164,12 +182,13 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
         assert f"run {run_id}: servers {first}, {second}, {third}, {fourth} (running already" in text, text
         _wait(lambda: holding(four_servers), 180, "4 group members again after the re-run", job, log)
         assert set(supervisor.states()) == {program_name(u) for u in four_servers} | {"sink"}
-        assert not generated(PROMPTS), "the run ended before it was scaled down: make it slower"
+        assert not generated(PROMPTS), "the run ended before it was scaled down"
 
         # Down to 1 (one of the added servers): three consumers stop and hand their partitions over.
         out = _scale(run_id, "--servers", third)
         assert f"- {first}" in out and f"- {second}" in out and f"- {fourth}" in out, out
         removed = (first, second, fourth)
+        _faults(removed, None)  # their consumers' requests in flight finish as they stop
 
         def gone() -> bool:
             states = supervisor.states()
@@ -179,6 +198,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
         after_removal = {u: _received(u) for u in removed}
         stopped = {m.server: m.state for m in _control(settings).members.values() if m.server in removed}
         assert set(stopped.values()) == {"stopped"}, stopped
+        _faults([third], None)  # the one server left finishes the run
 
         job.wait(timeout=720)
         output = log.read_text()

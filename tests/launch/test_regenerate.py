@@ -118,7 +118,6 @@ def _attempts(s: Settings) -> dict[str, list[PromptRecord]]:
 REDO = ("--where", "quality=reasoning_ate_budget", "--max-tokens", "4096")
 
 
-@broker_shapes()
 def test_it_republishes_the_selection_once_with_the_overrides(run: Settings) -> None:
     dry = _regenerate(run, *REDO, "--dry-run")
     out, _ = dry.communicate(timeout=120)
@@ -218,7 +217,6 @@ def test_a_regenerate_sigkilled_at_its_commit_publishes_nothing_and_the_rerun_pu
     assert len(asyncio.run(read_control(run)).regenerations) == 1
 
 
-@broker_shapes()
 def test_refusals_name_the_problem(run: Settings, unique: str) -> None:
     missing = naming.for_run(run, f"nope-{unique}", replay_of=None)
     proc = _regenerate(missing, *REDO)
@@ -275,7 +273,6 @@ def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> 
     assert [(p, r.id) for p, r in selection.prompts] == [(2, "p-00001")] and selection.unknown_ids == 1
 
 
-@broker_shapes()
 def test_a_halted_run_stays_halted(run: Settings) -> None:
     """A regeneration of a halted run publishes its prompts but does not resume the run: the main
     job run again with the fix does (docs/gate.md)."""

@@ -21,6 +21,8 @@ from launch.cli import main
 from launch.serve.fleet import Fleet
 from launch.stack.process import port_owner, wait_until
 
+pytestmark = pytest.mark.xdist_group("serve-ports")  # ports 27000-27199: one test at a time
+
 SIMULATOR = "{python} -m simulator --port {port} --model-path {model} --time-scale 50"
 
 

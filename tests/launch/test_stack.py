@@ -23,6 +23,8 @@ from streams.storage import s3_client
 from streams.topics import TopicSpec, ensure_topics
 from tests.helpers import with_kafka_at
 
+pytestmark = pytest.mark.xdist_group("stack-ports")  # its own stack's fixed ports: one test at a time
+
 
 @pytest.fixture
 def own_stack(base_settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:

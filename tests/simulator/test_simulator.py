@@ -31,6 +31,7 @@ from simulator import (
     request_seed,
 )
 from streams.errors import ConfigError
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -411,8 +412,11 @@ async def test_health_is_503_while_starting_but_chat_is_served(client: httpx.Asy
         assert (await client.get(f"{server.url}/health_generate")).status_code == 503
         # SGLang accepts generation during warm-up (no ServerStatus check on the chat path)
         assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
-        await asyncio.sleep(1.05)
-        assert (await client.get(f"{server.url}/health")).status_code == 200
+
+        async def started() -> bool:
+            return (await client.get(f"{server.url}/health")).status_code == 200
+
+        await wait_for(started, timeout_s=5, what="start-up to end (200 simulated s)", interval_s=0.05)
         assert (await client.get(f"{server.url}/health_generate")).status_code == 200
         assert (await post_chat(client, server, chat())).status_code == 200
 
@@ -470,7 +474,12 @@ async def test_503_burst_then_recovery(client: httpx.AsyncClient) -> None:
         await client.post(control, json={"error_503_for_s": 200.0})  # 1 s wall
         assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 503
         assert (await client.get(f"{server.url}/health")).status_code == 200  # overload is not ill health
-        await asyncio.sleep(1.05)
+
+        async def window_over() -> bool:
+            state = (await client.get(control)).json()["state"]
+            return bool(state["error_503_window_left_s"] == 0.0)
+
+        await wait_for(window_over, timeout_s=5, what="the 503 window to end", interval_s=0.05)
         assert (await post_chat(client, server, chat(max_tokens=5))).status_code == 200
         assert server.stats().requests_rejected == 3
 
