@@ -1,5 +1,5 @@
 """Re-generation as a workflow (issue 14), on the main job with two simulated SGLang servers
-already listening: a full run of GSM8K with thinking on and ``max_tokens`` 512 (too small: the
+already listening: a full run of GSM8K with thinking on and ``max_tokens`` 1024 (too small: the
 simulator's reasoning eats the budget of most prompts; the gate is off so the run finishes);
 ``kafkagen regenerate`` of its ``reasoning_ate_budget`` ids at 4096 tokens, twice (the second
 publishes nothing); the same main job command again, which generates only those; ``kafkagen
@@ -64,7 +64,7 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     common = [*servers, "--server-timeout", "60", "--no-progress", "--timeout", "480", "--no-preflight"]
     dataset = tmp_path / "dataset"
     args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts)]
-    args += ["--prompt-field", "question", "--max-tokens", "512", "--to", str(dataset), *common]
+    args += ["--prompt-field", "question", "--max-tokens", "1024", "--to", str(dataset), *common]
 
     # 1. A full run whose budget is too small: most answers never start.
     code, output = _run(args)
@@ -112,7 +112,7 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     for record_id, row in rows.items():
         regenerated = record_id in cut
         assert row["attempt"] == (1 if regenerated else 0), row
-        assert row["params"]["max_tokens"] == (4096 if regenerated else 512), row
+        assert row["params"]["max_tokens"] == (4096 if regenerated else 1024), row
         assert row["server"] in user_servers and row["model"] == "sim-qwen3"
     now = asyncio.run(read_topic(settings, settings.topics.completions, CompletionRecord))
     again = [c for c in now if c.attempt == 1]

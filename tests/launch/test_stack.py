@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from launch.stack import LocalStack
 from launch.stack.__main__ import main as stack_main
 from launch.stack.kafka import KAFKA_VERSION, POM
+from launch.stack.process import wait_until
 from streams.config import Settings
 from streams.errors import ConfigError, StackError
 from streams.kafka import consumer_kwargs, producer_kwargs
@@ -39,6 +40,15 @@ def own_stack(base_settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     stack = LocalStack(settings)
     yield stack
     stack.down()
+
+    def left() -> list[psutil.Process]:
+        home = stack.home.as_posix()
+        return [p for p in psutil.process_iter(["cmdline"]) if home in " ".join(p.info["cmdline"] or [])]
+
+    # the next test of this module binds the same fixed ports: wait until this one's processes are gone
+    if not wait_until(lambda: not left(), timeout_s=30):
+        for proc in left():
+            proc.kill()
 
 
 def _pids(stack: LocalStack) -> dict[str, int | None]:

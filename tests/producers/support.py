@@ -112,6 +112,10 @@ async def sigkill_mid_file(settings: Settings, *args: str, n: int, cwd: Path) ->
         sent.assign(prompt_tps)
         await progress.seek_to_beginning(progress_tp)
         await sent.seek_to_beginning(*prompt_tps)
+        # ready: each watcher has resolved its start offsets (metadata and ListOffsets answered)
+        await progress.position(progress_tp)
+        for tp in prompt_tps:
+            await sent.position(tp)
         proc = spawn(settings, *args, cwd=cwd)
 
         async def poll() -> None:

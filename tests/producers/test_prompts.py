@@ -167,8 +167,9 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     write_chat_rows(path, n)
     specs = topic_specs(settings)
     await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
-    # 500 records/s: the file takes 8 s, so even a starved test loop has seconds to catch the middle.
-    slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "500"]
+    # 250 records/s: the file takes 16 s, so even a starved test loop (4 workers beside it on 2
+    # cores) has seconds to catch the middle.
+    slow = ["--producer.checkpoint-every", "200", "--producer.max-records-per-s", "250"]
 
     # Kill the producer mid-file while records of its open transaction are already in the log
     # (the watchers are ready before the producer starts: tests/producers/support.py).
