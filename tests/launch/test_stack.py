@@ -24,7 +24,9 @@ from streams.storage import s3_client
 from streams.topics import TopicSpec, ensure_topics
 from tests.helpers import with_kafka_at
 
-pytestmark = pytest.mark.xdist_group("stack-ports")  # its own stack's fixed ports: one test at a time
+# alone: it starts and stops whole stacks on fixed ports, and beside other tests a port of its own was
+# found taken (twice in 2 parallel runs): it runs after the parallel tiers, one test at a time
+pytestmark = pytest.mark.alone
 
 
 @pytest.fixture
