@@ -16,7 +16,6 @@ at the broker count in the ``brokers`` fixture. ``kafka_cluster_stack`` kills an
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from launch.stack import LocalStack, cluster_beside
 from streams.config import Settings
+from tests.helpers import port_free
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "data"
@@ -103,15 +103,6 @@ OWN_KAFKA_PORTS = range(29100, 29900, 2)
 (32768-60999) and apart from the shared stack, the 3-broker cluster and the fault audit's ports."""
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.fixture
 def own_kafka(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     """A single Kafka broker of this test's own (own home, own ports), running, so that a test can
@@ -119,7 +110,7 @@ def own_kafka(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     ``settings`` pointing at it; it is stopped after the test."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     mine = OWN_KAFKA_PORTS[worker % 16 :: 16]  # each xdist worker its own ports: no race between them
-    ports = [p for p in mine if _port_free(p) and _port_free(p + 1)]
+    ports = [p for p in mine if port_free(p) and port_free(p + 1)]
     if not ports:
         pytest.fail(f"no free port pair for an own Kafka broker in {OWN_KAFKA_PORTS}")
     port = ports[0]
@@ -201,11 +192,11 @@ PROCESS_HELPERS = (
 )
 """Names a test module imports when its tests start child processes."""
 CLUSTER_FIXTURES = frozenset({"kafka_cluster", "kafka_cluster_stack"})
-TIERS = ("pure", "services", "processes", "e2e")
 
 
 def tier_of(item: pytest.Item) -> str:
-    """The tier of ``item`` (one of :data:`TIERS`), from its path, fixtures, markers and module."""
+    """The tier of ``item`` (``pure``, ``services``, ``processes`` or ``e2e``), from its path,
+    fixtures, markers and module."""
     if "e2e" in Path(str(item.fspath)).relative_to(REPO_ROOT).parts:
         return "e2e"
     fixtures = set(getattr(item, "fixturenames", ()))

@@ -174,6 +174,24 @@ def sigkill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on (or holds) TCP ``port`` of 127.0.0.1 now: it can be bound."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def _look(check: Callable[[], bool] | Callable[[], object]) -> bool:
+    """One look at ``check`` (sync or async): whether it is truthy now."""
+    result = check()
+    if asyncio.iscoroutine(result):
+        result = await result
+    return bool(result)
+
+
 async def wait_for(
     check: Callable[[], bool] | Callable[[], object], *, timeout_s: float, what: str, interval_s: float = 0.25
 ) -> None:
@@ -184,10 +202,7 @@ async def wait_for(
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
+        if await _look(check):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
@@ -206,10 +221,7 @@ async def holds(
     """
     started = time.monotonic()
     while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if not result:
+        if not await _look(check):
             raise AssertionError(f"{what} stopped holding after {time.monotonic() - started:.1f} s")
         if time.monotonic() - started >= for_s:
             return

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
 from streams.kafka import end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
-from tests.helpers import holds, metric_value, partition_leader, unused_port, with_kafka_at
+from tests.helpers import holds, metric_value, partition_leader, port_free, unused_port, with_kafka_at
 from tests.sinks.support import (
     REPO_ROOT,
     SinkProcess,
@@ -229,22 +228,13 @@ async def test_two_writers_racing_on_one_folder_never_overlap(
     assert_export_is_exact(cfg_a, tmp_path / "export", 600)
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.fixture
 def own_s3(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     """A SeaweedFS of this test's own (own home, own ports), so stopping it disturbs nobody."""
     for _ in range(50):
         port = random.randrange(21000, 26000)
         internal = (port, port + 1000, port + 1007, port + 555)
-        if all(_free(p) and _free(p + 10000) for p in internal):
+        if all(port_free(p) and port_free(p + 10000) for p in internal):
             break
     else:
         pytest.fail("no free ports for an own S3")
