@@ -51,11 +51,25 @@ if [ "$FAST" = 1 ]; then
   exit 0
 fi
 
-# with Chromium (Debian's package) for the dashboard's browser test (tests/launch/test_dashboard.py)
-KAFKAGEN_WITH_BROWSER="${KAFKAGEN_WITH_BROWSER:-1}" bash scripts/setup-env.sh
+# With Chromium (Debian's package) for the dashboard's browser test (tests/launch/test_dashboard.py).
+# On a fresh machine llama.cpp builds (~15 min on 2 cores) in the background, at low priority, while
+# every test that does not need it runs; only the llama.cpp tests (marker `llm`) wait for it.
+KAFKAGEN_LLM_IN_BACKGROUND=1 KAFKAGEN_WITH_BROWSER="${KAFKAGEN_WITH_BROWSER:-1}" bash scripts/setup-env.sh
 
 STACK_PID=""
+service_clues() {
+  # After a failed run: what the services' own logs and the kernel say about a service that died
+  # (CI keeps only the end of the output, so only the telling lines).
+  local f
+  for f in .local/logs/*.log .local/cluster3/logs/*.log; do
+    [ -f "$f" ] || continue
+    grep -hE "ERROR|FATAL|Exiting|shutting down|Shutting down|OutOfMemory" "$f" | tail -n 5 | sed "s|^|$f: |" >&2 || true
+  done
+  dmesg 2>/dev/null | grep -iE "out of memory|oom-kill|killed process" | tail -n 5 >&2 || true
+}
 stop_stack() {
+  local rc=$?
+  [ "$rc" = 0 ] || service_clues
   # a stack still starting in the background is let finish first, so that nothing outlives the run
   [ -n "$STACK_PID" ] && { wait "$STACK_PID" 2>/dev/null || true; }
   [ "${KAFKAGEN_KEEP_STACK:-0}" = 1 ] && return
@@ -69,7 +83,7 @@ trap stop_stack EXIT
 STACK_LOG="$(mktemp -t kafkagen-stack.XXXXXX.log)"
 log "starting the local stack and the 3-broker test cluster (log: $STACK_LOG)"
 (
-  "$PY" -m launch.stack up
+  "$PY" -m launch.stack up kafka s3
   # The 3-broker cluster beside it (home .local/cluster3, brokers on the Kafka port + 2, + 4, + 6):
   # the tests where replication matters run on it; they form one xdist group (tests/conftest.py).
   "$PY" -m launch.stack --cluster3 up
@@ -91,9 +105,15 @@ fi
 cat "$STACK_LOG" >&2
 
 # --basetemp: short paths (supervisord's AF_UNIX socket lives under a test's tmp_path)
-tier "services, processes, e2e" -q -m "not pure and not alone" -n "$WORKERS" --dist loadgroup \
-  --basetemp=/tmp/kafkagen-t2 --durations=15 "$@"
+tier "services, processes, e2e" -q -m "not pure and not alone and not llm" -n "$WORKERS" \
+  --dist loadgroup --basetemp=/tmp/kafkagen-t2 --durations=15 "$@"
+
+log "llama.cpp: waiting for its build, then starting the llama-servers"
+bash scripts/setup-env.sh
+"$PY" -m launch.stack up llm >&2
+tier "llama.cpp" -q -m "llm and not pure and not alone" -n 2 --dist loadgroup \
+  --basetemp=/tmp/kafkagen-t3 --durations=5 "$@"
 # Tests whose verdict includes their own timing (the fault audit) run last, one at a time.
-tier "alone" -q -m "alone and not pure" --basetemp=/tmp/kafkagen-t3 --durations=5 "$@"
+tier "alone" -q -m "alone and not pure" --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
 [ "$RAN" = 1 ] || { log "no test ran"; exit 1; }
 log "done"

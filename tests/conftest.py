@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from launch.stack import LocalStack, cluster_beside
+from launch.stack.kafka import kafka_broker_ids
 from streams.config import Settings
 from tests.helpers import port_free
 
@@ -81,18 +83,37 @@ def llm(local_stack: LocalStack) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster_stack(base_settings: Settings) -> LocalStack:
-    """The tests' 3-broker Kafka cluster (services ``kafka-1`` .. ``kafka-3``), running and ready.
+def _cluster3(base_settings: Settings) -> LocalStack:
+    """The session's handle on the 3-broker cluster (started by ``kafka_cluster_stack``)."""
+    return LocalStack(cluster_beside(base_settings))
 
-    A test that kills a broker (``kafka_cluster_stack.kill("kafka-2")``) must start it again
-    (``kafka_cluster_stack.up(["kafka-2"])``) before it ends: the cluster is shared by the session.
+
+@pytest.fixture
+def kafka_cluster_stack(_cluster3: LocalStack) -> LocalStack:
+    """The tests' 3-broker Kafka cluster (services ``kafka-1`` .. ``kafka-3``), every broker
+    running and back in the cluster metadata when the test starts.
+
+    A test that kills a broker (``kafka_cluster_stack.kill("kafka-2")``) starts it again
+    (``kafka_cluster_stack.up(["kafka-2"])``) before it ends. A broker found dead or fenced here
+    anyway (it died under a test before this one) is started again, or waited for until it is
+    back, and the test is warned with the end of its log, so that no test inherits a cluster of
+    two.
     """
-    stack = LocalStack(cluster_beside(base_settings))
-    stack.up(["kafka"])
-    return stack
+    live = kafka_broker_ids(_cluster3.address("kafka")) or set()
+    procs = _cluster3.processes
+    gone = [  # the end of its log, read before a restart appends to it
+        f"{n.name} was {'not running' if procs.process(n.name) is None else 'not live'} in the cluster "
+        f"before this test (now back); end of {procs.log_path(n.name)}:\n{procs.tail(n.name, lines=10)}"
+        for n in _cluster3.kafka_nodes
+        if procs.process(n.name) is None or n.node_id not in live
+    ]
+    _cluster3.up(["kafka"])
+    for message in gone:
+        warnings.warn(message, stacklevel=1)
+    return _cluster3
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def kafka_cluster(kafka_cluster_stack: LocalStack) -> str:
     """Bootstrap list of the running 3-broker cluster (started if needed)."""
     return kafka_cluster_stack.address("kafka")
@@ -218,5 +239,7 @@ def on_cluster(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item)))
+        if "llm" in getattr(item, "fixturenames", ()):  # the llama.cpp phase of scripts/test.sh
+            item.add_marker(pytest.mark.llm)
         if on_cluster(item):
             item.add_marker(pytest.mark.xdist_group("cluster3"))
