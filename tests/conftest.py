@@ -15,7 +15,9 @@ at the broker count in the ``brokers`` fixture. ``kafka_cluster_stack`` kills an
 
 from __future__ import annotations
 
+import fcntl
 import os
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -89,7 +91,7 @@ def _cluster3(base_settings: Settings) -> LocalStack:
 
 
 @pytest.fixture
-def kafka_cluster_stack(_cluster3: LocalStack) -> LocalStack:
+def kafka_cluster_stack(_cluster3: LocalStack) -> Iterator[LocalStack]:
     """The tests' 3-broker Kafka cluster (services ``kafka-1`` .. ``kafka-3``), every broker
     running and back in the cluster metadata when the test starts.
 
@@ -97,20 +99,29 @@ def kafka_cluster_stack(_cluster3: LocalStack) -> LocalStack:
     (``kafka_cluster_stack.up(["kafka-2"])``) before it ends. A broker found dead or fenced here
     anyway (it died under a test before this one) is started again, or waited for until it is
     back, and the test is warned with the end of its log, so that no test inherits a cluster of
-    two.
+    two. The test holds a lock on the cluster (``<its home>/tests.lock``) from start to end: the
+    ``cluster3`` xdist group already runs these tests one at a time, the lock makes sure of it.
     """
-    live = kafka_broker_ids(_cluster3.address("kafka")) or set()
-    procs = _cluster3.processes
+    _cluster3.home.mkdir(parents=True, exist_ok=True)
+    with (_cluster3.home / "tests.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield _whole(_cluster3)
+
+
+def _whole(cluster: LocalStack) -> LocalStack:
+    """``cluster`` with every broker running and live (see ``kafka_cluster_stack``)."""
+    live = kafka_broker_ids(cluster.address("kafka")) or set()
+    procs = cluster.processes
     gone = [  # the end of its log, read before a restart appends to it
         f"{n.name} was {'not running' if procs.process(n.name) is None else 'not live'} in the cluster "
         f"before this test (now back); end of {procs.log_path(n.name)}:\n{procs.tail(n.name, lines=10)}"
-        for n in _cluster3.kafka_nodes
+        for n in cluster.kafka_nodes
         if procs.process(n.name) is None or n.node_id not in live
     ]
-    _cluster3.up(["kafka"])
+    cluster.up(["kafka"])
     for message in gone:
         warnings.warn(message, stacklevel=1)
-    return _cluster3
+    return cluster
 
 
 @pytest.fixture
@@ -236,6 +247,7 @@ def on_cluster(item: pytest.Item) -> bool:
     return three or bool(set(getattr(item, "fixturenames", ())) & CLUSTER_FIXTURES)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item)))
@@ -243,3 +255,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.llm)
         if on_cluster(item):
             item.add_marker(pytest.mark.xdist_group("cluster3"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a ``--dist loadgroup`` worker, refuse to run when the groups are not in effect: pytest-xdist
+    groups by a ``@<group>`` suffix it writes into each grouped test's node id
+    (``xdist/remote.py``, pytest-xdist 3.8), which pytest 9.2 no longer takes (pytest-xdist issue
+    1386). The 3-broker tests would then run beside each other and kill each other's brokers."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        message = (
+            f"--dist loadgroup is not grouping tests (e.g. {lost[0]} has no @group suffix): "
+            f"pytest {pytest.__version__} with this pytest-xdist; install the versions pyproject.toml pins"
+        )
+        # xdist's controller reports a worker's UsageError as an unrelated INTERNALERROR
+        print(f"error: {message}", file=sys.__stderr__, flush=True)
+        raise pytest.UsageError(message)
