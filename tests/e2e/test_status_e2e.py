@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,15 +51,16 @@ def servers(tmp_path: Path) -> Iterator[list[str]]:
             proc.wait(20)
 
 
-def _on_a_terminal(argv: list[str], *, seconds: float) -> str:
-    """What ``argv`` writes on a pseudo-terminal in ``seconds`` seconds, then interrupted (SIGINT)."""
+def _on_a_terminal(argv: list[str], *, until: Callable[[str], bool], timeout_s: float) -> str:
+    """What ``argv`` writes on a pseudo-terminal until that text satisfies ``until`` (or
+    ``timeout_s`` seconds pass, or it closes the terminal), then interrupted (SIGINT)."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdin=secondary, stdout=secondary, stderr=secondary)
     os.close(secondary)
     chunks: list[bytes] = []
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not until(b"".join(chunks).decode("utf-8", "replace")):
             ready, _, _ = select.select([primary], [], [], 0.2)
             if ready:
                 try:
@@ -182,7 +183,9 @@ def test_status_and_progress_on_a_real_pipeline(
                 "--interval",
                 "0.5",
             ],
-            seconds=5.0,
+            # three views drawn: the event waited for (a loaded machine starts the command slowly)
+            until=lambda screen: screen.count("generation consumers") >= 3,
+            timeout_s=90,
         )
         assert screen.count("generation consumers") >= 3, screen[-2000:]
         assert "\x1b[1A" in screen or "\x1b[2K" in screen, "the view is redrawn in place"
