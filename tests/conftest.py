@@ -110,13 +110,14 @@ def kafka_cluster_stack(_cluster3: LocalStack) -> Iterator[LocalStack]:
 
 def _whole(cluster: LocalStack) -> LocalStack:
     """``cluster`` with every broker running and live (see ``kafka_cluster_stack``)."""
-    live = kafka_broker_ids(cluster.address("kafka")) or set()
+    live = kafka_broker_ids(cluster.address("kafka"))  # None: no answer in time (up() waits then)
     procs = cluster.processes
+    running = {n.name for n in cluster.kafka_nodes if procs.process(n.name) is not None}
     gone = [  # the end of its log, read before a restart appends to it
-        f"{n.name} was {'not running' if procs.process(n.name) is None else 'not live'} in the cluster "
-        f"before this test (now back); end of {procs.log_path(n.name)}:\n{procs.tail(n.name, lines=10)}"
+        f"{n.name} was {'not live' if n.name in running else 'not running'} in the cluster before this "
+        f"test (now back); end of {procs.log_path(n.name)}:\n{procs.tail(n.name, lines=10)}"
         for n in cluster.kafka_nodes
-        if procs.process(n.name) is None or n.node_id not in live
+        if n.name not in running or (live is not None and n.node_id not in live)
     ]
     cluster.up(["kafka"])
     for message in gone:
