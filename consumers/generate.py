@@ -26,7 +26,8 @@ escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.re
 
 Rebalances (:mod:`consumers.rebalance` says how aiokafka runs them): on revoke the contiguous
 prefix is committed and the started requests keep running as *orphans*, which the re-fetched
-records adopt if their partitions come back (:mod:`consumers.jobs`); on assign the partitions
+records adopt if their partitions come back (:mod:`consumers.jobs`; such a partition is fetched
+even when the buffer is full); on assign the partitions
 are registered before any ``await`` and the orphans of partitions that moved away are cancelled.
 
 Server trouble (:mod:`consumers.server_watch`): while the server is down, nothing new is sent
@@ -420,7 +421,10 @@ class GenerationConsumer:
         room = self.window.size + self.cfg.prefetch - len(self.book.jobs) - self.book.startable()
         self._apply_pauses(consumer, room)
         generation = self._generation
-        batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 1))
+        # A partition adopting orphans is fetched even when the buffer is full: its records up
+        # to the orphans' offsets cost at most one window more.
+        extra = len(self.book.orphans) + len(self.book.finished_orphans)
+        batch = await consumer.getmany(timeout_ms=200, max_records=max(room, 0) + extra or 1)
         for records in batch.values():
             for record in records:
                 self.book.accept(record)
@@ -459,9 +463,13 @@ class GenerationConsumer:
         is down; else a partition holding its share of the buffer (``(window + prefetch) /
         partitions``), or whose uncommitted span reached ``max_uncommitted``. A pause only stops
         fetching: records already returned are kept. While the run is halted by its quality gate
-        nothing starts, so the buffer fills and every partition pauses by the same rule; until
-        then the records fetched again after a rebalance adopt their orphans, so the results of
-        requests in flight at the halt are committed (:meth:`consumers.jobs.JobBook.accept`).
+        nothing starts, so the buffer fills and every partition pauses by the same rule.
+
+        Never paused: a partition whose orphans wait to be adopted
+        (:meth:`consumers.jobs.JobBook.adopting`). Its records fetched again adopt them
+        (:meth:`consumers.jobs.JobBook.accept`), so the results of requests in flight at a
+        rebalance are committed, even when the records of other partitions filled the buffer
+        first (as they do while the run is halted), or the server is down, or the consumer stops.
         """
         assignment = consumer.assignment()
         if room <= 0 or self.server.is_down or self._stopping.is_set():
@@ -473,6 +481,8 @@ class GenerationConsumer:
                 for tp in assignment
                 if len(self.book.buffered.get(tp.partition, ())) >= share or self.book.span_full(tp.partition)
             }
+        adopting = self.book.adopting()
+        want = {tp for tp in want if tp.partition not in adopting or tp.topic != self.prompts_topic}
         paused = consumer.paused()
         if want - paused:
             consumer.pause(*(want - paused))

@@ -92,6 +92,12 @@ class JobBook:
         """Every started prompt: the jobs, then the orphans."""
         return list(self.jobs.values()) + list(self.orphans.values())
 
+    def adopting(self) -> set[int]:
+        """Assigned partitions holding orphans (running or finished) that wait for their records
+        to be fetched again: until then their results cannot be committed."""
+        keys = list(self.orphans) + list(self.finished_orphans)
+        return {p for p, _ in keys if p in self.tracker.assigned}
+
     def head_blocked(self, partition: int) -> bool:
         """Whether the first queued record of ``partition`` lies past its uncommitted span."""
         queue = self.buffered.get(partition)

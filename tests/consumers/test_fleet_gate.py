@@ -342,8 +342,14 @@ async def test_requests_in_flight_at_a_halt_are_committed_across_a_rebalance(
     their records are fetched again, so a halted consumer goes on fetching up to its buffer: the
     results of the requests in flight at the halt must be committed, or they are generated again
     after the resume. (Before the fix a halted consumer paused fetching at once; one run in four
-    of the test above regenerated such results: they finished during the revoke's commit.)"""
-    await publish(cs, [make_prompt(i, max_tokens=2500, min_tokens=2500) for i in range(60)])
+    of the test above regenerated such results: they finished during the revoke's commit.)
+
+    Each partition holds more prompts than A's whole buffer (window + prefetch): the records of
+    one partition fetched again fill it, and A must still fetch the others' until their orphans
+    are adopted (seen on a fresh-clone CI run: 20 results of one partition never committed)."""
+    per_partition = cs.consumer.prefetch + 16 + cs.consumer.standing_queue + 10
+    count = per_partition * cs.topics.partitions
+    await publish(cs, [make_prompt(i, max_tokens=2500, min_tokens=2500) for i in range(count)])
     with simulators(2, 2.0, tmp_path, "slow") as urls:
         fleet.start("ga", urls[0])
 

@@ -85,6 +85,27 @@ def test_a_revoked_job_becomes_an_orphan_that_the_refetched_record_adopts() -> N
     assert book.committable() == {0: 0} and book.waiting == 1
 
 
+def test_a_partition_is_adopting_until_the_records_of_its_orphans_are_fetched_again() -> None:
+    book = JobBook(max_uncommitted=100)
+    for p in (0, 1, 2):
+        for o in range(2):
+            book.accept(record(p, o))
+    book.start_buffered(6, no_task)
+    book.finish(book.jobs[(1, 0)])
+    book.revoke({0, 1, 2})
+    assert book.adopting() == set()  # revoked: not assigned, nothing to fetch
+    book.assign({1, 2})
+    assert book.adopting() == {1, 2}  # 1: one finished orphan and one running, 2: two running
+    book.accept(record(1, 0))
+    assert book.adopting() == {1, 2}  # (1, 1) still waits
+    book.accept(record(1, 1))
+    assert book.adopting() == {2}
+    book.accept(record(2, 0))
+    assert book.adopting() == {2}  # (2, 1) still waits
+    book.accept(record(2, 1))
+    assert book.adopting() == set()
+
+
 def test_orphans_of_partitions_that_moved_away_are_handed_back_to_be_cancelled() -> None:
     book = JobBook(max_uncommitted=100)
     book.accept(record(0, 0))
