@@ -20,10 +20,13 @@ cannot be reached; 130 when interrupted (the way a ``--watch`` ends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Final, TypeVar
 
 import click
 from aiokafka.errors import KafkaError
@@ -36,13 +39,18 @@ from launch.status import Collector, quiet_kafka_logs
 from launch.status_shape import RunStatus
 from launch.status_view import PLAIN_WIDTH, status_line, status_view
 from streams import naming
-from streams.cli import command_settings, run_command, settings_options
+from streams.cli import ExitCode, command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import KafkagenError
 from streams.kafka import kafka_unavailable
 from streams.run_record import read_run_record
 
 __all__ = ["RunNotFoundError", "main", "status_command"]
+
+T = TypeVar("T")
+
+CLOSE_WAIT_S: Final = 10.0
+"""Seconds a cancelled collection, or the clients' closing, may take once the watch stops."""
 
 
 class RunNotFoundError(KafkagenError):
@@ -84,53 +92,94 @@ async def _once(settings: Settings, as_json: bool) -> None:
         Console(highlight=False, width=width).print(status_view(status))
 
 
-async def _watch(settings: Settings, as_json: bool, interval_s: float) -> None:
+async def _watch(settings: Settings, as_json: bool, interval_s: float) -> bool:
+    """Watch until SIGINT or SIGTERM; whether one came (the first collection's errors are raised).
+
+    The signals set an event the loop waits on, rather than cancel the task (``asyncio.run``'s
+    SIGINT handling): a cancellation lost inside a client (Python 3.11's ``asyncio.wait_for`` can
+    drop one, CPython issue 86296) would keep the command printing after Ctrl-C."""
     live_view = sys.stdout.isatty() and not as_json
     collector = Collector(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await _watch_with(collector, as_json, interval_s, live_view)
+        status = await _unless_stopped(_first(collector), stop)
+        if status is not None:
+            if live_view:
+                await _live(collector, status, interval_s, stop)
+            else:
+                await _lines(collector, status, interval_s, as_json, stop)
     finally:
-        await collector.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await collector.stop()
+    return stop.is_set()
 
 
-async def _watch_with(collector: Collector, as_json: bool, interval_s: float, live_view: bool) -> None:
-    status = await _first(collector)
-    if live_view:
-        await _live(collector, status, interval_s)
-    else:
-        await _lines(collector, status, interval_s, as_json)
+async def _unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``call``'s result, or None when ``stop`` is set first: then ``call`` is cancelled and
+    given ``CLOSE_WAIT_S`` seconds to end."""
+    task = asyncio.ensure_future(call)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task}, timeout=CLOSE_WAIT_S)
+    return None
 
 
-async def _live(collector: Collector, status: RunStatus, interval_s: float) -> None:
-    """The live terminal view, redrawn after each collection (rich ``Live``)."""
+async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Whether ``stop`` is set within ``seconds``."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()
+
+
+async def _live(collector: Collector, status: RunStatus, interval_s: float, stop: asyncio.Event) -> None:
+    """The live terminal view, redrawn after each collection (rich ``Live``), until ``stop``."""
     with Live(status_view(status), console=Console(highlight=False), auto_refresh=False) as live:
-        while True:
-            await asyncio.sleep(interval_s)
+        while not await _stopped_within(stop, interval_s):
             try:
-                live.update(status_view(await collector.collect()), refresh=True)
+                status_now = await _unless_stopped(collector.collect(), stop)
             except (KafkaError, TimeoutError, OSError) as exc:
                 live.update(Text(f"Kafka unreachable ({type(exc).__name__}); asking again"), refresh=True)
                 await collector.stop()  # the next collection connects anew
+            else:
+                if status_now is not None:
+                    live.update(status_view(status_now), refresh=True)
 
 
-async def _lines(collector: Collector, status: RunStatus, interval_s: float, as_json: bool) -> None:
+async def _lines(
+    collector: Collector, status: RunStatus, interval_s: float, as_json: bool, stop: asyncio.Event
+) -> None:
     """One line per interval (a plain line, or with ``as_json`` one document), on the interval's
-    grid: a slow collection does not make the lines drift."""
+    grid: a slow collection does not make the lines drift. Until ``stop``."""
     started = time.monotonic()
     n = 0
     line: str = json.dumps(status.to_dict()) if as_json else status_line(status)
-    while True:
+    while not stop.is_set():
         click.echo(line)
         n += 1
-        await asyncio.sleep(max(0.0, started + n * interval_s - time.monotonic()))
+        if await _stopped_within(stop, max(0.0, started + n * interval_s - time.monotonic())):
+            return
         try:
-            status = await collector.collect()
+            status_now = await _unless_stopped(collector.collect(), stop)
         except (KafkaError, TimeoutError, OSError) as exc:
             when, name = time.strftime("%H:%M:%S"), type(exc).__name__
             line = f"{when} run {collector.settings.run_id}: Kafka unreachable ({name}); asking again"
             await collector.stop()  # the next collection connects anew
         else:
-            line = json.dumps(status.to_dict()) if as_json else status_line(status)
+            if status_now is not None:
+                line = json.dumps(status_now.to_dict()) if as_json else status_line(status_now)
 
 
 @click.command(
@@ -179,7 +228,8 @@ def status_command(
             raise click.UsageError("--serve shows the status in a browser: use it without --json and --watch")
         serve_dashboard(settings, host, port, interval_s=interval)
     elif watch:
-        asyncio.run(_watch(settings, as_json, interval))
+        if asyncio.run(_watch(settings, as_json, interval)):
+            return ExitCode.INTERRUPTED
     else:
         asyncio.run(_once(settings, as_json))
     return 0
