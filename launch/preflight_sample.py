@@ -53,6 +53,8 @@ class Sample:
         scanned: good records the reservoir saw (at most the scan limit).
         whole: the inputs were read to their end (fewer good records than the scan limit).
         skipped: inputs not read (``-``: the producer reads standard input).
+        repeated: records left out because their id was seen before (each id is sent once: SGLang
+            refuses a request id already in flight, 400 "Duplicate request ID").
     """
 
     prompts: tuple[PromptRecord, ...]
@@ -60,11 +62,15 @@ class Sample:
     scanned: int
     whole: bool = True
     skipped: tuple[str, ...] = ()
+    repeated: int = 0
 
     def describe(self) -> str:
-        """``32 prompts of a.jsonl (seeded sample of its 1319 good records)``."""
+        """``32 prompts of a.jsonl (seeded sample of its 1319 good records)``, and how many
+        records were left out for an id seen before."""
         of = "its" if self.whole else "its first"
         drawn = f"seeded sample of {of} {self.scanned} good records"
+        if self.repeated:
+            drawn += f"; {self.repeated} with an id seen before left out"
         return f"{len(self.prompts)} prompts of {self.source} ({drawn})"
 
 
@@ -106,11 +112,19 @@ def read_sample(
             s3_client.append(make_s3_client(settings.s3))
         return s3_client[0]
 
+    repeated = 0
+
     async def draw() -> tuple[list[bytes], int]:
+        nonlocal repeated
         rng = random.Random(seed)
         reservoir: list[bytes] = []
         seen = 0
-        specs = await asyncio.to_thread(resolve_inputs, readable, s3) if readable else []
+        ids: set[str] = set()
+        specs = (
+            await asyncio.to_thread(resolve_inputs, readable, s3, skip_unreadable=mapping.skip_unreadable)
+            if readable
+            else []
+        )
         for spec in specs:
             make = RecordMaker(
                 spec.name,
@@ -129,6 +143,10 @@ def read_sample(
                     for parsed in chunk.parsed:
                         if parsed is None or isinstance(parsed, Rejected):
                             continue
+                        if parsed[0] in ids:  # one request id per prompt: a server refuses a repeat
+                            repeated += 1
+                            continue
+                        ids.add(parsed[0])
                         seen += 1
                         if len(reservoir) < size:
                             reservoir.append(parsed[2])
@@ -151,6 +169,7 @@ def read_sample(
         scanned=seen,
         whole=seen < scan,
         skipped=tuple(i for i in given if i == "-"),
+        repeated=repeated,
     )
 
 

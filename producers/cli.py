@@ -30,7 +30,14 @@ from producers.metrics import ProducerMetrics
 from producers.publisher import publish
 from producers.results import RunResult
 from producers.transactions import quiet_abandoned_kafka_futures
-from streams.cli import ExitCode, command_settings, input_format_option, run_command, settings_options
+from streams.cli import (
+    ExitCode,
+    command_settings,
+    input_format_option,
+    run_command,
+    settings_options,
+    skip_unreadable_option,
+)
 from streams.config import KeyBy
 from streams.errors import ConfigError, StorageError, UnavailableError
 from streams.inputs import LAST_TURN_RULES, FormatName, LastTurn, MappingOptions, resolve_inputs
@@ -70,6 +77,8 @@ class InputMapping:
     tags: tuple[str, ...] = ()
     key_by: KeyBy | None = None
     last_turn: LastTurn = "auto"
+    skip_unreadable: bool = False
+    """a folder input's files that are not prompt files are left out, not refused."""
 
     def options(self, run_id: str | None) -> MappingOptions:
         """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``.
@@ -97,6 +106,8 @@ class InputMapping:
             args += ["--format", self.format]
         if self.last_turn != "auto":
             args += ["--last-turn", self.last_turn]
+        if self.skip_unreadable:
+            args.append("--skip-unreadable")
         for flag, value in (
             ("--prompt-field", self.prompt_field),
             ("--id-field", self.id_field),
@@ -121,6 +132,7 @@ MAPPING_OPTIONS: Final = (
     "--tag",
     "--key-by",
     "--last-turn",
+    "--skip-unreadable",
 )
 """The flags :func:`mapping_options` adds."""
 
@@ -128,9 +140,10 @@ MAPPING_OPTIONS: Final = (
 def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for a click command that reads prompt inputs: the input mapping options
     (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
-    ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``), handed to the command as one keyword argument
-    ``mapping`` (an :class:`InputMapping`). ``kafkagen produce`` and ``kafkagen run`` both use it,
-    so their options cannot drift apart. Put it below ``@click.command``."""
+    ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``, ``--skip-unreadable``), handed to
+    the command as one keyword argument ``mapping`` (an :class:`InputMapping`). ``kafkagen
+    produce`` and ``kafkagen run`` both use it, so their options cannot drift apart. Put it below
+    ``@click.command``."""
 
     @functools.wraps(command)
     def wrapper(
@@ -143,10 +156,19 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         tag: tuple[str, ...],
         key_by: KeyBy | None,
         last_turn: LastTurn,
+        skip_unreadable: bool,
         **kwargs: Any,
     ) -> Any:
         mapping = InputMapping(
-            format_, prompt_field, id_field, system, keep_field, tag, key_by, last_turn=last_turn
+            format_,
+            prompt_field,
+            id_field,
+            system,
+            keep_field,
+            tag,
+            key_by,
+            last_turn=last_turn,
+            skip_unreadable=skip_unreadable,
         )
         return command(*args, mapping=mapping, **kwargs)
 
@@ -177,6 +199,7 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "keeps the answer in metadata.extra.reference, 'keep' sends it whole; 'auto': reference for "
             "sharegpt rows, keep for the others (streams/inputs/answers.py)",
         ),
+        skip_unreadable_option(),
     ]
     decorated: Callable[..., Any] = wrapper
     for option in reversed(decorators):  # the first listed shows first in --help
@@ -192,9 +215,10 @@ def _echo(message: str) -> None:
     "produce",
     help="Publish prompt files (JSON Lines or a JSON array: plain, .gz, .zst, stdin, s3://; Parquet) to the "
     "prompts topic, exactly once: a re-run after a crash continues where the last committed transaction "
-    "ended. FILE: a JSON Lines or JSON array file, a Parquet file or a folder of them, a glob, '-' for "
-    "stdin, s3://bucket/key (or glob). Exit status: 0 ok, 1 bad lines (unless --allow-bad), 2 usage or "
-    "input error, 3 Kafka/S3 failure, 130 interrupted.",
+    "ended. FILE: a JSON Lines or JSON array file, a Parquet file, a folder of them (any other file in "
+    "it is refused unless --skip-unreadable), a glob, '-' for stdin, s3://bucket/key (or glob). Exit "
+    "status: 0 ok, 1 bad lines (unless --allow-bad), 2 usage or input error, 3 Kafka/S3 failure, 130 "
+    "interrupted.",
 )
 @click.argument("inputs", nargs=-1, required=True, metavar="FILE...")
 @mapping_options
@@ -270,7 +294,9 @@ def produce(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, RuntimeError):  # not the main thread (tests)
                 loop.add_signal_handler(sig, task.cancel)
-        resolved = await asyncio.to_thread(resolve_inputs, inputs, s3)
+        resolved = await asyncio.to_thread(
+            resolve_inputs, inputs, s3, skip_unreadable=mapping.skip_unreadable
+        )
         return await publish(
             settings,
             options,

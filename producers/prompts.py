@@ -2,8 +2,9 @@
 
 Inputs are local ``.jsonl`` files (``.json`` files that hold JSON Lines too), JSON array files
 (``[{...}, ...]``, streamed element by element), gzip or zstandard compressed files (detected from
-their first bytes, whatever their name), local Parquet files and folders of them, ``-`` for stdin,
-``s3://bucket/key`` objects, and globs of either (``data/*.jsonl``, ``s3://bucket/prompts/*.jsonl.zst``).
+their first bytes, whatever their name), local Parquet files, folders of any of them
+(:mod:`streams.inputs.resolve`), ``-`` for stdin, ``s3://bucket/key`` objects, and globs of
+either (``data/*.jsonl``, ``s3://bucket/prompts/*.jsonl.zst``).
 Blank lines are skipped; a JSON array whose structure is broken stops its input (exit 2).
 The Kafka key of a record is its id; a re-run with the same run id continues after the last
 committed transaction; bad rows and duplicate ids are reported, not published.

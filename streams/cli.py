@@ -346,6 +346,18 @@ def input_format_option(help_text: str, flag: str = "--format") -> Callable[[F],
     )
 
 
+def skip_unreadable_option() -> Callable[[F], F]:
+    """The ``--skip-unreadable`` flag of the commands that read prompt inputs (passed as
+    ``skip_unreadable``): a folder input's files that are not prompt files are left out instead
+    of refused (:mod:`streams.inputs.resolve`)."""
+    return click.option(
+        "--skip-unreadable",
+        is_flag=True,
+        help="a folder input: leave out its files that are not prompt files (JSON Lines, JSON arrays, "
+        "Parquet, plain or compressed) instead of refusing the folder",
+    )
+
+
 def port(text: str | int) -> int:
     """A TCP port number (1-65535).
 

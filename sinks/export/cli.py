@@ -23,7 +23,13 @@ from sinks.export.manifest import summary
 from sinks.export.report import export_report, publish_export_report, regenerations_of
 from sinks.export.sources import KEEPS, Keep
 from streams import naming
-from streams.cli import command_settings, input_format_option, run_command, settings_options
+from streams.cli import (
+    command_settings,
+    input_format_option,
+    run_command,
+    settings_options,
+    skip_unreadable_option,
+)
 from streams.errors import ConfigError
 from streams.inputs import FormatName, MappingOptions
 from streams.kafka import kafka_unavailable
@@ -116,6 +122,7 @@ __all__ = ["export_command", "main"]
     help="--format chat: the reasoning in the assistant message's reasoning_content (field), before "
     "the answer in <think>...</think> (inline), or left out (drop)",
 )
+@skip_unreadable_option()
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
@@ -135,6 +142,7 @@ def export_command(
     keep: Keep,
     formats: tuple[str, ...],
     reasoning: ReasoningMode,
+    skip_unreadable: bool,
 ) -> int:
     try:
         formats = parse_formats(formats)
@@ -172,7 +180,7 @@ def export_command(
                     clients.append(s3_client(settings.s3))
                 return clients[0]
 
-            expected = prompt_ids_from_inputs(list(inputs), options, s3)
+            expected = prompt_ids_from_inputs(list(inputs), options, s3, skip_unreadable=skip_unreadable)
         else:
             topic = prompts_topic or settings.topics.prompts
             expected = asyncio.run(prompt_ids_from_topic(settings, topic))

@@ -75,21 +75,27 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
 
 
 def prompt_ids_from_inputs(
-    items: Sequence[str], options: MappingOptions, s3: Callable[[], S3Client]
+    items: Sequence[str],
+    options: MappingOptions,
+    s3: Callable[[], S3Client],
+    *,
+    skip_unreadable: bool = False,
 ) -> Expected:
-    """Every record id of the prompt inputs ``items`` (files, globs, folders of Parquet files,
+    """Every record id of the prompt inputs ``items`` (files, globs, folders (``skip_unreadable``
+    as :func:`streams.inputs.resolve_inputs` has it),
     ``-``, ``s3://`` URIs or globs; JSON Lines or JSON arrays, plain, gzip or zstandard; Parquet),
     resolved, opened, read and parsed as the producer does (blank lines skipped; rows the producer
     would reject are counted as ``unreadable``).
 
     Raises:
-        InputError: an input is missing, matches nothing, or cannot be read to its end (I/O error,
+        InputError: an input is missing, matches nothing, is a folder holding files that are
+            not prompt files, or cannot be read to its end (I/O error,
             corrupt or truncated compressed data, a broken JSON array, unreadable Parquet).
         StorageError: S3 failed.
     """
     ids: set[str] = set()
     unreadable = 0
-    specs = resolve_inputs(items, s3)
+    specs = resolve_inputs(items, s3, skip_unreadable=skip_unreadable)
     for spec in specs:
         number = 0
         try:

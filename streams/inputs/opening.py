@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 import zstandard
 
 from streams.inputs.resolve import InputSpec, split_s3
+from streams.inputs.sniff import GZIP_MAGIC, PARQUET_MAGIC, UTF8_BOM, ZSTD_MAGIC
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -32,10 +33,6 @@ CHUNK_BYTES: Final = 1024 * 1024
 """Buffer size of an opened input (bytes)."""
 STDIN_IDENTITY_BYTES: Final = 64 * 1024
 """Bytes of stdin hashed into its identity."""
-GZIP_MAGIC: Final = b"\x1f\x8b"
-ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
-PARQUET_MAGIC: Final = b"PAR1"
-_BOM: Final = b"\xef\xbb\xbf"
 
 Container = Literal["jsonl", "json_array", "parquet"]
 """How an input holds its rows: JSON Lines, one JSON array, or a Parquet file."""
@@ -95,7 +92,7 @@ def _decompressed_container(lines: io.BufferedIOBase) -> Container:
     head = peek(CHUNK_BYTES) if peek is not None else b""
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
-    return "json_array" if head.removeprefix(_BOM).lstrip().startswith(b"[") else "jsonl"
+    return "json_array" if head.removeprefix(UTF8_BOM).lstrip().startswith(b"[") else "jsonl"
 
 
 @contextlib.contextmanager

@@ -1,10 +1,13 @@
-"""Resolving command-line inputs: files, globs, folders of Parquet files, ``-`` for stdin,
+"""Resolving command-line inputs: files, globs, folders, ``-`` for stdin,
 ``s3://`` objects and S3 globs become an ordered list of :class:`InputSpec` (opening one is
 :mod:`streams.inputs.opening`).
 
-A folder stands for the ``*.parquet`` files under it, at any depth, in path order (a Hugging Face
-dataset's ``data/`` folder holds ``train-00000-of-00002.parquet``, ...); each is an input of its
-own, with its own resume point.
+A folder stands for every prompt file under it (:func:`streams.inputs.sniff.is_prompt_file`: JSON
+Lines, JSON arrays and Parquet, plain or compressed, by name or by content), at any depth, in path
+order; each is an input of its own, with its own resume point. Hidden files and folders (a name
+starting with ``.``, e.g. ``.gitattributes`` or a ``.cache`` folder) are not looked at. Any other
+file is refused, naming it, unless ``skip_unreadable`` is set (``--skip-unreadable``): a folder
+is never read in part without the user asking for it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from streams.errors import InputError
+from streams.inputs.sniff import PROMPT_SUFFIXES, is_prompt_file
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -57,17 +61,23 @@ def split_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[InputSpec]:
-    """Expand the command line's inputs (files, globs, ``-``, ``s3://`` URIs and globs) in order.
+def resolve_inputs(
+    items: Sequence[str], s3: Callable[[], S3Client], *, skip_unreadable: bool = False
+) -> list[InputSpec]:
+    """Expand the command line's inputs (files, globs, folders, ``-``, ``s3://`` URIs and globs)
+    in order.
 
     An input reached twice (a file named and globbed) is kept once, at its first place.
 
     Args:
         s3: returns the S3 client; called only when an ``s3://`` input is given.
+        skip_unreadable: a folder's files that are not prompt files are left out instead of
+            refused (the module docstring).
 
     Raises:
-        InputError: a file or S3 object that does not exist, a folder without Parquet files, a
-            glob matching nothing, ``-`` given twice.
+        InputError: a file or S3 object that does not exist, a folder holding a file that is not
+            a prompt file (unless ``skip_unreadable``) or no prompt file at all, a glob matching
+            nothing, ``-`` given twice.
         StorageError: S3 could not be asked.
     """
     specs: list[InputSpec] = []
@@ -89,13 +99,7 @@ def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[Inp
         else:
             path = Path(item)
             if path.is_dir():
-                found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
-                if not found:
-                    raise InputError(
-                        "is a folder without .parquet files: give the files in it, e.g. with a glob",
-                        source=item,
-                    )
-                for file in found:
+                for file in _folder_files(path, item, skip_unreadable=skip_unreadable):
                     add(InputSpec(str(file), "file", str(file.resolve()), file.stat().st_size))
                 continue
             if path.exists():
@@ -109,6 +113,44 @@ def resolve_inputs(items: Sequence[str], s3: Callable[[], S3Client]) -> list[Inp
             for match in matches:
                 add(InputSpec(match, "file", str(Path(match).resolve()), Path(match).stat().st_size))
     return specs
+
+
+def _folder_files(folder: Path, item: str, *, skip_unreadable: bool) -> list[Path]:
+    """The prompt files under ``folder`` in path order (the module docstring).
+
+    Raises:
+        InputError: a file that is not a prompt file (unless ``skip_unreadable``) or cannot be
+            opened, or no prompt file at all.
+    """
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts) and p.is_file()
+    )
+    found: list[Path] = []
+    other: list[str] = []
+    for file in files:
+        try:
+            readable = is_prompt_file(file)
+        except OSError as exc:
+            raise InputError(f"cannot be read: {exc.strerror or exc}", source=str(file)) from None
+        if readable:
+            found.append(file)
+        else:
+            other.append(str(file.relative_to(folder)))
+    if other and not skip_unreadable:
+        shown = ", ".join(other[:10]) + (f" and {len(other) - 10} more" if len(other) > 10 else "")
+        raise InputError(
+            f"is a folder holding {len(other)} file(s) that are not prompt files ({shown}): move them "
+            "out, give the files to read (e.g. with a glob), or pass --skip-unreadable to leave them out",
+            source=item,
+        )
+    if not found:
+        raise InputError(
+            f"is a folder without prompt files ({', '.join(PROMPT_SUFFIXES)}, plain or compressed)",
+            source=item,
+        )
+    return found
 
 
 def _resolve_s3(uri: str, s3: Callable[[], S3Client]) -> list[InputSpec]:

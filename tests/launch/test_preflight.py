@@ -141,6 +141,18 @@ def test_the_sample_is_seeded_spread_mapped_and_skips_bad_lines(tmp_path: Path) 
     assert len(demo.prompts) == 32 and demo.source.endswith("data/prompts/demo.jsonl")
 
 
+def test_an_id_repeated_in_the_input_is_sampled_once(tmp_path: Path) -> None:
+    """Each id goes to a server once: SGLang refuses a second request with the id of one in
+    flight (400 "Duplicate request ID"), which the gate would count as errors."""
+    rows = tmp_path / "rows.jsonl"
+    lines = [json.dumps({"q": f"question {i % 5}", "id": f"r{i % 5}"}) for i in range(12)]
+    rows.write_text("\n".join(lines) + "\n")
+    sample = read_sample([str(rows)], InputMapping(prompt_field="q", id_field="id"), Settings(), size=32)
+    assert sorted(p.id for p in sample.prompts) == [f"r{i}" for i in range(5)]
+    assert sample.scanned == 5 and sample.repeated == 7
+    assert "5 good records; 7 with an id seen before left out" in sample.describe()
+
+
 def test_the_old_probe_flags_still_work() -> None:
     seen: list[PreflightOptions] = []
 
@@ -313,6 +325,12 @@ def test_the_command_prints_json_and_exits_with_the_verdict(
     assert "preflight refused the run" in captured.err
     assert main([*base, "--max-tokens", str(data["recommendation"]["max_tokens"])]) == 0
     assert "\n  ok\n" in capsys.readouterr().out
+    # the run's gate off: the verdict is reported, not enforced (the consumers would not either)
+    for extra in ([], ["--json"]):
+        assert main([*base, "--max-tokens", "512", "--gate.no-enabled", *extra]) == 0
+        captured = capsys.readouterr()
+        assert "reasoning_ate_budget" in captured.out + captured.err
+        assert "running anyway (the quality gate is off: gate.enabled false)" in captured.out + captured.err
 
 
 # -- the main job on the test stack ----------------------------------------------------------------

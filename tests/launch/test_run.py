@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main as cli_main
-from launch.run import LOCAL_MAX_TOKENS, RunOptions, main, plan_run, producer_argv
+from launch.run import LOCAL_MAX_TOKENS, RunOptions, check_prompts, main, plan_run, producer_argv
 from launch.servers import embedded_llm, servers_set_by_user
 from producers.cli import MAPPING_OPTIONS, InputMapping
 from streams.config import Settings, load_settings
@@ -197,6 +197,40 @@ def test_missing_prompts_stop_the_run_before_anything_starts(
     assert "missing.jsonl: no such file" in err
     assert "run no-file" not in out
     assert _started_nothing(idle_stack)
+
+
+def test_a_folder_holding_other_files_stops_the_run_before_anything_starts(
+    idle_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"prompt": "Hi"}\n')
+    (folder / "notes.txt").write_text("a note\n")
+    rc = main(["--run-id", "mixed-folder", "--prompts", str(folder)])
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    assert f"{folder}: is a folder holding 1 file(s) that are not prompt files (notes.txt)" in err
+    assert _started_nothing(idle_stack)
+    assert producer_argv(
+        RunOptions(prompts=(str(folder),), mapping=InputMapping(skip_unreadable=True)), tmp_path / "bad"
+    )[:2] == [str(folder), "--skip-unreadable"], "the producer leaves out what the run was told to"
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\n", b"[]"], ids=["empty", "blank-lines", "empty-array"])
+def test_a_prompts_file_without_a_prompt_stops_the_run_before_anything_starts(
+    content: bytes, idle_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(content)
+    rc = main(["--run-id", "no-prompt", "--prompts", str(empty)])
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    assert f"{empty}: holds no prompt (empty, or blank lines only): there is nothing to generate" in err
+    assert _started_nothing(idle_stack)
+    # one empty file beside one with a prompt is a run of that prompt: not refused here
+    full = tmp_path / "one.jsonl"
+    full.write_text('{"prompt": "Hi"}\n')
+    check_prompts([str(empty), str(full)])
 
 
 def test_mapping_options_that_do_not_fit_stop_the_run_before_anything_starts(

@@ -16,6 +16,7 @@ import pytest
 
 from launch.cli import main as kafkagen
 from streams.config import Settings
+from streams.kafka import topic_partitions
 from streams.records import PromptRecord, decode, key_of
 from streams.topics import ensure_topics, topic_specs
 from tests.producers.support import flags, read_all, run_cli, sigkill_mid_file
@@ -139,6 +140,32 @@ async def test_an_array_and_a_parquet_folder_with_bad_rows_then_a_rerun_skips_th
     rc, err = run_cli(settings, "talks.json", "--last-turn", "keep", "--allow-bad", cwd=tmp_path)
     assert rc == 2 and "(last_turn: None then, 'keep' now)" in err
     assert len(await prompts_on_topic(settings)) == 4
+
+
+async def test_a_folder_is_read_whole_or_refused_before_anything_is_published(
+    kafka: str, settings: Settings, tmp_path: Path
+) -> None:
+    # The held-back case of issue 25: 10 prompts in each of three kinds of file, and a note.
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chat_rows(10, "a")))
+    (folder / "b.json").write_text(json.dumps(chat_rows(10, "b")))
+    write_parquet(folder / "c.parquet", chat_rows(10, "c"))
+    (folder / "notes.txt").write_text("where these prompts came from\n")
+
+    rc, err = run_cli(settings, "mixed", cwd=tmp_path)
+    assert rc == 2, err
+    assert "mixed: is a folder holding 1 file(s) that are not prompt files (notes.txt)" in err
+    assert "--skip-unreadable" in err
+    assert not await topic_partitions(settings.kafka, settings.topics.prompts, timeout_s=30), (
+        "refused before anything is published: not even the prompts topic was created"
+    )
+
+    rc, err = run_cli(settings, "mixed", "--skip-unreadable", cwd=tmp_path)
+    assert rc == 0, err
+    assert "summary: published 30, skipped 0 (already published by an earlier run), bad 0" in err
+    got = sorted(r.id for r in await prompts_on_topic(settings))
+    assert got == sorted(f"{p}-{i:05d}" for p in "abc" for i in range(10))
 
 
 async def test_sigkill_mid_json_array_then_rerun_publishes_each_id_exactly_once(

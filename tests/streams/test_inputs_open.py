@@ -51,7 +51,7 @@ def test_files_and_globs_resolve_in_order_each_once(tmp_path: Path, monkeypatch:
     [
         (["missing.jsonl"], "no such file"),
         (["none-*.jsonl"], "no file matches this pattern"),
-        (["."], "is a folder without .parquet files"),
+        (["."], "is a folder without prompt files"),
         (["-", "-"], "stdin ('-') can be read only once"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Reading rows whatever holds them: JSON arrays (streamed), Parquet files and folders of them, and
+"""Reading rows whatever holds them: JSON arrays (streamed), Parquet files, folders of any of them, and
 the bundled ShareGPT sample; the export's expected ids read them the same way. No Kafka, no S3."""
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def test_a_folder_stands_for_its_parquet_files_at_any_depth_in_path_order(tmp_pa
     (folder / "data").mkdir(parents=True)
     write_parquet(folder / "data" / "train-00001-of-00002.parquet", {"question": ["c", "d"]})
     write_parquet(folder / "data" / "train-00000-of-00002.parquet", {"question": ["a", "b"]})
-    (folder / "README.md").write_text("not an input")
+    (folder / ".gitattributes").write_text("*.parquet filter=lfs\n")  # hidden: not looked at
     specs = resolve_inputs([str(folder)], no_s3)
     assert [Path(s.name).name for s in specs] == [
         "train-00000-of-00002.parquet",
@@ -241,6 +241,61 @@ def test_a_folder_stands_for_its_parquet_files_at_any_depth_in_path_order(tmp_pa
     expected = prompt_ids_from_inputs([str(folder)], QUESTION, no_s3)
     assert expected.ids == {f"train-0000{f}-of-00002.parquet:{n}" for f in (0, 1) for n in (1, 2)}
     assert expected.unreadable == 0
+
+
+def test_a_folder_reads_every_prompt_file_by_name_or_content_and_refuses_any_other(tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    (folder / "deep" / "er").mkdir(parents=True)
+    (folder / ".cache").mkdir()
+    line = b'{"prompt": "p"}\n'
+    (folder / "a.jsonl").write_bytes(line * 2)
+    (folder / "b.json").write_text(json.dumps([{"prompt": "x"}, {"prompt": "y"}]))
+    write_parquet(folder / "c.parquet", {"prompt": ["q"]})
+    (folder / "d.ndjson.gz").write_bytes(gzip.compress(line))
+    (folder / "deep" / "er" / "part-00000").write_bytes(line)  # no suffix: JSON Lines by content
+    (folder / "deep" / "rows.dat").write_bytes(gzip.compress(b"\n  " + line))  # gzip by magic
+    (folder / "_SUCCESS").write_bytes(b"")  # empty: no rows, nothing to lose
+    (folder / ".cache" / "lock").write_text("pid 12")  # hidden folder: not looked at
+    (folder / "notes.txt").write_text("where these prompts came from\n")
+    (folder / "deep" / "README.md").write_text("# about\n")
+    with pytest.raises(InputError) as refused:
+        resolve_inputs([str(folder)], no_s3)
+    assert str(refused.value).startswith(
+        f"{folder}: is a folder holding 2 file(s) that are not prompt files (deep/README.md, notes.txt)"
+    )
+    with pytest.raises(InputError, match="not prompt files"):
+        prompt_ids_from_inputs([str(folder)], AUTO, no_s3)  # the export's --input refuses it too
+
+    specs = resolve_inputs([str(folder)], no_s3, skip_unreadable=True)
+    assert [Path(s.name).relative_to(folder).as_posix() for s in specs] == [
+        "_SUCCESS",
+        "a.jsonl",
+        "b.json",
+        "c.parquet",
+        "d.ndjson.gz",
+        "deep/er/part-00000",
+        "deep/rows.dat",
+    ]
+    expected = prompt_ids_from_inputs([str(folder)], AUTO, no_s3, skip_unreadable=True)
+    assert expected.ids == {
+        "a.jsonl:1",
+        "a.jsonl:2",
+        "b.json:1",
+        "b.json:2",
+        "c.parquet:1",
+        "d.ndjson.gz:1",
+        "part-00000:1",
+        "rows.dat:2",  # its first line is blank: ids are line numbers
+    }
+    assert expected.unreadable == 0
+
+
+def test_a_folder_of_nothing_readable_is_refused_even_when_skipping(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("nothing to generate\n")
+    with pytest.raises(InputError, match="is a folder without prompt files"):
+        resolve_inputs([str(folder)], no_s3, skip_unreadable=True)
 
 
 def test_parquet_that_cannot_be_read_is_an_input_error(tmp_path: Path) -> None:
