@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from aiokafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 
-__all__ = ["Backoff", "kafka_outage", "retriable", "retry"]
+__all__ = ["Backoff", "kafka_outage", "retriable", "retry", "retry_sync"]
 
 T = TypeVar("T")
 
@@ -108,3 +109,38 @@ async def retry(
             if log is not None:
                 log.warning("%s failed (attempt %d): %r; retrying in %.1f s", what, attempt, exc, wait)
             await asyncio.sleep(wait)
+
+
+def retry_sync(
+    what: str,
+    call: Callable[[], T],
+    *,
+    backoff: Backoff,
+    attempts: int,
+    log: logging.Logger,
+    is_retriable: Callable[[BaseException], bool] = retriable,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """:func:`retry` for blocking code that must give up: call ``call()`` at most ``attempts``
+    times, waiting ``backoff`` between retriable failures (each logged at WARNING with ``what``).
+
+    Raises:
+        Exception: the first error ``is_retriable`` rejects, or the last one after ``attempts``
+            calls, unchanged.
+        ValueError: ``attempts`` < 1.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts}")
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            attempt += 1
+            if attempt >= attempts or not is_retriable(exc):
+                raise
+            wait = backoff.delay(attempt)
+            log.warning(
+                "%s failed (attempt %d of %d): %r; retrying in %.1f s", what, attempt, attempts, exc, wait
+            )
+            sleep(wait)

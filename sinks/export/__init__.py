@@ -55,12 +55,11 @@ Unreadable or corrupt source objects, gaps, conflicts and foreign records are pr
 each, the first 20) and listed in the manifest, and fail the export.
 
 Destination
-    Shards are written to a staging folder (inside a local destination; a temporary folder for
-    ``s3://``), moved or uploaded into place, then ``manifest.json``; finally files of the
-    destination named like the shards of any format (``completions-NNNNN.jsonl.zst``,
-    ``errors-NNNNN.parquet``, ``batch-output-NNNNN.jsonl``, ``chat-NNNNN.jsonl.zst``, ...) that the
-    new manifest does not list are deleted, and a dataset card of an earlier export when this one
-    writes none, so re-exporting into the same folder leaves no stale shard of an earlier export.
+    The new dataset is built beside the one in place and published in one step (a folder swap
+    locally; on ``s3://``, shards under ``<prefix>/export-<id>/`` and ``manifest.json`` written
+    last), then the previous dataset's files are deleted: a killed export leaves the old dataset
+    or the new one, whole. An export that fails its checks never replaces one that passed them
+    (:mod:`~sinks.export.destination`; ``docs/export.md``, "Atomic publication").
 
 Report
     After a successful export (exit 0), its :class:`streams.control.ExportReport` (ids,

@@ -4,9 +4,13 @@ Two passes over the objects keep memory to the id index (about 300 bytes per id,
 :mod:`sinks.export.index`) plus one object: the first finds each id's winner, the second writes
 the winners in every requested format (:mod:`sinks.export.formats`) to shards
 (:mod:`sinks.export.destination`), streamed to disk (uploaded per shard for an ``s3://``
-destination). Then the coverage is checked (:mod:`sinks.export.coverage`), the dataset card
-written (with ``parquet``: :mod:`sinks.export.formats.card`), then the manifest
-(:mod:`sinks.export.manifest`), and stale shards (and a stale card) of an earlier export removed.
+destination). An object is read again in the second pass: a read that fails there (after the
+retries of :func:`sinks.export.sources.read_object`) leaves its winners unwritten, and the
+manifest counts what was written, so the export fails rather than shrink the dataset. Then the
+coverage is checked (:mod:`sinks.export.coverage`), the manifest built
+(:mod:`sinks.export.manifest`), and the new dataset, with its card (``parquet``:
+:mod:`sinks.export.formats.card`), published in one step, or kept aside when it failed its checks
+and the dataset in place did not (:class:`sinks.export.destination.Destination`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sinks.export.coverage import overlaps, s3_only_gaps, spans, topic_coverage
-from sinks.export.destination import Destination
+from sinks.export.destination import MANIFEST_NAME, Destination
 from sinks.export.expected import Expected
 from sinks.export.formats import SHARD_NAME, FormatOptions, ReasoningMode, open_outputs, parse_formats
 from sinks.export.formats.card import CARD_NAME, card, is_ours
@@ -45,6 +49,14 @@ class ExportResult:
 
     manifest: dict[str, Any]
     exit_status: int
+
+
+def _ours(name: str, head: bytes) -> bool:
+    """Whether the file ``name`` (starting with ``head``) of a destination is an export's: a shard
+    of any format, the manifest, or a dataset card with the marker."""
+    if name == CARD_NAME:
+        return is_ours(head)
+    return name == MANIFEST_NAME or SHARD_NAME.match(name) is not None
 
 
 def export(
@@ -79,11 +91,14 @@ def export(
 
     Returns:
         the manifest and the exit status (0, or 1 when the export failed: :mod:`sinks.export`).
+        A failed export over a dataset whose manifest says ``ok`` leaves that dataset in place;
+        its own manifest then has ``_rejected`` (where it was kept, and the previous one's counts).
 
     Raises:
         ConfigError: a malformed destination or run id, an unknown format.
         botocore.exceptions.ClientError, BotoCoreError: S3 failed (after botocore's retries).
         aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read (``check_topics``).
+        OSError: a local destination could not be written (the dataset in place is untouched).
     """
     try:
         formats = parse_formats(formats)
@@ -108,7 +123,7 @@ def export(
     index.end_of_pass()
 
     # Pass 2: write the winners, with statistics over them.
-    dest = Destination(to, client)
+    dest = Destination(to, client, _ours)
     tally = Tally()
     try:
         outputs = open_outputs(
@@ -160,19 +175,21 @@ def export(
             formats={"formats": list(formats), "reasoning": reasoning if "chat" in formats else None},
             card=CARD_NAME if "parquet" in formats else None,
         )
-        if manifest["card"] is not None:
+        names = [CARD_NAME] if manifest["card"] is not None else []
+        if names:
             dest.path(CARD_NAME).write_text(card(manifest))
-            dest.publish(CARD_NAME)
-        (dest.path("manifest.json")).write_text(json.dumps(manifest, indent=2) + "\n")
-        dest.publish("manifest.json")
-        listed = {entry["path"] for entry in manifest["shards"]}
-        for stale in sorted(dest.names(SHARD_NAME) - listed):
-            dest.remove(stale)
-            log.info("removed %s: a shard of an earlier export", dest.where(stale))
-        if manifest["card"] is None and is_ours(dest.head(CARD_NAME, 4096)):
-            dest.remove(CARD_NAME)
-            log.info("removed %s: the dataset card of an earlier export", dest.where(CARD_NAME))
-        manifest["_where"] = dest.where("manifest.json")
+        dest.path(MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        previous = dest.previous_manifest()
+        if not manifest["ok"] and previous is not None and previous.get("ok") is True:
+            manifest["_rejected"] = {
+                "kept_at": dest.reject(),
+                "previous": dest.where(MANIFEST_NAME),
+                "previous_ids": previous.get("records", {}).get("ids"),
+                "previous_created_at": previous.get("created_at"),
+            }
+            return ExportResult(manifest, 1)
+        dest.commit([*names, MANIFEST_NAME])
+        manifest["_where"] = dest.where(MANIFEST_NAME)
         return ExportResult(manifest, 0 if manifest["ok"] else 1)
     finally:
         dest.close()

@@ -1,23 +1,46 @@
-"""The export's destination: a local folder or ``s3://bucket/prefix``, and the JSON Lines shards
-written to it.
+"""The export's destination: a local folder or ``s3://bucket/prefix``, the shards written to it,
+and publishing a new dataset in one step (``docs/export.md``, "Atomic publication").
 
-Shards are written to a staging folder (inside a local destination, so a move is a rename; a
-temporary folder for ``s3://``), moved or uploaded into place (:meth:`Destination.publish`), then
-``manifest.json``; finally the files of the destination named like this export's shards (any
-format's, :data:`sinks.export.formats.SHARD_NAME`) that the new manifest does not list are
-deleted, so re-exporting into the same folder leaves no stale shard of an earlier export.
+A new dataset is built beside the one in place, which stays whole and readable until the new one
+replaces it in one step:
+
+* **local folder**: the new dataset (shards, card, ``manifest.json``) is written to a hidden
+  sibling folder ``.<name>.kafkagen-export-<id>`` on the same filesystem, then swapped with the
+  folder in place by one ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15; ``man 2 rename``); where the
+  filesystem cannot exchange, the old folder is renamed aside and the new one renamed into place,
+  and a crash between the two renames is undone by the next export. Files of the folder that no
+  export wrote (a ``notes.txt``) are carried into the new folder (hard links, before the swap).
+  The previous dataset is deleted after the swap.
+* **S3**: shards are uploaded under ``<prefix>/export-<id>/`` as they close, the card
+  (``README.md``) and then ``manifest.json`` (naming the shards by their keys under the prefix)
+  are written last: the manifest is the one step. The shards of earlier exports (older export
+  folders, and shards of the flat layout of earlier versions) are deleted only after it.
+
+An export whose checks fail (``ok: false``) does not replace a dataset whose manifest says
+``ok: true``: the previous dataset stays, and the failed one is kept for inspection
+(:meth:`Destination.reject`). Two exports into one local folder take turns (a lock file beside
+it); two into one S3 prefix each publish whole datasets, the last manifest winning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
+import json
+import logging
 import os
 import re
+import secrets
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import zstandard
 from botocore.exceptions import ClientError
@@ -27,17 +50,65 @@ from streams.errors import ConfigError
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-__all__ = ["STAGE_PREFIX", "Destination", "Shards", "finish_shard"]
+__all__ = ["EXPORT_DIR", "MANIFEST_NAME", "STAGE_PREFIX", "Destination", "Shards", "finish_shard"]
 
+log = logging.getLogger("kafkagen.export")
+
+MANIFEST_NAME: Final = "manifest.json"
 STAGE_PREFIX: Final = ".kafkagen-export-"
+"""Staging folders of an ``s3://`` destination (under the system's temporary folder)."""
+EXPORT_DIR: Final = re.compile(r"^export-\d{8}T\d{6}Z-[0-9a-f]{8}$")
+"""Names of the folders of one export's shards under an ``s3://`` destination's prefix."""
+_RENAME_EXCHANGE: Final = 2
+_AT_FDCWD: Final = -100
+
+Ours = Callable[[str, bytes], bool]
+"""``(name, first 4 KB) → whether an export wrote this file`` (a shard, the manifest, our card)."""
+
+
+def _export_id() -> str:
+    """``export-<UTC time>-<8 hex digits>``: sorts by time; unique."""
+    return f"export-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step (``renameat2`` with ``RENAME_EXCHANGE``);
+    ``False`` when this system or filesystem cannot.
+
+    Raises:
+        OSError: the exchange failed for another reason (a path missing, permissions).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
 
 
 class Destination:
-    """A local folder, or ``s3://bucket/prefix``. Files are written to a staging folder (inside
-    a local destination, so a move is a rename) and put in place by :meth:`publish`."""
+    """Where the export writes: a local folder, or ``s3://bucket/prefix`` (module docstring).
 
-    def __init__(self, target: str, client: S3Client | None) -> None:
+    Files are written to :meth:`path` and handed over by :meth:`publish` (shards as they close);
+    :meth:`commit` puts the whole dataset in place, :meth:`reject` keeps it aside instead;
+    :meth:`close` releases what is left.
+
+    Raises (constructor):
+        ConfigError: ``target`` is not ``s3://bucket[/prefix]`` or a folder path.
+        OSError: a local folder cannot be created or locked.
+    """
+
+    def __init__(self, target: str, client: S3Client | None, ours: Ours) -> None:
         self.target = target
+        self.client = client
+        self._ours = ours
+        self._lock: IO[bytes] | None = None
+        self.export_id = _export_id()
         if target.startswith("s3://"):
             bucket, _, prefix = target.removeprefix("s3://").partition("/")
             if not bucket:
@@ -46,100 +117,232 @@ class Destination:
             self.prefix = prefix.strip("/")
             self.folder: Path | None = None
             self.stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
-            self.client = client
         else:
             self.bucket = None
             self.prefix = ""
-            self.folder = Path(target)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=self.folder))
-            self.client = None
+            self.folder = Path(target).absolute()
+            if self.folder.exists() and not self.folder.is_dir():
+                raise ConfigError(f"--to {target!r} is a file: give a folder")
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = (self.folder.parent / f".{self.folder.name}.kafkagen-export.lock").open("ab")
+            fcntl.flock(self._lock, fcntl.LOCK_EX)  # another export into this folder: its turn first
+            self._recover()
+            self.stage = self.folder.parent / f".{self.folder.name}.kafkagen-{self.export_id}"
+            self.stage.mkdir()
+
+    # -- writing ---------------------------------------------------------------------------------
 
     def path(self, name: str) -> Path:
-        """Where to write ``name`` before :meth:`publish`."""
+        """Where to write ``name`` (a shard, the card, the manifest) before it is published."""
         return self.stage / name
+
+    def stored_name(self, name: str) -> str:
+        """``name`` as the manifest lists it: relative to the destination (under this export's
+        folder for S3)."""
+        return name if self.folder is not None else f"{self.export_id}/{name}"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def where(self, name: str) -> str:
-        """Where ``name`` is once published (a path, or an ``s3://`` URI)."""
+        """Where ``name`` (as :meth:`stored_name` gives it) is once committed."""
         if self.folder is not None:
             return str(self.folder / name)
         return f"s3://{self.bucket}/{self._key(name)}"
 
     def publish(self, name: str) -> None:
-        """Put a staged file in place (a rename, or an upload for S3)."""
+        """Hand over a finished shard: uploaded to this export's S3 folder (and deleted locally);
+        a local shard stays in the new dataset's folder."""
         if self.folder is not None:
-            os.replace(self.stage / name, self.folder / name)
             return
         assert self.bucket is not None and self.client is not None
-        self.client.upload_file(str(self.stage / name), self.bucket, self._key(name))
+        self.client.upload_file(str(self.stage / name), self.bucket, self._key(self.stored_name(name)))
         (self.stage / name).unlink()
 
-    def names(self, pattern: re.Pattern[str]) -> set[str]:
-        """Names of the files in place (directly in the folder or prefix) that match ``pattern``."""
-        if self.folder is not None:
-            return {p.name for p in self.folder.iterdir() if p.is_file() and pattern.match(p.name)}
-        assert self.bucket is not None and self.client is not None
-        found: set[str] = set()
-        base = f"{self.prefix}/" if self.prefix else ""
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=base, Delimiter="/"
-        ):
-            for obj in page.get("Contents", []):
-                name = obj["Key"][len(base) :]
-                if pattern.match(name):
-                    found.add(name)
-        return found
+    # -- what is in place ------------------------------------------------------------------------
 
-    def head(self, name: str, size: int) -> bytes:
-        """The first ``size`` bytes of a file in place (``b""`` when there is none).
+    def previous_manifest(self) -> dict[str, Any] | None:
+        """The manifest of the dataset in place, or ``None`` when there is none (or it is not JSON).
 
         Raises:
             botocore.exceptions.ClientError, BotoCoreError: S3 failed (other than a missing key).
         """
         if self.folder is not None:
             try:
-                with (self.folder / name).open("rb") as f:
-                    return f.read(size)
-            except FileNotFoundError:
-                return b""
+                data = (self.folder / MANIFEST_NAME).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        else:
+            assert self.bucket is not None and self.client is not None
+            try:
+                data = self.client.get_object(Bucket=self.bucket, Key=self._key(MANIFEST_NAME))["Body"].read()
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                    return None
+                raise
+        try:
+            manifest = json.loads(data)
+        except ValueError:
+            return None
+        return manifest if isinstance(manifest, dict) else None
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def commit(self, names: list[str]) -> None:
+        """Put the new dataset in place in one step (module docstring), then delete the previous
+        one. ``names``: the files beside the shards, in writing order, the manifest last
+        (``[README.md, manifest.json]``).
+
+        Raises:
+            OSError: a local rename failed (the previous dataset is then still in place).
+            botocore.exceptions.ClientError, BotoCoreError: S3 failed (before the manifest is
+                written: the previous dataset is in place; after: the new one is, with stale
+                shards left for the next export to delete).
+        """
+        if self.folder is not None:
+            self._commit_local()
+            return
+        assert self.bucket is not None and self.client is not None
+        for name in names:
+            self.client.upload_file(str(self.stage / name), self.bucket, self._key(name))
+        self._remove_stale_s3(keep_top=set(names))
+
+    def reject(self) -> str:
+        """Keep the new (failed) dataset aside, the dataset in place untouched; returns where it
+        is: a local folder ``<name>.rejected`` beside the destination (replacing an older one), or
+        ``<prefix>/export-<id>/`` on S3 with its manifest in it."""
+        if self.folder is not None:
+            rejected = self.folder.parent / f"{self.folder.name}.rejected"
+            shutil.rmtree(rejected, ignore_errors=True)
+            os.rename(self.stage, rejected)
+            return str(rejected)
+        assert self.bucket is not None and self.client is not None
+        for entry in sorted(self.stage.iterdir()):
+            self.client.upload_file(str(entry), self.bucket, self._key(self.stored_name(entry.name)))
+        return f"s3://{self.bucket}/{self._key(self.export_id)}/"
+
+    def close(self) -> None:
+        """Delete what is left of the staging folder (a failed export's partial dataset) and
+        release the lock."""
+        shutil.rmtree(self.stage, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    # -- local -----------------------------------------------------------------------------------
+
+    def _commit_local(self) -> None:
+        assert self.folder is not None
+        if not self.folder.exists():
+            os.rename(self.stage, self.folder)
+            return
+        self._carry(self.folder, self.stage, link=True)
+        if _exchange(self.stage, self.folder):
+            old = self.stage
+        else:  # two renames; a crash between them is undone by the next export (_recover)
+            old = self.folder.parent / f".{self.folder.name}.kafkagen-previous-{self.export_id}"
+            os.rename(self.folder, old)
+            os.rename(self.stage, self.folder)
+        self._carry(old, self.folder, link=False)  # anything written into the old folder since
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _foreign(self, entry: Path) -> bool:
+        if entry.name.startswith(STAGE_PREFIX):
+            return False  # a staging folder of earlier versions (inside the destination)
+        if entry.is_dir():
+            return True
+        head = b""
+        with contextlib.suppress(OSError), entry.open("rb") as f:
+            head = f.read(4096)
+        return not self._ours(entry.name, head)
+
+    def _carry(self, source: Path, into: Path, *, link: bool) -> None:
+        """Bring the entries of ``source`` that no export wrote into ``into`` (unless ``into`` has
+        the name already): hard links (``link``), or moved."""
+        for entry in sorted(source.iterdir()):
+            to = into / entry.name
+            if to.exists() or to.is_symlink() or not self._foreign(entry):
+                continue
+            if not link:
+                os.rename(entry, to)
+            elif entry.is_dir() and not entry.is_symlink():
+                shutil.copytree(entry, to, symlinks=True, copy_function=os.link)
+            else:
+                os.link(entry, to, follow_symlinks=False)
+
+    def _recover(self) -> None:
+        """Undo what a killed export left beside the folder (under the lock): a previous dataset
+        renamed aside is put back when the folder is missing, or else deleted (after carrying its
+        foreign files); staging folders are deleted."""
+        assert self.folder is not None
+        parent, name = self.folder.parent, self.folder.name
+        previous = sorted(parent.glob(f".{name}.kafkagen-previous-export-*"))
+        for aside in previous:
+            if not self.folder.exists():
+                os.rename(aside, self.folder)
+                log.warning("put back %s: an export was killed while it replaced it", self.folder)
+            else:
+                self._carry(aside, self.folder, link=False)
+                shutil.rmtree(aside, ignore_errors=True)
+        for stage in parent.glob(f".{name}.kafkagen-export-*"):
+            if stage.is_dir():
+                if self.folder.exists():
+                    self._carry(stage, self.folder, link=False)  # an exchange done, not cleaned up
+                shutil.rmtree(stage, ignore_errors=True)
+
+    # -- S3 --------------------------------------------------------------------------------------
+
+    def _remove_stale_s3(self, *, keep_top: set[str]) -> None:
+        """Delete the objects of earlier exports: other export folders older than this one, and
+        top-level files of the flat layout that an export wrote (shards; a card we did not write
+        now)."""
+        assert self.bucket is not None and self.client is not None
+        base = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                folder = common["Prefix"][len(base) :].rstrip("/")
+                # an older export's folder; a newer one belongs to an export still running
+                if EXPORT_DIR.match(folder) and folder < self.export_id:
+                    self._delete_under(common["Prefix"])
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(base) :]
+                if name in keep_top or name == MANIFEST_NAME:
+                    continue
+                if self._ours(name, self._head_s3(obj["Key"])):
+                    self.client.delete_object(Bucket=self.bucket, Key=obj["Key"])
+                    log.info("removed s3://%s/%s: a file of an earlier export", self.bucket, obj["Key"])
+
+    def _head_s3(self, key: str) -> bytes:
         assert self.bucket is not None and self.client is not None
         try:
-            resp = self.client.get_object(
-                Bucket=self.bucket, Key=self._key(name), Range=f"bytes=0-{size - 1}"
-            )
-        except ClientError as exc:  # none there, or an empty object (no byte in the range)
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-4095")
+        except ClientError as exc:  # gone meanwhile, or empty (no byte in the range)
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404", "InvalidRange"}:
                 return b""
             raise
         data: bytes = resp["Body"].read()
-        return data[:size]
+        return data
 
-    def remove(self, name: str) -> None:
-        """Delete a file in place (a stale shard)."""
-        if self.folder is not None:
-            (self.folder / name).unlink(missing_ok=True)
-        else:
-            assert self.bucket is not None and self.client is not None
-            self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
-
-    def close(self) -> None:
-        """Remove the staging folder and what is left in it."""
-        shutil.rmtree(self.stage, ignore_errors=True)
+    def _delete_under(self, prefix: str) -> None:
+        assert self.bucket is not None and self.client is not None
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                self.client.delete_object(Bucket=self.bucket, Key=obj["Key"])
+        log.info("removed s3://%s/%s: the shards of an earlier export", self.bucket, prefix)
 
 
 def finish_shard(dest: Destination, name: str, *, fmt: str, kind: str, records: int) -> dict[str, Any]:
-    """Publish the staged shard ``name`` and return its manifest entry: ``path``, ``format``,
-    ``kind``, ``records``, ``bytes`` and ``sha256`` (of the file as stored, hex)."""
+    """Publish the staged shard ``name`` and return its manifest entry: ``path``
+    (:meth:`Destination.stored_name`), ``format``, ``kind``, ``records``, ``bytes`` and ``sha256``
+    (of the file as stored, hex)."""
     path = dest.path(name)
     sha = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             sha.update(chunk)
     entry = {
-        "path": name,
+        "path": dest.stored_name(name),
         "format": fmt,
         "kind": kind,
         "records": records,

@@ -150,6 +150,12 @@ class IdIndex:
         return set(self.kinds_seen)
 
     @property
+    def unwritten(self) -> set[str]:
+        """After the second pass: the ids whose winner it did not take (an object that read in
+        the first pass and not in the second)."""
+        return set(self.winners)
+
+    @property
     def foreign_count(self) -> int:
         """Foreign records, all runs together."""
         return sum(self.foreign_runs.values())

@@ -100,7 +100,8 @@ def build_manifest(
         regenerations: the run's regenerate records (:class:`streams.control.RegenerateRecord` as
             dicts), oldest first.
     """
-    present = index.present
+    unwritten = sorted(index.unwritten)
+    present = index.present - set(unwritten)  # what was written, not what the first pass planned
     corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
     missing = sorted(expected.ids - present) if expected is not None else []
     # re-published (kafkagen regenerate) and not generated yet: the dataset has an older attempt
@@ -113,6 +114,7 @@ def build_manifest(
     foreign_count = index.foreign_count
     failed = bool(
         corrupt
+        or unwritten
         or gaps
         or coverage_problems
         or index.conflicts
@@ -164,6 +166,7 @@ def build_manifest(
         if expected is None
         else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
         "missing": _capped(missing, list_cap),
+        "unwritten": _capped(unwritten, list_cap),
         "pending_attempts": _capped(pending, list_cap),
         "unexpected": _capped(unexpected, list_cap),
         "formats": formats or {"formats": ["jsonl"], "reasoning": None},
@@ -192,6 +195,15 @@ def problem_lines(manifest: dict[str, Any]) -> list[str]:
         "CORRUPT object",
         [f"s3://{bucket}/{c['key']}: {c['problem']}" for c in src["corrupt_objects"]],
         len(src["corrupt_objects"]),
+    )
+    unwritten = manifest.get("unwritten", {"count": 0, "ids": []})
+    listed(
+        "UNWRITTEN id",
+        [
+            f"{i}: its record was read in the first pass and its object not in the second"
+            for i in unwritten["ids"]
+        ],
+        unwritten["count"],
     )
     listed("OFFSET GAP", [_gap_text(g) for g in src["offset_gaps"]], src["offset_gaps_count"])
     listed("COVERAGE", list(src["coverage_problems"]), len(src["coverage_problems"]))
@@ -254,6 +266,15 @@ def summary(manifest: dict[str, Any]) -> str:
     lines += [
         f"  {s['path']}: {s['records']} records, sha256 {s['sha256'][:16]}..." for s in manifest["shards"]
     ]
-    lines.append(f"manifest: {manifest.get('_where', 'manifest.json')}")
+    rejected = manifest.get("_rejected")
+    if rejected is not None:
+        lines.append(
+            f"NOT PUBLISHED: this export failed its checks, and the dataset in place passed them: "
+            f"{rejected['previous']} ({rejected['previous_ids']} ids, exported at "
+            f"{rejected['previous_created_at']}) is left as it was; this export's dataset and manifest "
+            f"are at {rejected['kept_at']}"
+        )
+    else:
+        lines.append(f"manifest: {manifest.get('_where', 'manifest.json')}")
     lines += problem_lines(manifest)
     return "\n".join(lines)

@@ -19,8 +19,10 @@ import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.layout import Line, ObjectKey, ObjectMeta, decode_line, iter_body_lines, parse_key
-from streams.errors import LayoutError
+from streams.errors import LayoutError, StorageError
 from streams.records import PromptRecord
+from streams.retry import Backoff, retry_sync
+from streams.storage import storage_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -40,6 +42,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("kafkagen.export")
+
+READ_ATTEMPTS: Final = 6
+"""Reads of one object before it counts as unreadable (each one a botocore call with its retries)."""
+READ_BACKOFF: Final = Backoff(initial_s=0.5, max_s=8.0)
 
 
 class RecordHead(msgspec.Struct):
@@ -131,12 +137,28 @@ def list_sources(client: S3Client, bucket: str, prefix: str) -> Iterator[Source]
 def read_object(client: S3Client, bucket: str, source: Source) -> list[tuple[Line, RecordHead]]:
     """The object's lines with the head of each record, after checking the body against the
     metadata (SHA-256, count), each line's topic, partition and offset against the key and the
-    metadata, and that every record has an id. Never raises for a bad object: it sets
-    ``source.problem`` and returns no lines (a corrupt object contributes nothing)."""
+    metadata, and that every record has an id. A transient S3 failure (throttling, 5xx, a body
+    read cut off: :func:`streams.storage.permanent_error` says which are not) is retried
+    (:data:`READ_ATTEMPTS`, on top of botocore's own retries of the request). Never raises for a
+    bad object: it sets ``source.problem`` and returns no lines (a corrupt or unreadable object
+    contributes nothing)."""
+
+    def fetch() -> tuple[Any, bytes]:
+        try:
+            resp = client.get_object(Bucket=bucket, Key=source.key)
+            return resp, resp["Body"].read()
+        except (ClientError, BotoCoreError) as exc:  # a body read that broke off included
+            raise storage_error(exc, f"reading {source.key}", bucket) from exc
+
     try:
-        resp = client.get_object(Bucket=bucket, Key=source.key)
-        body = resp["Body"].read()
-    except (ClientError, BotoCoreError) as exc:
+        resp, body = retry_sync(
+            f"reading s3://{bucket}/{source.key}",
+            fetch,
+            backoff=READ_BACKOFF,
+            attempts=READ_ATTEMPTS,
+            log=log,
+        )
+    except StorageError as exc:
         source.problem = f"unreadable: {exc}"
         return []
     try:

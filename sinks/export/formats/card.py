@@ -13,6 +13,7 @@ card (which replaces it).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -51,9 +52,11 @@ def card(manifest: Mapping[str, Any]) -> str:
 
     parquet = [s for s in manifest["shards"] if s.get("format") == "parquet"]
     kinds = [k for k in ("completions", "errors") if any(s["kind"] == k for s in parquet)]
+    # the shards' folder: none in a local folder, this export's own under an s3:// prefix
+    folder = posixpath.dirname(parquet[0]["path"]) + "/" if parquet and "/" in parquet[0]["path"] else ""
     front = ["---", "configs:"]
     for n, kind in enumerate(kinds):
-        front += [f"- config_name: {kind}", f'  data_files: "{kind}-*.parquet"']
+        front += [f"- config_name: {kind}", f'  data_files: "{folder}{kind}-*.parquet"']
         if n == 0:
             front.append("  default: true")
     if not kinds:
@@ -93,7 +96,8 @@ def card(manifest: Mapping[str, Any]) -> str:
         "",
         "```python",
         "import datasets",
-        'completions = datasets.load_dataset("parquet", data_files="completions-*.parquet", split="train")',
+        f'completions = datasets.load_dataset("parquet", data_files="{folder}completions-*.parquet", '
+        'split="train")',
         "```",
         "",
         "`messages`, `tools`, `tool_calls`, `params` and `metadata_extra` are JSON strings "

@@ -23,6 +23,7 @@ import zstandard
 from aiokafka import AIOKafkaProducer
 
 from sinks.export import main
+from sinks.export.destination import EXPORT_DIR
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
 from sinks.store import ObjectStore
 from streams import naming
@@ -30,78 +31,15 @@ from streams.config import Settings, settings_to_env
 from streams.control import read_control
 from streams.kafka import producer_kwargs
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of
+from tests.sinks.export.support import export_argv, input_rows, produce_values
 from tests.sinks.support import (
     REPO_ROOT,
     client,
     completion,
-    create_topics,
-    produce,
-    sink_settings,
     write_objects,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
-
-
-@pytest.fixture
-async def cfg(kafka: str, s3: str, settings: Settings) -> Settings:
-    """The test's settings with 3 partitions per topic, the topics created."""
-    cfg = sink_settings(settings)
-    await create_topics(cfg)
-    return cfg
-
-
-async def _produce(cfg: Settings, topic: str, values: list[bytes], partition: int = 0) -> None:
-    await produce(
-        cfg, topic, [(key_of(msgspec.json.decode(v)["id"]), v) for v in values], partition=partition
-    )
-
-
-@pytest.fixture
-async def run(cfg: Settings, tmp_path: Path) -> Path:
-    """A run: completions 0, 1, 2, 3 and a later duplicate of 1 (finish_reason length); dead letters
-    for 2 (which also has a completion) and 5, in Kafka and in S3 as the sink writes them. The input
-    file lists ids 0..6, so 4 and 6 are missing."""
-    later_dup = msgspec.structs.replace(completion(1, cfg.run_id), finish_reason="length")
-    await _produce(
-        cfg,
-        cfg.topics.completions,
-        [encode(completion(i, cfg.run_id)) for i in range(4)] + [encode(later_dup)],
-    )
-    dead = [
-        ErrorRecord(id=f"id-00000{i}", stage="generate", error_type="FatalRequestError", message="400")
-        for i in (2, 5)
-    ]
-    await _produce(cfg, cfg.topics.errors, [encode(e) for e in dead])
-    await write_objects(cfg, cfg.topics.completions, 0)
-    await write_objects(cfg, cfg.topics.errors, 0, record_type=ErrorRecord)
-    inputs = tmp_path / "prompts.jsonl"
-    inputs.write_text(_input_rows(range(7)))
-    return inputs
-
-
-def _input_rows(ids: range) -> str:
-    return "".join(json.dumps({"id": f"id-{i:06d}", "prompt": f"q{i}"}) + "\n" for i in ids) + "\n"
-
-
-def _argv(settings: Settings, to: str, inputs: Path | str | None, *extra: str) -> list[str]:
-    t = settings.topics
-    return [
-        "--run",
-        settings.run_id,
-        "--to",
-        to,
-        *(["--input", str(inputs)] if inputs is not None else []),
-        "--s3.prefix",
-        settings.s3.prefix,
-        "--topics.prompts",
-        t.prompts,
-        "--topics.completions",
-        t.completions,
-        "--topics.errors",
-        t.errors,
-        *extra,
-    ]
 
 
 def _cli(cfg: Settings, argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -129,7 +67,7 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     cfg: Settings, run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "dataset"
-    assert main(_argv(cfg, str(out), run, "--shard-records", "3")) == 1  # ids are missing
+    assert main(export_argv(cfg, str(out), run, "--shard-records", "3")) == 1  # ids are missing
     assert "2 missing" in capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["run_id"] == cfg.run_id and manifest["created_at"] and manifest["ok"] is False
@@ -176,7 +114,7 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     # a successful export reports itself on the run's control topic; the failed one above did not
     control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
     assert asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export is None
-    assert main(_argv(cfg, str(tmp_path / "again"), run, "--allow-missing")) == 0
+    assert main(export_argv(cfg, str(tmp_path / "again"), run, "--allow-missing")) == 0
     report = asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export
     assert report is not None and report.run_id == cfg.run_id
     assert (report.ids, report.completions, report.errors, report.missing) == (5, 4, 1, 2)
@@ -185,19 +123,21 @@ def test_dedupe_missing_ids_shards_and_exit_status(
 
 def test_export_to_s3(cfg: Settings, run: Path) -> None:
     dest_prefix = f"{cfg.s3.prefix}-export"
-    assert main(_argv(cfg, f"s3://{cfg.s3.bucket}/{dest_prefix}", run, "--allow-missing")) == 0
+    assert main(export_argv(cfg, f"s3://{cfg.s3.bucket}/{dest_prefix}", run, "--allow-missing")) == 0
     s3 = client(cfg)
     keys = sorted(
         o["Key"] for o in s3.list_objects_v2(Bucket=cfg.s3.bucket, Prefix=dest_prefix + "/")["Contents"]
     )
-    assert keys == [
-        f"{dest_prefix}/{n}"
-        for n in ("completions-00000.jsonl.zst", "errors-00000.jsonl.zst", "manifest.json")
-    ]
+    folders = {k.split("/")[-2] for k in keys if k.count("/") > dest_prefix.count("/") + 1}
+    assert len(folders) == 1 and EXPORT_DIR.match(next(iter(folders))), keys
+    folder = next(iter(folders))
+    shards = [f"{folder}/completions-00000.jsonl.zst", f"{folder}/errors-00000.jsonl.zst"]
+    assert keys == [f"{dest_prefix}/{n}" for n in [*shards, "manifest.json"]]
     manifest = json.loads(
         s3.get_object(Bucket=cfg.s3.bucket, Key=f"{dest_prefix}/manifest.json")["Body"].read()
     )
     assert manifest["records"]["completions"] == 4
+    assert sorted(s["path"] for s in manifest["shards"]) == shards  # the manifest names its shard set
 
 
 async def test_the_latest_attempt_wins_and_a_prompt_conflict_fails_the_export(
@@ -226,7 +166,7 @@ async def test_the_latest_attempt_wins_and_a_prompt_conflict_fails_the_export(
         completion(2, run_id).prompt, messages=[{"role": "user", "content": "something else entirely"}]
     )
     clash = msgspec.structs.replace(completion(2, run_id), prompt=other_prompt)
-    await _produce(
+    await produce_values(
         cfg,
         cfg.topics.completions,
         [
@@ -237,14 +177,14 @@ async def test_the_latest_attempt_wins_and_a_prompt_conflict_fails_the_export(
             encode(clash),
         ],
     )
-    await _produce(cfg, cfg.topics.errors, [encode(failed)])
+    await produce_values(cfg, cfg.topics.errors, [encode(failed)])
     await write_objects(cfg, cfg.topics.completions, 0)
     await write_objects(cfg, cfg.topics.errors, 0, record_type=ErrorRecord)
     inputs = tmp_path / "prompts.jsonl"
-    inputs.write_text(_input_rows(range(3)))
+    inputs.write_text(input_rows(range(3)))
     out = tmp_path / "dataset"
 
-    assert await _amain(_argv(cfg, str(out), inputs)) == 1  # the conflict is fatal
+    assert await _amain(export_argv(cfg, str(out), inputs)) == 1  # the conflict is fatal
     printed = capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["ok"] is False and manifest["missing"]["count"] == 0
@@ -320,7 +260,9 @@ def test_input_is_read_as_the_producer_reads_it(
         given = "-"
     out = tmp_path / "dataset"
     expected = 4 if shape == "s3" else 7  # a.jsonl.zst alone holds ids 0..3
-    assert main(_argv(cfg, str(out), given)) == (1 if expected == 7 else 0)  # 7: ids 4 and 6 are missing
+    assert main(export_argv(cfg, str(out), given)) == (
+        1 if expected == 7 else 0
+    )  # 7: ids 4 and 6 are missing
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["expected"]["ids"] == expected and manifest["expected"]["unreadable"] == 0
     assert manifest["missing"]["ids"] == (["id-000004", "id-000006"] if expected == 7 else [])
@@ -329,7 +271,7 @@ def test_input_is_read_as_the_producer_reads_it(
 def test_an_unreadable_input_is_a_clear_error(cfg: Settings, run: Path, tmp_path: Path) -> None:
     truncated = tmp_path / "in.jsonl.gz"
     truncated.write_bytes(_gzip(run.read_bytes() * 50)[:-30])
-    proc = _cli(cfg, _argv(cfg, str(tmp_path / "dataset"), truncated))
+    proc = _cli(cfg, export_argv(cfg, str(tmp_path / "dataset"), truncated))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"error: {truncated}: cannot be read after line" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -342,13 +284,13 @@ async def test_offsets_that_no_object_holds_fail_the_export(
     copy), but Kafka holds records before the first object, between two objects and after the
     last of partition 0, and partition 1 has records and no object at all."""
     values = [encode(completion(i, cfg.run_id)) for i in range(10)]
-    await _produce(cfg, cfg.topics.completions, values * 4, partition=0)
-    await _produce(cfg, cfg.topics.completions, values[:2], partition=1)
+    await produce_values(cfg, cfg.topics.completions, values * 4, partition=0)
+    await produce_values(cfg, cfg.topics.completions, values[:2], partition=1)
     await write_objects(cfg, cfg.topics.completions, 0, [(10, 19), (25, 29)])
     inputs = tmp_path / "prompts.jsonl"
-    inputs.write_text(_input_rows(range(10)))
+    inputs.write_text(input_rows(range(10)))
     out = tmp_path / "dataset"
-    assert await _amain(_argv(cfg, str(out), inputs)) == 1
+    assert await _amain(export_argv(cfg, str(out), inputs)) == 1
     printed = capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["missing"]["count"] == 0, "the ids alone would pass"
@@ -386,9 +328,9 @@ async def test_transaction_markers_and_aborted_records_are_not_gaps(cfg: Setting
     assert len(keys) == 2
     out = tmp_path / "dataset"
     assert (
-        await _amain(_argv(cfg, str(out), None, "--allow-missing", "--no-topic-check")) == 1
+        await _amain(export_argv(cfg, str(out), None, "--allow-missing", "--no-topic-check")) == 1
     )  # S3 alone: a hole
-    assert await _amain(_argv(cfg, str(out), None, "--allow-missing")) == 0
+    assert await _amain(export_argv(cfg, str(out), None, "--allow-missing")) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["offset_gaps"] == [] and manifest["records"]["completions"] == 10
 
@@ -416,8 +358,8 @@ async def test_a_corrupt_object_is_reported_not_a_traceback(cfg: Settings, run: 
     """Two corrupt objects whose metadata and checksum are right (partitions 1 and 2, one record
     each in Kafka): a line that is not a sink line, and a record without an id."""
     values = [encode(completion(i, cfg.run_id)) for i in range(10, 12)]
-    await _produce(cfg, cfg.topics.completions, values[:1], partition=1)
-    await _produce(cfg, cfg.topics.completions, values[1:], partition=2)
+    await produce_values(cfg, cfg.topics.completions, values[:1], partition=1)
+    await produce_values(cfg, cfg.topics.completions, values[1:], partition=2)
     not_a_line = b'{"hello": "world"}\n'
     no_id = encode_line(
         Line(
@@ -434,7 +376,9 @@ async def test_a_corrupt_object_is_reported_not_a_traceback(cfg: Settings, run: 
     for partition, line in ((1, not_a_line), (2, no_id)):
         meta = ObjectMeta(0, 0, 1, hashlib.sha256(line).hexdigest(), len(line))
         keys.append(_put_raw(cfg, partition, _zstd(line), meta))
-    proc = await asyncio.to_thread(_cli, cfg, _argv(cfg, str(tmp_path / "dataset"), run, "--allow-missing"))
+    proc = await asyncio.to_thread(
+        _cli, cfg, export_argv(cfg, str(tmp_path / "dataset"), run, "--allow-missing")
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     bucket = cfg.s3.bucket
@@ -457,11 +401,11 @@ def test_re_exporting_into_the_same_folder_leaves_no_stale_shard(
         resp = client(cfg).list_objects_v2(Bucket=cfg.s3.bucket, Prefix=f"{cfg.s3.prefix}-export/")
         return sorted(o["Key"].rsplit("/", 1)[1] for o in resp.get("Contents", []))
 
-    assert main(_argv(cfg, to, run, "--allow-missing", "--shard-records", "1")) == 0
+    assert main(export_argv(cfg, to, run, "--allow-missing", "--shard-records", "1")) == 0
     assert len(names()) == 6  # 4 + 1 shards and the manifest
     if where == "local":
         (tmp_path / "dataset" / "notes.txt").write_text("mine")  # not ours: kept
-    assert main(_argv(cfg, to, run, "--allow-missing", "--shard-records", "3")) == 0
+    assert main(export_argv(cfg, to, run, "--allow-missing", "--shard-records", "3")) == 0
     expected = [
         "completions-00000.jsonl.zst",
         "completions-00001.jsonl.zst",
@@ -496,17 +440,17 @@ async def test_a_record_of_another_run_in_the_folder_is_reported_and_fails_the_e
     run_id = cfg.run_id
     stray_new = completion(3, "another-run")
     stray_newer = msgspec.structs.replace(completion(1, "another-run"), attempt=1, finish_reason="length")
-    await _produce(
+    await produce_values(
         cfg,
         cfg.topics.completions,
         [encode(completion(i, run_id)) for i in range(3)] + [encode(stray_new), encode(stray_newer)],
     )
     await write_objects(cfg, cfg.topics.completions, 0)
     inputs = tmp_path / "prompts.jsonl"
-    inputs.write_text(_input_rows(range(3)))
+    inputs.write_text(input_rows(range(3)))
     out = tmp_path / "dataset"
 
-    assert await _amain(_argv(cfg, str(out), inputs)) == 1
+    assert await _amain(export_argv(cfg, str(out), inputs)) == 1
     printed = capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["ok"] is False
