@@ -5,7 +5,6 @@ leave when its partitions must move at once."""
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 
 from aiokafka import AIOKafkaConsumer
@@ -62,6 +61,6 @@ group_id = naming.generate_group
 
 
 def default_instance_id(server_url: str) -> str:
-    """A static-membership id stable per host and server: ``<hostname>-<server host>-<port>``."""
-    tail = re.sub(r"[^A-Za-z0-9]+", "-", server_url.split("://", 1)[-1]).strip("-")
-    return f"{socket.gethostname()}-{tail}"
+    """A static-membership id stable per host and server URL: ``<hostname>-<server slug>``
+    (:func:`streams.naming.server_slug`)."""
+    return f"{socket.gethostname()}-{naming.server_slug(server_url)}"

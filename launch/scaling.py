@@ -23,12 +23,12 @@ job, so a restarted consumer gets its partitions back without a fleet-wide rebal
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launch.supervise import Program
+from streams import naming
 from streams.config import Settings, check_server_url
 from streams.control import FleetRecord, RunRecord
 from streams.errors import ConfigError
@@ -54,20 +54,16 @@ def server_key(url: str) -> str:
     return url.rstrip("/")
 
 
-def _slug(url: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", server_key(url).split("://", 1)[-1]).strip("-")
-
-
 def program_name(url: str) -> str:
-    """The supervisord program of ``url``'s consumer: ``generate-<host>-<port>[-<path>]``
-    (letters, digits and ``-``)."""
-    return f"generate-{_slug(url)}"
+    """The supervisord program of ``url``'s consumer: ``generate-<host>-<port>[-<path>]-<hash>``
+    (:func:`streams.naming.server_slug`: one per URL)."""
+    return f"generate-{naming.server_slug(url)}"
 
 
 def instance_id(run_id: str, url: str) -> str:
     """The static membership id (``group.instance.id``) of the main job's consumer of ``url`` in
-    run ``run_id``: ``<run>-generate-<host>-<port>[-<path>]``, stable per server URL."""
-    return f"{run_id}-generate-{_slug(url)}"
+    run ``run_id``: ``<run>-generate-<host>-<port>[-<path>]-<hash>``, stable per server URL."""
+    return f"{run_id}-generate-{naming.server_slug(url)}"
 
 
 def same_servers(a: Sequence[str], b: Sequence[str]) -> bool:

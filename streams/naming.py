@@ -17,6 +17,8 @@ S3 run folder          ``<s3.prefix>/R/`` (:func:`run_folder`)
 producer progress key  ``["<prompts topic>", "R", "<input identity>"]`` (JSON, :func:`progress_key`)
 producer's             ``kafkagen-prompts-<BLAKE2b-96 of the progress key, hex>``
 transactional id       (:func:`transactional_id`): one per input of a run, stable across re-runs
+a server's consumer    ``<host>-<port>[-<path>]-<BLAKE2b-32 of the URL, hex>`` in its program name
+                       and static membership id (:func:`server_slug`): one per server URL
 =====================  ==========================================================================
 
 The topic-name settings (``topics.prompts``, ``.completions``, ``.errors``) default to ``""``,
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -50,6 +53,7 @@ __all__ = [
     "progress_key_prefix",
     "prompts_topic",
     "run_folder",
+    "server_slug",
     "sink_group",
     "transactional_id",
 ]
@@ -150,6 +154,15 @@ def transactional_id(prompts_topic: str, run_id: str, identity: str) -> str:
     aborts its open transaction; its bytes must never change."""
     key = progress_key(prompts_topic, run_id, identity)
     return "kafkagen-prompts-" + hashlib.blake2b(key, digest_size=12).hexdigest()
+
+
+def server_slug(url: str) -> str:
+    """A server URL as a part of a name: its host, port and path in letters, digits and ``-``,
+    then 8 hex digits of the BLAKE2b of the URL (trailing slashes aside), so two URLs never share
+    a name (``http://gpu-0:30000`` and ``http://gpu.0:30000`` read alike)."""
+    key = url.rstrip("/")
+    readable = re.sub(r"[^A-Za-z0-9]+", "-", key.split("://", 1)[-1]).strip("-")
+    return f"{readable}-{hashlib.blake2b(key.encode(), digest_size=4).hexdigest()}"
 
 
 def run_folder(prefix: str, run_id: str) -> str:

@@ -77,20 +77,36 @@ def test_scaled_servers_refuses(kwargs: dict[str, list[str]], message: str) -> N
 
 
 def test_names_are_per_server_url_not_per_position() -> None:
-    assert program_name(A) == "generate-127-0-0-1-30000" == program_name(A + "/")
-    assert instance_id("run-1", "https://gpu-3.example:8443/v2") == "run-1-generate-gpu-3-example-8443-v2"
+    # stable across versions: a restarted main job keeps its consumers' static memberships
+    assert program_name(A) == "generate-127-0-0-1-30000-f093a827" == program_name(A + "/")
+    url = "https://gpu-3.example:8443/v2"
+    assert instance_id("run-1", url) == "run-1-generate-gpu-3-example-8443-v2-562890ad"
     program = consumer_program(Settings(run_id="run-1"), B, ["--metrics-port", "9102"])
-    assert program.name == "generate-127-0-0-1-30001"
+    assert program.name == "generate-127-0-0-1-30001-79affead"
     assert program.argv[1:] == (
         "-m",
         "consumers.generate",
         "--server",
         B,
         "--instance-id",
-        "run-1-generate-127-0-0-1-30001",
+        "run-1-generate-127-0-0-1-30001-79affead",
         "--metrics-port",
         "9102",
     )
+
+
+@pytest.mark.parametrize(
+    "urls",
+    [
+        ("http://gpu-0:30000", "http://gpu.0:30000"),
+        ("http://gpu-0:30000", "https://gpu-0:30000"),
+        ("http://h:1/v1/x", "http://h:1/v1-x"),
+    ],
+)
+def test_two_server_urls_never_share_a_name(urls: tuple[str, str]) -> None:
+    a, b = urls
+    assert program_name(a) != program_name(b)
+    assert instance_id("r", a) != instance_id("r", b)
 
 
 def test_metrics_ports_follow_the_order_servers_got_a_consumer() -> None:
@@ -174,8 +190,8 @@ def test_the_watch_adds_and_removes_programs_under_a_running_supervisord(tmp_pat
         watch.take(_fleet([A, B, C, D], 1))
         watch.turn()
         assert [line.split(": ", 1)[1] for line in lines] == [
-            f"+ {C}: consumer started (program generate-127-0-0-1-30002)",
-            f"+ {D}: consumer started (program generate-127-0-0-1-30003)",
+            f"+ {C}: consumer started (program {program_name(C)})",
+            f"+ {D}: consumer started (program {program_name(D)})",
         ]
         _wait(lambda: all(supervisor.states().get(program_name(u)) == "RUNNING" for u in (A, B, C, D)))
         lines.clear()
