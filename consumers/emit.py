@@ -118,7 +118,7 @@ class Emitter:
         metrics: ConsumerMetrics,
         stats: ConsumerStats,
         finish: Callable[[Job], None],
-        counted: Callable[[list[str] | None, Usage | None], None] | None = None,
+        counted: Callable[[list[str] | None, Usage | None, dict[str, Any] | None], None] | None = None,
     ) -> None:
         self.settings = settings
         self.completions_topic = completions_topic
@@ -173,7 +173,7 @@ class Emitter:
             flags=completion.quality,
         )
         if self.counted is not None:
-            self.counted(list(completion.quality), result.usage)
+            self.counted(list(completion.quality), result.usage, completion.params)
         self.finish(job)
 
     async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:
@@ -195,7 +195,7 @@ class Emitter:
             error.message[:200],
         )
         if self.counted is not None:
-            self.counted(None, None)
+            self.counted(None, None, None)
         self.finish(job)
 
     def value_budget(self, record_id: str) -> int:

@@ -40,9 +40,9 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka.errors import KafkaError
 
@@ -119,6 +119,8 @@ class FleetGate:
         self.server_url = server_url
         self.kafka = kafka
         self.load = load
+        self._sent: Mapping[str, Any] | None = None
+        """the request params of the latest completion counted (:meth:`params`)."""
         self.control = ControlLog(settings)
         self.incarnation = uuid.uuid4().hex[:12]
         self.started_at = time.time()
@@ -157,6 +159,13 @@ class FleetGate:
         """The generation parameters a halt record names: ``max_tokens`` (tokens), ``thinking``,
         ``model`` (the server's, when known)."""
         generation = self.settings.generation
+        if self._sent is not None:  # what the latest completion was asked (a regenerated attempt's own)
+            kwargs = self._sent.get("chat_template_kwargs") or {}
+            return {
+                "max_tokens": self._sent.get("max_tokens", generation.max_tokens),
+                "thinking": bool(kwargs.get("enable_thinking")),
+                "model": self.load().model,
+            }
         return {
             "max_tokens": generation.max_tokens,
             "thinking": bool(generation.chat_template_kwargs.get("enable_thinking")),
@@ -198,9 +207,14 @@ class FleetGate:
         self._announce()
 
     # -- counting -----------------------------------------------------------------------------------
-    def count(self, flags: list[str] | None, usage: Usage | None = None) -> None:
-        """One result acknowledged by Kafka: a completion with its quality ``flags`` and
-        ``usage``, or a dead letter (``flags`` None). Judges the fleet's counts at once."""
+    def count(
+        self, flags: list[str] | None, usage: Usage | None = None, params: Mapping[str, Any] | None = None
+    ) -> None:
+        """One result acknowledged by Kafka: a completion with its quality ``flags``, ``usage``
+        and request ``params`` (its attempt's ``max_tokens`` and thinking, which a halt names), or
+        a dead letter (``flags`` None). Judges the fleet's counts at once."""
+        if params is not None:
+            self._sent = params
         classes = result_classes(flags)
         self.counts = tally(self.counts, classes)
         self.totals = tally(self.totals, classes)

@@ -115,7 +115,9 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
         by=by,
     )
     note = f"run {settings.run_id} was halted ({halted.reason}); {line}"
-    kept = halted.counts
+    # The halt's counts are those at the trip; requests in flight then were written after it and
+    # are in the members' last reports of the halted epoch.
+    kept = max(halted.counts, state.fleet_gate_counts(), key=lambda c: c.results)
     if kept.results:
         bad = ", ".join(f"{c} {n}" for c, n in sorted(kept.classes.items()) if n) or "none flagged"
         note += (

@@ -88,3 +88,40 @@ async def test_a_trip_of_a_past_epoch_is_not_written_after_the_resume(kafka: str
         with contextlib.suppress(asyncio.CancelledError):
             await loop
         await gate.stop()
+
+
+async def test_a_halt_names_the_budget_its_results_were_asked_not_the_consumer_s(
+    kafka: str, settings: Settings
+) -> None:
+    """After ``regenerate --max-tokens 8192`` the attempts carry their own budget; a consumer
+    started at 4096 that halts on them must name 8192 ("raise --max-tokens" past 4096 would
+    be the wrong fix)."""
+    settings = settings.model_copy(update={"generation": settings.generation.with_budget(max_tokens=4096)})
+    await ensure_topics(settings, [topic_specs(settings)["control"]])
+    gate = FleetGate(
+        settings,
+        instance_id="c",
+        server_url="http://s",
+        kafka=KafkaOutage("k", logging.getLogger("test")),
+        load=MemberLoad,
+    )
+    await gate.start()
+    asked = {"max_tokens": 8192, "chat_template_kwargs": {"enable_thinking": True}}
+    for _ in range(60):
+        gate.count(["empty_content", "reasoning_ate_budget"], None, asked)
+    assert gate.halted
+    loop = asyncio.create_task(gate.run())
+    try:
+
+        async def halted() -> bool:
+            return (await read_control(settings)).halted
+
+        await wait_for(halted, timeout_s=60, what="the halt record")
+        record = (await read_control(settings)).gate
+        assert record is not None and record.params["max_tokens"] == 8192, record
+        assert "at max_tokens 8192, thinking on" in record.reason, record.reason
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+        await gate.stop()
