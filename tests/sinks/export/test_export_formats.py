@@ -24,16 +24,10 @@ from sinks.export.formats.parquet import COMPLETION_SCHEMA, ERROR_SCHEMA
 from streams.config import Settings
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of
 from tests.sinks.export.format_records import TOOL_CALLS, TOOLS, completion, dead_letter, regenerated
-from tests.sinks.support import client, create_topics, produce, sink_settings, write_objects
+from tests.sinks.export.support import export_argv
+from tests.sinks.support import client, produce, write_objects
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
-
-
-@pytest.fixture
-async def cfg(kafka: str, s3: str, settings: Settings) -> Settings:
-    cfg = sink_settings(settings)
-    await create_topics(cfg)
-    return cfg
 
 
 @pytest.fixture
@@ -60,27 +54,6 @@ async def run(cfg: Settings, tmp_path: Path) -> Path:
     return inputs
 
 
-def _argv(cfg: Settings, to: str, inputs: Path, *extra: str) -> list[str]:
-    t = cfg.topics
-    return [
-        "--run",
-        cfg.run_id,
-        "--to",
-        to,
-        "--input",
-        str(inputs),
-        "--s3.prefix",
-        cfg.s3.prefix,
-        "--topics.prompts",
-        t.prompts,
-        "--topics.completions",
-        t.completions,
-        "--topics.errors",
-        t.errors,
-        *extra,
-    ]
-
-
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     data = path.read_bytes()
     if path.suffix == ".zst":
@@ -96,7 +69,7 @@ def test_every_format_from_one_export(
     cfg: Settings, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "dataset"
-    argv = _argv(
+    argv = export_argv(
         cfg, str(out), run, "--format", "jsonl,parquet", "--format", "openai-batch", "--format", "chat"
     )
     assert main([*argv, "--reasoning", "inline", "--shard-records", "2"]) == 0
@@ -264,7 +237,9 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
         body: bytes = s3.get_object(Bucket=cfg.s3.bucket, Key=key)["Body"].read()
         return body
 
-    assert main(_argv(cfg, to, run, "--format", "parquet,openai-batch,chat", "--reasoning", "field")) == 0
+    assert (
+        main(export_argv(cfg, to, run, "--format", "parquet,openai-batch,chat", "--reasoning", "field")) == 0
+    )
     assert names() == [
         "README.md",
         "batch-errors-00000.jsonl",
@@ -292,23 +267,25 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
         "reasoning": "field",
     }
 
-    assert main(_argv(cfg, to, run)) == 0  # the default, jsonl: every other file is stale
+    assert main(export_argv(cfg, to, run)) == 0  # the default, jsonl: every other file is stale
     assert names() == ["completions-00000.jsonl.zst", "errors-00000.jsonl.zst", "manifest.json"]
     manifest = json.loads(read("manifest.json"))
     assert manifest["card"] is None and manifest["formats"] == {"formats": ["jsonl"], "reasoning": None}
     if where == "local":  # a README.md of the user's is never removed
         (tmp_path / "dataset" / "README.md").write_text("# my notes\n")
-        assert main(_argv(cfg, to, run)) == 0
+        assert main(export_argv(cfg, to, run)) == 0
         assert read("README.md") == b"# my notes\n"
 
 
 def test_an_input_format_given_as_format_says_where_it_goes(
     cfg: Settings, run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(_argv(cfg, str(tmp_path / "d"), run, "--format", "openai_batch")) == 2
+    assert main(export_argv(cfg, str(tmp_path / "d"), run, "--format", "openai_batch")) == 2
     err = capsys.readouterr().err
     assert "unknown format 'openai_batch'" in err and "the format of --input files is --input-format" in err
-    assert main(_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--format", "chat")) == 0
+    assert (
+        main(export_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--format", "chat")) == 0
+    )
 
 
 @pytest.mark.parametrize("body", [b"", b"# notes\n"], ids=["empty", "notes"])
@@ -318,5 +295,5 @@ def test_a_readme_of_the_user_s_on_s3_is_kept(cfg: Settings, run: Path, body: by
     s3 = client(cfg)
     prefix = f"{cfg.s3.prefix}-head"
     s3.put_object(Bucket=cfg.s3.bucket, Key=f"{prefix}/README.md", Body=body)
-    assert main(_argv(cfg, f"s3://{cfg.s3.bucket}/{prefix}", run)) == 0
+    assert main(export_argv(cfg, f"s3://{cfg.s3.bucket}/{prefix}", run)) == 0
     assert s3.get_object(Bucket=cfg.s3.bucket, Key=f"{prefix}/README.md")["Body"].read() == body
