@@ -52,14 +52,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
 from consumers.quality import DEGENERATE_FLAGS
 from launch.gate_control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight_cli import PreflightOptions, run_preflight_for
 from launch.preflight_sample import read_sample
 from launch.progress import progress as progress_now
 from launch.progress import wait_until_done
+from launch.prompt_check import check_prompts
 from launch.replays import check_replay
 from launch.scale_control import fleet_if_up, settle_fleet
 from launch.scale_watch import FleetWatch
@@ -75,8 +74,7 @@ from producers.cli import InputMapping
 from producers.sample import DEMO_FILE
 from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
-from streams.errors import ConfigError, InputError, StackError
-from streams.inputs import CHUNK_BYTES, InputSpec, open_input, read_rows, resolve_inputs
+from streams.errors import ConfigError, StackError
 from streams.kafka import end_offsets
 from streams.topics import ensure_topics, topic_specs
 
@@ -86,7 +84,6 @@ __all__ = [
     "LOCAL_MAX_TOKENS",
     "RunOptions",
     "RunPlan",
-    "check_prompts",
     "main",
     "metrics_port_args",
     "plan_run",
@@ -234,46 +231,6 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
         update={"topics": topics, "servers": servers, "generation": generation, "sink": sink, "gate": gate}
     )
     return RunPlan(updated, embedded)
-
-
-def check_prompts(prompts: Sequence[str], *, skip_unreadable: bool = False) -> None:
-    """Check, before anything starts, that each local prompt input exists and can be read (files,
-    globs and folders, as :func:`streams.inputs.resolve_inputs` resolves them with
-    ``skip_unreadable``; ``-`` and ``s3://`` inputs are left to the producer).
-
-    Raises:
-        InputError: no such file, a folder holding files that are not prompt files, a glob
-            matching nothing, a file that cannot be read, only local inputs and none holds a row
-            (empty, blank lines only, ``[]``: a run of nothing); the message names them.
-    """
-
-    def no_s3() -> Any:
-        raise AssertionError("s3:// inputs are not resolved here")
-
-    local = [p for p in prompts if p != "-" and not p.startswith("s3://")]
-    specs = resolve_inputs(local, no_s3, skip_unreadable=skip_unreadable)
-    for spec in specs:
-        if not os.access(spec.location, os.R_OK):
-            raise InputError("cannot be read: check its permissions", source=spec.name)
-    if specs and len(local) == len(prompts) and not any(_has_a_row(spec) for spec in specs):
-        raise InputError(
-            "holds no prompt (empty, or blank lines only): there is nothing to generate",
-            source=", ".join(prompts),
-        )
-
-
-def _has_a_row(spec: InputSpec) -> bool:
-    """Whether the local input ``spec`` holds a row that is not blank (read up to the first one)."""
-
-    def no_s3() -> Any:
-        raise AssertionError("a local input")
-
-    try:
-        with open_input(spec, no_s3) as opened:
-            rows = read_rows(opened, source=spec.name, limit=CHUNK_BYTES)
-            return any(row.text is not None or row.too_long for row in rows)
-    except (InputError, OSError, EOFError, zstandard.ZstdError):
-        return True  # not readable to a row: the producer reports it with its line
 
 
 def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:

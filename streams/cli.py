@@ -65,6 +65,7 @@ __all__ = [
     "port",
     "run_command",
     "settings_options",
+    "skip_unreadable_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main as cli_main
-from launch.run import LOCAL_MAX_TOKENS, RunOptions, check_prompts, main, plan_run, producer_argv
+from launch.prompt_check import check_prompts
+from launch.run import LOCAL_MAX_TOKENS, RunOptions, main, plan_run, producer_argv
 from launch.servers import embedded_llm, servers_set_by_user
 from producers.cli import MAPPING_OPTIONS, InputMapping
 from streams.config import Settings, load_settings
