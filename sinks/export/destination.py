@@ -57,7 +57,7 @@ log = logging.getLogger("kafkagen.export")
 MANIFEST_NAME: Final = "manifest.json"
 STAGE_PREFIX: Final = ".kafkagen-export-"
 """Staging folders of an ``s3://`` destination (under the system's temporary folder)."""
-EXPORT_DIR: Final = re.compile(r"^export-\d{8}T\d{6}Z-[0-9a-f]{8}$")
+EXPORT_DIR: Final = re.compile(r"^export-\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}$")
 """Names of the folders of one export's shards under an ``s3://`` destination's prefix."""
 _RENAME_EXCHANGE: Final = 2
 _AT_FDCWD: Final = -100
@@ -67,8 +67,11 @@ Ours = Callable[[str, bytes], bool]
 
 
 def _export_id() -> str:
-    """``export-<UTC time>-<8 hex digits>``: sorts by time; unique."""
-    return f"export-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
+    """``export-<UTC time to the microsecond>-<8 hex digits>``: sorts by start time (two exports
+    started in one second too: the one started later deletes the other's folder); unique."""
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+    return f"export-{stamp}.{micros:06d}Z-{secrets.token_hex(4)}"
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sinks.export.destination import Destination
+import sinks.export.destination
+from sinks.export.destination import EXPORT_DIR, Destination
 from sinks.export.formats import FORMATS, SHARD_NAME, parse_formats
 from sinks.export.formats.card import card, is_ours
 from sinks.export.formats.chat import chat_row
@@ -190,6 +191,24 @@ def test_format_values() -> None:
 )
 def test_shard_names(name: str, shard: bool) -> None:
     assert bool(SHARD_NAME.match(name)) is shard
+
+
+def test_export_folders_sort_by_start_time_within_one_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An S3 export deletes the export folders that sort before its own: one started 1 ms after
+    another, in the same second, sorts after it whatever their random suffixes (a killed export's
+    folder is deleted by the next export; CI seed of 2026-12-04)."""
+    started = iter([1_796_000_000_999_000_000, 1_796_000_000_999_001_000] * 20)
+    monkeypatch.setattr(sinks.export.destination.time, "time_ns", lambda: next(started))
+
+    def export_id() -> str:
+        destination = Destination("s3://bucket/prefix", None, lambda name, head: True)
+        destination.close()
+        return destination.export_id
+
+    for _ in range(20):
+        first, second = export_id(), export_id()
+        assert EXPORT_DIR.match(first) and EXPORT_DIR.match(second), (first, second)
+        assert first < second, (first, second)
 
 
 def test_the_card_has_the_counts_and_the_configs() -> None:
