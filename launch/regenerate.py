@@ -14,7 +14,11 @@ the same new attempt: the one fenced fails before it commits (:class:`Regenerati
 The same transaction starts a new quality-gate epoch (``GateRecord(state="resumed")``, counts
 from zero, docs/gate.md) unless the run is halted: the new attempts run with other parameters and
 are judged on their own, not on the counts of the results they replace. A halted run stays
-halted; its main job run again with the fix resumes it.
+halted; its main job run again with the fix resumes it. The gate is read again inside the
+transaction, after the selection is sent: when a gate record was written since the plan read it
+(a halt, or a resume), no new epoch is started, so a halt written while the topics were read is
+never undone. A halt written later than that re-read, within the commit's round trip, is ordered
+like any halt of an epoch that a resume has ended (stale: ``streams.control.ControlState.apply``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import asyncio
 import hashlib
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 from aiokafka import AIOKafkaProducer
@@ -81,7 +85,8 @@ class Plan:
     foreign: int
     done_before: RegenerateRecord | None
     gate: ControlState | None = None
-    """the control topic's state when the plan was made (its gate epoch and halt)."""
+    """the control topic's state when the plan was made (its gate epoch and halt); in the plan
+    :func:`regenerate` returns after publishing, as re-read inside its transaction."""
 
 
 async def plan_regeneration(settings: Settings, where: Where, overrides: GenerationParams) -> Plan:
@@ -204,6 +209,7 @@ async def regenerate(
     await producer.start()  # InitProducerId: fences any other regenerate of this run
     try:
         plan = await plan_regeneration(settings, where, overrides)
+        plan_gate = plan.gate
         if plan.done_before is not None or not plan.selection.prompts:
             return plan, None
         attempts = plan.selection.attempts()
@@ -227,8 +233,12 @@ async def regenerate(
                 await producer.send(
                     settings.topics.control, encode_control(record), key=key_of_control(record)
                 )
-                gate = plan.gate
-                if gate is not None and not gate.halted:
+                # the gate as it is now, not as the plan read it minutes ago: a halt written
+                # meanwhile (by a consumer's gate or by hand) must stand (issue 25 item 5)
+                gate = await read_control(settings)
+                plan = replace(plan, gate=gate)
+                moved = plan_gate is not None and gate.gate != plan_gate.gate
+                if not gate.halted and not moved:
                     # the new attempts run with other parameters: the gate judges them from zero,
                     # not on the counts of the results they replace (a halted run resumes instead
                     # when its main job is run again with the fix)

@@ -106,6 +106,13 @@ def regenerate_command(
         f"published {record.ids} prompts to {settings.topics.prompts} ({attempts}), "
         f"regeneration {record.digest}"
     )
+    if plan.gate is not None and plan.gate.halted:
+        halt = plan.gate.gate
+        assert halt is not None
+        print(
+            f"run {run} is halted by its quality gate (epoch {halt.epoch}, by {halt.by}): it stays "
+            "halted, and these wait until its main job is run again with the fix (docs/gate.md)"
+        )
     print(
         f"next: the run's consumers generate them (a running main job picks them up); once the main job "
         f"of run {run} has ended, run it again with --run-id {run}: it publishes nothing new, generates "

@@ -283,3 +283,34 @@ def test_a_halted_run_stays_halted(run: Settings) -> None:
     assert proc.returncode == 0 and f"published {len(CUT)} prompts" in out, out
     state = asyncio.run(read_control(run))
     assert state.halted and state.epoch == 0 and len(state.regenerations) == 1
+
+
+def test_a_halt_written_while_the_regeneration_plans_stands(
+    run: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 item 5: the plan reads the gate (not halted), then reads whole topics (minutes on a
+    big run); a consumer's halt written meanwhile must not be undone by the regeneration's new
+    epoch. The halt is written by a real Kafka write between the plan's read and its transaction."""
+    from launch import regenerate as regen
+    from launch.regenerate_select import parse_where
+    from streams.records import GenerationParams
+
+    planned = regen.plan_regeneration
+    halt = GateRecord(
+        run_id=run.run_id, state="halted", epoch=0, at=time.time(), by="gpu-3", reason="r", fix="f"
+    )
+
+    async def plan_then_halt(*args: object, **kwargs: object) -> regen.Plan:
+        plan = await planned(*args, **kwargs)  # type: ignore[arg-type]
+        assert plan.gate is not None and not plan.gate.halted  # the schedule: planned before the halt
+        await _control_record(run, halt)
+        return plan
+
+    monkeypatch.setattr(regen, "plan_regeneration", plan_then_halt)
+    where = parse_where(["quality=reasoning_ate_budget"])
+    plan, record = asyncio.run(regen.regenerate(run, where, GenerationParams(max_tokens=4096)))
+    assert record is not None and record.ids == len(CUT)
+    state = asyncio.run(read_control(run))
+    assert state.halted and state.epoch == 0 and state.gate == halt, state.gate
+    assert plan.gate is not None and plan.gate.halted
+    assert sum(len(a) for a in _attempts(run).values()) == PROMPTS + len(CUT)
