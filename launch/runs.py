@@ -48,12 +48,12 @@ from launch.runs_shape import (
     select_runs,
     shape_run,
 )
-from launch.status import _closing, _ProgressReader, _retrying
+from launch.status import _closing, _ProgressReader
 from streams import naming
 from streams.config import S3Settings, Settings
 from streams.control import ControlState, decode_control
 from streams.errors import StorageError
-from streams.kafka import client_kwargs, consumer_kwargs
+from streams.kafka import ask_brokers, client_kwargs, consumer_kwargs
 from streams.storage import s3_client, storage_error
 
 if TYPE_CHECKING:
@@ -229,7 +229,9 @@ async def _read_controls(
 async def _group_offsets(admin: AIOKafkaAdminClient, group: str) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the offset ``group`` committed, for every partition it committed on
     (an OffsetFetch for all partitions: empty for a group that never committed)."""
-    offsets = await _retrying(lambda: admin.list_consumer_group_offsets(group))
+    offsets = await ask_brokers(
+        f"offsets of {group}", lambda: admin.list_consumer_group_offsets(group), timeout_s=None
+    )
     return {(tp.topic, tp.partition): max(0, o.offset) for tp, o in offsets.items()}
 
 
@@ -269,7 +271,7 @@ async def collect_runs(
         async with asyncio.timeout(timeout_s):
             await admin.start()
             await consumer.start()
-            topics = await _topics(admin)
+            topics = await ask_brokers("listing topics", lambda: _topics(admin), timeout_s=None)
         folders: dict[str, str] = {}
         s3_error: StorageError | None = None
         if folders_task is not None:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.admin import NewPartitions
 from aiokafka.errors import KafkaError
 
 from launch.scaling import FleetStart, fleet_at_start, fleet_change, same_servers, scaled_servers
@@ -24,7 +24,7 @@ from launch.status import quiet_kafka_logs
 from streams.config import GenerationSettings, Settings
 from streams.control import ControlLog, FleetRecord, RunRecord, read_control
 from streams.errors import ConfigError
-from streams.kafka import client_kwargs, topic_partitions
+from streams.kafka import admin_call, topic_partitions
 from streams.run_record import note_partitions, publish_run_record
 
 __all__ = [
@@ -241,13 +241,14 @@ async def raise_partitions(settings: Settings, partitions: int, *, by: str) -> t
     before = await check_partitions(settings, partitions)
     if partitions == before:
         return before, before
-    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="admin"))
-    async with asyncio.timeout(TIMEOUT_S):
-        await admin.start()
-        try:
-            response = await admin.create_partitions({topic: NewPartitions(total_count=partitions)})
-        finally:
-            await admin.close()
+    # a request never sent (NodeNotReadyError) is asked again; one that reached a broker is not
+    # retried blindly: its timeout is not retriable (aiokafka 0.14 KafkaTimeoutError)
+    response = await admin_call(
+        settings.kafka,
+        f"adding partitions to {topic}",
+        lambda admin: admin.create_partitions({topic: NewPartitions(total_count=partitions)}),
+        timeout_s=TIMEOUT_S,
+    )
     for name, code, *message in response.topic_errors:
         if code:
             raise ConfigError(

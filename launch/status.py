@@ -30,9 +30,9 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,7 +48,7 @@ from producers.progress import take_progress
 from streams import naming
 from streams.config import Settings
 from streams.control import ControlLog, ControlState
-from streams.kafka import client_kwargs, consumer_kwargs
+from streams.kafka import ask_brokers, client_kwargs, consumer_kwargs
 from streams.records import ProgressRecord
 
 __all__ = ["Collector", "RunStatus", "collect", "quiet_kafka_logs"]
@@ -57,7 +57,6 @@ log = logging.getLogger("kafkagen.status")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 _RATE_WINDOW_S = 30.0
-T = TypeVar("T")
 
 
 def quiet_kafka_logs() -> None:
@@ -110,19 +109,6 @@ def _members(group: Any, topic: str, *, decode_ours: bool) -> list[GroupMember]:
         # aiokafka reports the client's address as Kafka's InetAddress.toString(): "/127.0.0.1"
         members.append(GroupMember(name, client_host.lstrip("/"), partitions))
     return members
-
-
-async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, again after a retriable Kafka error (``GroupCoordinatorNotAvailableError`` while
-    the offsets topic is created or a coordinator moves), until the caller's timeout cancels it."""
-    while True:
-        try:
-            return await call()
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            log.debug("retrying after %r", exc)
-            await asyncio.sleep(0.5)
 
 
 async def _closing(close: Awaitable[object]) -> None:
@@ -368,9 +354,15 @@ class Collector:
             members: list[GroupMember] = []
             sink_members = 0
             if tps:  # a run that does not exist has no groups to ask about
-                generated = await _retrying(lambda: self._committed(self.generate_group, prompt_tps))
-                in_s3 = await _retrying(lambda: self._committed(self.sink_group, result_tps))
-                members, sink_members = await _retrying(self._groups)
+                generated = await ask_brokers(
+                    "generated offsets",
+                    lambda: self._committed(self.generate_group, prompt_tps),
+                    timeout_s=None,
+                )
+                in_s3 = await ask_brokers(
+                    "sink offsets", lambda: self._committed(self.sink_group, result_tps), timeout_s=None
+                )
+                members, sink_members = await ask_brokers("consumer groups", self._groups, timeout_s=None)
             published = None
             if t.producer_progress in found:
                 ptp = TopicPartition(t.producer_progress, 0)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from streams.config import Settings
-from streams.kafka import client_kwargs
+from streams.kafka import admin_call
 
 __all__ = [
     "LINE_LIMIT_FACTOR",
@@ -53,12 +52,10 @@ async def topic_max_message_bytes(settings: Settings, topic: str) -> int | None:
     Raises:
         aiokafka.errors.KafkaError: Kafka cannot be asked.
     """
-    admin = AIOKafkaAdminClient(**client_kwargs(settings.kafka, role="admin"))
-    await admin.start()
-    try:
-        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    finally:
-        await admin.close()
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+    responses = await admin_call(
+        settings.kafka, f"describing the configs of {topic}", lambda admin: admin.describe_configs([resource])
+    )
     for response in responses:
         for _err, _msg, _type, _name, entries in response.resources:
             for entry in entries:

@@ -10,19 +10,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, stop_never, wait_exponential
 
 from streams.config import KafkaSettings
 from streams.errors import UnavailableError
 
 __all__ = [
     "KafkaOutage",
+    "admin_call",
+    "ask_brokers",
     "client_kwargs",
     "consumer_kwargs",
     "end_offsets",
@@ -34,6 +37,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("kafkagen.kafka")
+
+T = TypeVar("T")
 
 
 def client_kwargs(settings: KafkaSettings, *, role: str) -> dict[str, Any]:
@@ -91,6 +96,60 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
     }
 
 
+async def ask_brokers(what: str, call: Callable[[], Awaitable[T]], *, timeout_s: float | None) -> T:
+    """Await ``call()`` (one admin request or a few), asking again while Kafka answers with a
+    retriable error, for up to ``timeout_s`` seconds (``None``: until the caller cancels).
+
+    aiokafka 0.14's admin client sends each request to a random broker of its metadata
+    (``aiokafka/admin/client.py`` ``_send_request``, ``aiokafka/client.py`` ``get_random_node``).
+    Just after a broker died its metadata still lists it, until the controller fences it
+    (``broker.session.timeout.ms``), and a request sent there fails with ``NodeNotReadyError``
+    although the other brokers answer: the next attempt picks again.
+
+    Raises:
+        aiokafka.errors.KafkaError: a non-retriable error, or the last retriable one once
+            ``timeout_s`` has passed.
+    """
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(lambda e: isinstance(e, KafkaError) and e.retriable),
+        stop=stop_never if timeout_s is None else stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.2, max=2.0),
+        before_sleep=lambda state: log.info(
+            "%s: %s; asking another broker", what, state.outcome and state.outcome.exception()
+        ),
+        reraise=True,
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity either returns or re-raises")
+
+
+async def admin_call(
+    settings: KafkaSettings,
+    what: str,
+    call: Callable[[AIOKafkaAdminClient], Awaitable[T]],
+    *,
+    timeout_s: float = 30.0,
+    role: str = "admin",
+) -> T:
+    """``call(admin)`` with an admin client started for it and closed after, asked again on a
+    broker that is not ready (:func:`ask_brokers`); all within ``timeout_s`` seconds. ``what``
+    names the call in the log lines; ``role`` goes into the client id (:func:`client_kwargs`).
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
+    """
+    admin = AIOKafkaAdminClient(
+        **client_kwargs(settings, role=role), request_timeout_ms=max(1000, int(timeout_s * 1000))
+    )
+    async with asyncio.timeout(timeout_s):
+        await admin.start()
+        try:
+            return await ask_brokers(what, lambda: call(admin), timeout_s=timeout_s)
+        finally:
+            await admin.close()
+
+
 async def topic_partitions(settings: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> list[int]:
     """The partition numbers of ``topic`` as the cluster describes them now, sorted (empty when
     the topic does not exist).
@@ -98,13 +157,9 @@ async def topic_partitions(settings: KafkaSettings, topic: str, *, timeout_s: fl
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.
     """
-    admin = AIOKafkaAdminClient(**client_kwargs(settings, role="admin"))
-    async with asyncio.timeout(timeout_s):
-        await admin.start()
-        try:
-            described = await admin.describe_topics([topic])
-        finally:
-            await admin.close()
+    described = await admin_call(
+        settings, f"describing {topic}", lambda admin: admin.describe_topics([topic]), timeout_s=timeout_s
+    )
     return sorted(p["partition"] for t in described if not t.get("error_code") for p in t["partitions"])
 
 

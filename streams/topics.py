@@ -39,12 +39,11 @@ import logging
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+from aiokafka.errors import TopicAlreadyExistsError
 
 from streams.config import Settings
 from streams.errors import ConfigError
-from streams.kafka import client_kwargs
+from streams.kafka import admin_call
 
 __all__ = ["TopicSpec", "ensure_topics", "replication_for", "topic_specs"]
 
@@ -123,28 +122,12 @@ async def ensure_topics(
         aiokafka.errors.KafkaError, asyncio.TimeoutError: the broker could not be reached within
             ``timeout_s`` seconds.
     """
-    admin = AIOKafkaAdminClient(
-        **client_kwargs(settings.kafka, role="admin"), request_timeout_ms=int(timeout_s * 1000)
+    return await admin_call(
+        settings.kafka,
+        "topic set-up",
+        lambda admin: _ensure_with(admin, specs, timeout_s),
+        timeout_s=timeout_s,
     )
-    await asyncio.wait_for(admin.start(), timeout_s)
-    try:
-        # The admin client sends each request to one broker of its metadata. Just after a broker
-        # died, the metadata still lists it and the request fails with a retriable error
-        # (NodeNotReadyError) although the other brokers answer: ask again, within the timeout.
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(lambda e: isinstance(e, KafkaError) and e.retriable),
-            stop=stop_after_delay(timeout_s),
-            wait=wait_exponential(multiplier=0.2, max=2.0),
-            before_sleep=lambda state: log.info(
-                "topic set-up: %s; asking another broker", state.outcome and state.outcome.exception()
-            ),
-            reraise=True,
-        ):
-            with attempt:
-                return await _ensure_with(admin, specs, timeout_s)
-        raise AssertionError("unreachable: tenacity either returns or re-raises")
-    finally:
-        await admin.close()
 
 
 async def _ensure_with(
@@ -178,8 +161,9 @@ async def _ensure_with(
                         + (f" ({message[0]})" if message and message[0] else "")
                     )
     # A just-created topic can be missing from metadata for a moment (error 3,
-    # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or time runs out.
-    deadline = asyncio.get_running_loop().time() + timeout_s
+    # UNKNOWN_TOPIC_OR_PARTITION): describe again until it shows up or half the time has run out
+    # (half: so that this error, not the call's timeout, says what failed)
+    deadline = asyncio.get_running_loop().time() + timeout_s / 2
     while True:
         described = await admin.describe_topics([s.name for s in specs])
         failed = [t for t in described if t.get("error_code", 0) not in (0, None)]

@@ -5,6 +5,7 @@ their schema (nulls included), the dataset card, the ``--format`` values and the
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import msgspec
@@ -13,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import sinks.export.destination
 from sinks.export.destination import EXPORT_DIR, Destination
 from sinks.export.formats import FORMATS, SHARD_NAME, parse_formats
 from sinks.export.formats.card import card, is_ours
@@ -198,7 +198,7 @@ def test_export_folders_sort_by_start_time_within_one_second(monkeypatch: pytest
     another, in the same second, sorts after it whatever their random suffixes (a killed export's
     folder is deleted by the next export; CI seed of 2026-12-04)."""
     started = iter([1_796_000_000_999_000_000, 1_796_000_000_999_001_000] * 20)
-    monkeypatch.setattr(sinks.export.destination.time, "time_ns", lambda: next(started))
+    monkeypatch.setattr(time, "time_ns", lambda: next(started))  # the clock the export reads
 
     def export_id() -> str:
         destination = Destination("s3://bucket/prefix", None, lambda name, head: True)
