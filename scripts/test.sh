@@ -108,12 +108,14 @@ cat "$STACK_LOG" >&2
 tier "services, processes, e2e" -q -m "not pure and not alone and not llm" -n "$WORKERS" \
   --dist loadgroup --basetemp=/tmp/kafkagen-t2 --durations=15 "$@"
 
+# Tests whose verdict includes their own timing (the fault audit) run one at a time, while the
+# llama.cpp build (nice 10: it yields the cores to them) finishes, if it has not yet.
+tier "alone" -q -m "alone and not pure" --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
+
 log "llama.cpp: waiting for its build, then starting the llama-servers"
 bash scripts/setup-env.sh
 "$PY" -m launch.stack up llm >&2
 tier "llama.cpp" -q -m "llm and not pure and not alone" -n 2 --dist loadgroup \
   --basetemp=/tmp/kafkagen-t3 --durations=5 "$@"
-# Tests whose verdict includes their own timing (the fault audit) run last, one at a time.
-tier "alone" -q -m "alone and not pure" --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
 [ "$RAN" = 1 ] || { log "no test ran"; exit 1; }
 log "done"
