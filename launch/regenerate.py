@@ -15,10 +15,12 @@ The same transaction starts a new quality-gate epoch (``GateRecord(state="resume
 from zero, docs/gate.md) unless the run is halted: the new attempts run with other parameters and
 are judged on their own, not on the counts of the results they replace. A halted run stays
 halted; its main job run again with the fix resumes it. The gate is read again inside the
-transaction, after the selection is sent: when a gate record was written since the plan read it
-(a halt, or a resume), no new epoch is started, so a halt written while the topics were read is
-never undone. A halt written later than that re-read, within the commit's round trip, is ordered
-like any halt of an epoch that a resume has ended (stale: ``streams.control.ControlState.apply``).
+transaction, after the prompts are sent and before its first control record (from then on the
+open transaction holds the control topic's last stable offset, hiding later records from a
+``read_committed`` read): when a gate record was written since the plan read it (a halt, or a
+resume), no new epoch is started, so a halt written while the topics were read is never undone. A
+halt written later than that re-read, within the commit's round trip, is ordered like any halt of
+an epoch that a resume has ended (stale: ``streams.control.ControlState.apply``).
 """
 
 from __future__ import annotations
@@ -230,14 +232,17 @@ async def regenerate(
                     await producer.send(
                         settings.topics.prompts, encode(again), key=key_of(again.id), partition=partition
                     )
-                await producer.send(
-                    settings.topics.control, encode_control(record), key=key_of_control(record)
-                )
                 # the gate as it is now, not as the plan read it minutes ago: a halt written
-                # meanwhile (by a consumer's gate or by hand) must stand (issue 25 item 5)
+                # meanwhile (by a consumer's gate or by hand) must stand (issue 25 item 5). Read
+                # before this transaction writes to the control topic: from that send on, the
+                # open transaction holds the topic's last stable offset, and a read_committed
+                # read would no longer see a halt written after it
                 gate = await read_control(settings)
                 plan = replace(plan, gate=gate)
                 moved = plan_gate is not None and gate.gate != plan_gate.gate
+                await producer.send(
+                    settings.topics.control, encode_control(record), key=key_of_control(record)
+                )
                 if not gate.halted and not moved:
                     # the new attempts run with other parameters: the gate judges them from zero,
                     # not on the counts of the results they replace (a halted run resumes instead

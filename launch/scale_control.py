@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from aiokafka.admin import NewPartitions
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, NodeNotReadyError
 
 from launch.scaling import FleetStart, fleet_at_start, fleet_change, same_servers, scaled_servers
 from launch.servers import describe_server, wait_for_servers
@@ -241,13 +241,14 @@ async def raise_partitions(settings: Settings, partitions: int, *, by: str) -> t
     before = await check_partitions(settings, partitions)
     if partitions == before:
         return before, before
-    # a request never sent (NodeNotReadyError) is asked again; one that reached a broker is not
-    # retried blindly: its timeout is not retriable (aiokafka 0.14 KafkaTimeoutError)
+    # not idempotent: only a request never sent (NodeNotReadyError) is asked again; one that may
+    # have reached a broker is not (a second one after a first that succeeded would be refused)
     response = await admin_call(
         settings.kafka,
         f"adding partitions to {topic}",
         lambda admin: admin.create_partitions({topic: NewPartitions(total_count=partitions)}),
         timeout_s=TIMEOUT_S,
+        retry_only=(NodeNotReadyError,),
     )
     for name, code, *message in response.topic_errors:
         if code:

@@ -19,7 +19,15 @@ from aiokafka import AIOKafkaProducer
 
 from streams import naming
 from streams.config import Settings, settings_to_env
-from streams.control import ControlRecord, GateRecord, RunRecord, encode_control, key_of_control, read_control
+from streams.control import (
+    ControlRecord,
+    ControlState,
+    GateRecord,
+    RunRecord,
+    encode_control,
+    key_of_control,
+    read_control,
+)
 from streams.kafka import producer_kwargs
 from streams.records import (
     CompletionRecord,
@@ -314,3 +322,43 @@ def test_a_halt_written_while_the_regeneration_plans_stands(
     assert state.halted and state.epoch == 0 and state.gate == halt, state.gate
     assert plan.gate is not None and plan.gate.halted
     assert sum(len(a) for a in _attempts(run).values()) == PROMPTS + len(CUT)
+
+
+def test_a_halt_written_while_the_selection_is_sent_stands(
+    run: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 item 5, the later window: a halt written after the transaction has begun (its
+    prompts sent) must be seen by the gate's re-read. Once the transaction has written to the
+    control topic, its open records hold that topic's last stable offset and a read_committed read
+    cannot see the halt; so the re-read comes before that write. The halt is a real Kafka write
+    just before the re-read."""
+    from launch import regenerate as regen
+    from launch.regenerate_select import parse_where
+    from streams.records import GenerationParams
+
+    real_read, planned = read_control, regen.plan_regeneration
+    halt = GateRecord(
+        run_id=run.run_id, state="halted", epoch=0, at=time.time(), by="gpu-5", reason="r", fix="f"
+    )
+    rereads: list[ControlState] = []
+    plans: list[regen.Plan] = []
+
+    async def planning(*args: object, **kwargs: object) -> regen.Plan:
+        plans.append(await planned(*args, **kwargs))  # type: ignore[arg-type]
+        return plans[-1]
+
+    async def halt_then_read(settings: Settings) -> ControlState:
+        if not plans:  # the run check's and the plan's own reads
+            return await real_read(settings)
+        await _control_record(run, halt)  # the transaction has begun: its prompts are sent
+        rereads.append(await real_read(settings))
+        return rereads[-1]
+
+    monkeypatch.setattr(regen, "plan_regeneration", planning)
+    monkeypatch.setattr(regen, "read_control", halt_then_read)
+    where = parse_where(["quality=reasoning_ate_budget"])
+    plan, record = asyncio.run(regen.regenerate(run, where, GenerationParams(max_tokens=4096)))
+    assert len(rereads) == 1 and record is not None and record.ids == len(CUT)
+    state = asyncio.run(real_read(run))
+    assert state.halted and state.epoch == 0 and state.gate == halt, state.gate
+    assert plan.gate is not None and plan.gate.halted
