@@ -356,6 +356,15 @@ async def _facts(
         owned.update(results, tps(naming.control_topic(r)))
         if "prompts" in f.own_topics:
             owned.update(tps(naming.prompts_topic(r)))
+    # a replay reads its parent's prompts topic, which holds the parent's regenerations too
+    parents = {r: parent_of(r, facts[r].control.run, facts[r].prompts_topic) for r in with_topics}
+    unread = {naming.control_topic(p) for p in parents.values() if p is not None} - set(controls)
+    if unread & set(topics):
+        controls.update(await _read_controls(consumer, admin, topics, sorted(unread & set(topics))))
+    for r, parent in parents.items():
+        if parent is not None and naming.control_topic(parent) in controls:
+            regenerations = controls[naming.control_topic(parent)].regenerations.values()
+            facts[r].parent_regenerated = sum(g.ids for g in regenerations)
     progress = tps(settings.topics.producer_progress)[:1] if with_topics else []
     listed = await _list_offsets(admin, topics, [*wanted, *progress], -1)
     ends = {tp: offset for tp, (offset, _) in listed.items()}

@@ -160,7 +160,8 @@ class RunFacts:
     ``own_topics``: the roles of the run's own topics that exist (:func:`runs_of_topics`);
     ``prompts_topic``: the topic it reads (:func:`resolve_prompts_topic`), None when unknown;
     ``published``: the producer's resume points of that topic under the run (or its parent), None
-    when there is none; ``first_record_at``: the earliest first-record timestamp of the run's own
+    when there is none; ``parent_regenerated``: a replay's, the prompts its parent's regenerations
+    re-published into that topic; ``first_record_at``: the earliest first-record timestamp of the run's own
     topics; ``s3_folder``: its S3 run folder when it has one, ``s3_first_at`` the earliest
     ``LastModified`` of its first listed objects (read only when the run has no topic)."""
 
@@ -173,6 +174,7 @@ class RunFacts:
     errors_end: Mapping[int, int] = field(default_factory=dict)
     sink_committed: Mapping[tuple[str, int], int] = field(default_factory=dict)
     published: int | None = None
+    parent_regenerated: int = 0
     control: ControlState = field(default_factory=ControlState)
     first_record_at: float | None = None
     s3_folder: str | None = None
@@ -371,6 +373,7 @@ def shape_run(facts: RunFacts, *, at: float, live_s: float) -> RunRow:
                 errors_topic=naming.errors_topic(run_id),
                 prompts_topic=facts.prompts_topic or "",
                 published=facts.published,
+                parent_regenerated=facts.parent_regenerated,
                 control=control,
             )
         )

@@ -162,6 +162,11 @@ class Collector:
         self._consumer: AIOKafkaConsumer | None = None
         self._progress: _ProgressReader | None = None
         self._control: ControlLog | None = None
+        # a replay reads its parent's prompts topic, which holds the parent's regenerations too
+        self._parent = (
+            naming.for_run(settings, settings.replay_of, replay_of=None) if settings.replay_of else None
+        )
+        self._parent_control: ControlLog | None = None
         self._clients: dict[str, ServerClient] = {}
         self._http: httpx.AsyncClient | None = None
         self._described: dict[str, float] = {}
@@ -198,8 +203,9 @@ class Collector:
 
     async def stop(self) -> None:
         """Close every client (errors while closing are ignored)."""
-        if self._control is not None:
-            await self._control.stop()
+        for log in (self._control, self._parent_control):
+            if log is not None:
+                await log.stop()
         for client in self._clients.values():
             with contextlib.suppress(Exception):
                 await client.aclose()
@@ -209,7 +215,7 @@ class Collector:
             await _closing(self._consumer.stop())
         if self._admin is not None:
             await _closing(self._admin.close())
-        self._admin = self._consumer = self._control = self._http = None
+        self._admin = self._consumer = self._control = self._parent_control = self._http = None
         self._warm = False
         self._clients.clear()
 
@@ -252,22 +258,42 @@ class Collector:
         if not exists:
             return ControlState()
         if self._control is None:
-            control = ControlLog(self.settings, write=False)
-            try:
-                await control.start(timeout_s=self.timeout_s)
-            except BaseException:
-                await control.stop()
-                raise
-            self._control = control
-            return control.state
+            self._control = await self._control_log(self.settings)
+        else:
+            await self._read_on(self._control, self.settings)
+        return self._control.state
+
+    async def _parent_regenerated(self, found: dict[str, list[int]]) -> int:
+        """Prompts the parent of a replay re-published (``kafkagen regenerate``) into the prompts
+        topic the replay reads (0 for a run that is no replay, or whose parent has no control topic)."""
+        parent = self._parent
+        if parent is None or parent.topics.control not in found:
+            return 0
+        if self._parent_control is None:
+            self._parent_control = await self._control_log(parent)
+        else:
+            await self._read_on(self._parent_control, parent)
+        return sum(r.ids for r in self._parent_control.state.regenerations.values())
+
+    async def _control_log(self, settings: Settings) -> ControlLog:
+        """A started read-only :class:`ControlLog` of run ``settings.run_id``, read to its end."""
+        control = ControlLog(settings, write=False)
+        try:
+            await control.start(timeout_s=self.timeout_s)
+        except BaseException:
+            await control.stop()
+            raise
+        return control
+
+    async def _read_on(self, control: ControlLog, settings: Settings) -> None:
+        """Read ``control`` on to the control topic's end now (5 s at most)."""
         assert self._consumer is not None
-        tp = TopicPartition(self.settings.topics.control, 0)
+        tp = TopicPartition(settings.topics.control, 0)
         end = (await self._consumer.end_offsets([tp]))[tp]
         deadline = time.monotonic() + 5.0
-        while self._control.state.offset < end and time.monotonic() < deadline:
-            if not await self._control.poll(timeout_ms=200):
+        while control.state.offset < end and time.monotonic() < deadline:
+            if not await control.poll(timeout_ms=200):
                 break  # nothing more to read now (records compacted away or not yet fetched)
-        return self._control.state
 
     def _askable(self, url: str, host: str | None) -> bool:
         """Whether ``url`` means the same server from here as for a consumer on ``host``."""
@@ -342,8 +368,9 @@ class Collector:
         at = time.time()
         # The first collection reads the control and progress topics whole: give it more time.
         async with asyncio.timeout(self.timeout_s if self._warm else max(60.0, self.timeout_s)):
+            parent_control = [self._parent.topics.control] if self._parent is not None else []
             found = await self._partitions(
-                [t.prompts, t.completions, t.errors, t.control, t.producer_progress]
+                [t.prompts, t.completions, t.errors, t.control, t.producer_progress, *parent_control]
             )
             prompt_tps = [TopicPartition(t.prompts, p) for p in found.get(t.prompts, [])]
             result_tps = [TopicPartition(x, p) for x in (t.completions, t.errors) for p in found.get(x, [])]
@@ -369,6 +396,7 @@ class Collector:
                 await self._progress.read((await self._consumer.end_offsets([ptp]))[ptp])
                 published = self._progress.published
             control = await self._read_control(t.control in found)
+            parent_regenerated = await self._parent_regenerated(found)
         self._warm = True
         probes = await self._probes(control)
 
@@ -391,6 +419,7 @@ class Collector:
             errors_topic=t.errors,
             prompts_topic=t.prompts,
             published=published,
+            parent_regenerated=parent_regenerated,
             generate_members=members,
             sink_members=sink_members,
             control=control,

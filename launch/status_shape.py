@@ -9,7 +9,8 @@ never Kafka offsets, except the fields named ``*_offset`` and the lags, which ar
   the run's inputs, :mod:`producers.progress`), exact; without any, the prompts topic's end offsets
   (``published_exact`` false: the producer's transaction markers count there too); both include
   ``prompts.regenerated``, the prompts ``kafkagen regenerate`` re-published as new attempts (the
-  sum of the run's :class:`streams.control.RegenerateRecord` ``ids``).
+  sum of the run's :class:`streams.control.RegenerateRecord` ``ids``; a replay's: its parent's,
+  as it reads the parent's prompts topic).
 * ``prompts.results``: the end offsets of ``<run>.completions`` and ``<run>.errors`` (their
   producer is idempotent, not transactional: one offset per record); ``in_s3`` the sink group's
   committed offsets on them.
@@ -125,6 +126,9 @@ class Observation:
     errors_topic: str = ""
     prompts_topic: str = ""
     published: int | None = None
+    parent_regenerated: int = 0
+    """a replay's: the prompts its parent's regenerations re-published into the prompts topic the
+    replay reads (its own control topic has none: a replay cannot be regenerated)."""
     generate_members: Sequence[GroupMember] = ()
     sink_members: int = 0
     control: ControlState = field(default_factory=ControlState)
@@ -383,7 +387,7 @@ def shape(obs: Observation) -> RunStatus:
     results_ends.update({(obs.errors_topic, p): e for p, e in obs.errors_end.items()})
     in_s3 = sum(min(obs.sink_committed.get(tp, 0), end) for tp, end in results_ends.items())
     sink_lag = sum(max(0, end - obs.sink_committed.get(tp, 0)) for tp, end in results_ends.items())
-    regenerated = sum(r.ids for r in control.regenerations.values())
+    regenerated = sum(r.ids for r in control.regenerations.values()) + obs.parent_regenerated
     published = obs.published + regenerated if obs.published is not None else prompts_end
     export = control.export
     counts = PromptCounts(

@@ -12,6 +12,7 @@ import socket
 import time
 from dataclasses import dataclass
 
+import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -482,3 +483,47 @@ async def test_a_topic_deleted_while_listing_is_left_out_at_once(world: World) -
         assert found == {TopicPartition(kept.topics.prompts, 0): (3, -1)}
     finally:
         await admin.close()
+
+
+def test_a_replay_of_a_regenerated_run_counts_the_parent_s_regenerations(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25 item 10: a replay reads its parent's prompts topic, regenerated attempts included;
+    with 4 results of 4 + 2 published, ``status`` and ``runs`` of the replay say 2 remain (they
+    said 0, and the ETA 0)."""
+    a = world.run("a")
+    b = naming.for_run(world.base, f"rb-{world.unique}", replay_of=a.run_id)
+    now = time.time()
+
+    async def make() -> None:
+        await publish(a, [make_prompt(i) for i in range(4)])
+        await _progress(a, 4)
+        again = [msgspec.structs.replace(make_prompt(i), attempt=1) for i in range(2)]
+        await publish(a, again)  # what regenerate re-published: new attempts of 2 ids
+        await _control(
+            a,
+            RegenerateRecord(
+                run_id=a.run_id, digest="d1", where={"flag": "truncated"}, overrides={"max_tokens": 16384},
+                ids=2, attempts={"1": 2}, at=now - 30, by="regenerate@h",
+            ),
+        )  # fmt: skip
+        await ensure_topics(b, [topic_specs(b)[r] for r in ("completions", "errors")])
+        await _produce(b, b.topics.completions, 4)
+        await _control(
+            b,
+            RunRecord(
+                run_id=b.run_id, parent=a.run_id, created_at=now - 20, updated_at=now - 20, by="replay@h",
+                prompts_topic=a.topics.prompts, partitions=7,
+            ),
+        )  # fmt: skip
+
+    asyncio.run(make())
+    flags = world.flags
+    assert cli_main(["status", "--run-id", b.run_id, "--json", *flags[2:]]) == 0
+    prompts = json.loads(capsys.readouterr().out)["prompts"]
+    assert (prompts["published"], prompts["regenerated"], prompts["remaining"]) == (6, 2, 2), prompts
+    code, out, _ = _runs(capsys, b.run_id, "--json", *flags)
+    assert code == 0, out
+    (row,) = json.loads(out)["runs"]
+    assert (row["counts"]["published"], row["counts"]["remaining"]) == (6, 2), row
+    assert row["state"] != "done", row
