@@ -23,11 +23,17 @@ from aiokafka.errors import KafkaError
 
 from consumers.generate import GenerationConsumer
 from streams.cli import command_settings, flag_given, run_command, settings_options
-from streams.config import GenerationSettings, check_server_url
+from streams.config import GateSettings, GenerationSettings, check_server_url
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
-from streams.run_record import describe_join, generation_in_environment, join_settings, read_run_record
+from streams.run_record import (
+    describe_join,
+    gate_in_environment,
+    generation_in_environment,
+    join_settings,
+    read_run_record,
+)
 
 __all__ = ["generate", "main"]
 
@@ -65,7 +71,13 @@ def generate(
         raise kafka_unavailable(settings.kafka, exc) from None
     if record is not None:
         flags = {name for name in GenerationSettings.model_fields if flag_given(ctx, "generation", name)}
-        settings = join_settings(settings, record, given=flags | generation_in_environment())
+        gate_flags = {name for name in GateSettings.model_fields if flag_given(ctx, "gate", name)}
+        settings = join_settings(
+            settings,
+            record,
+            given=flags | generation_in_environment(),
+            given_gate=gate_flags | gate_in_environment(),
+        )
         log.info("%s", describe_join(record, settings))
     worker = GenerationConsumer(settings, server, group=group, instance_id=instance_id)
     if metrics_port:

@@ -185,8 +185,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, tag="run", tag_field=
     from the first one): a plain run, or a replay of ``parent`` (``replay_of``). ``generation`` are
     the run's generation settings (``streams.config.GenerationSettings`` fields: ``model``,
     ``max_tokens`` in tokens, ``temperature``, ``top_p``, ``chat_template_kwargs``,
-    ``separate_reasoning``), which a consumer started with the run id alone takes
-    (:func:`streams.run_record.join_settings`). Times are Unix epoch seconds."""
+    ``separate_reasoning``) and ``gate`` its quality-gate settings (``streams.config.GateSettings``
+    fields; empty in a record written before records held them), which a consumer started with
+    the run id alone takes (:func:`streams.run_record.join_settings`). Times are Unix epoch seconds."""
 
     run_id: str
     parent: str | None = None
@@ -199,6 +200,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, tag="run", tag_field=
     partitions: int
     """the prompts topic's partitions when the record was written."""
     generation: dict[str, object] = {}
+    gate: dict[str, object] = {}
     servers: list[str] = []
     """the servers the run was started with (informative; :class:`FleetRecord` is the live list)."""
 

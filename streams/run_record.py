@@ -2,16 +2,18 @@
 
 The main job (``kafkagen run``, a replay) writes it right after it set up the run's topics
 (:func:`publish_run_record`): what the run is (``parent``: the run it replays), its prompts topic
-and partition count, its generation settings and the servers it was started with. Whoever joins
-the run later reads it (:func:`read_run_record`): a generation consumer started on another host
-with only ``--run-id`` and ``--server`` takes the run's generation settings and ``replay_of``
-from it (:func:`join_settings`), so it generates exactly as the main job's consumers do.
+and partition count, its generation and quality-gate settings and the servers it was started
+with. Whoever joins the run later reads it (:func:`read_run_record`): a generation consumer
+started on another host with only ``--run-id`` and ``--server`` takes the run's generation and
+gate settings and ``replay_of`` from it (:func:`join_settings`), so it generates, and judges the
+run's results, exactly as the main job's consumers do (a consumer with its own defaults could
+halt the fleet on thresholds the run never set, or turn a gate the run switched off back on).
 
 Precedence in :func:`join_settings`: a setting the user gave that consumer (a flag, or a
 ``KAFKAGEN_*`` variable) wins over the record; everything else comes from the record (the
-caller names the generation fields given by flags: ``given``). A run
+caller names the generation and gate fields given by flags: ``given``, ``given_gate``). A run
 without a record (started before records existed, or by hand without the main job) leaves the
-settings as they are.
+settings as they are, as a record written before records held gate settings leaves the gate's.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import asyncio
 import os
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+from pydantic import BaseModel
 
 from streams import naming
-from streams.config import ENV_PREFIX, GenerationSettings, Settings
+from streams.config import ENV_PREFIX, GateSettings, GenerationSettings, Settings
 from streams.control import ControlLog, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
@@ -33,22 +36,33 @@ from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
     "describe_join",
+    "gate_in_environment",
     "generation_in_environment",
     "join_settings",
     "note_partitions",
     "publish_run_record",
     "read_run_record",
+    "run_gate",
     "run_generation",
 ]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the control topic, the write)."""
 
+M = TypeVar("M", bound=BaseModel)
+
 
 def run_generation(settings: Settings) -> dict[str, object]:
     """``settings.generation`` as a RunRecord carries it: the
     :class:`streams.config.GenerationSettings` fields, JSON types (``max_tokens`` in tokens)."""
     data: dict[str, object] = settings.generation.model_dump(mode="json")
+    return data
+
+
+def run_gate(settings: Settings) -> dict[str, object]:
+    """``settings.gate`` as a RunRecord carries it: the :class:`streams.config.GateSettings`
+    fields, JSON types (shares 0..1, ``warmup`` and ``window`` in results, seconds)."""
+    data: dict[str, object] = settings.gate.model_dump(mode="json")
     return data
 
 
@@ -87,6 +101,7 @@ async def publish_run_record(
             prompts_topic=prompts,
             partitions=partitions or settings.topics.partitions,
             generation=run_generation(settings),
+            gate=run_gate(settings),
             servers=list(servers),
         )
         async with asyncio.timeout(timeout_s):
@@ -131,27 +146,45 @@ def generation_in_environment(environ: Mapping[str, str] | None = None) -> set[s
     """The :class:`~streams.config.GenerationSettings` fields a ``KAFKAGEN_*`` variable of
     ``environ`` (default ``os.environ``) sets: ``KAFKAGEN_GENERATION__<FIELD>`` (any case), or every
     field for ``KAFKAGEN_GENERATION`` (a JSON object)."""
+    return _in_environment("generation", GenerationSettings, environ)
+
+
+def gate_in_environment(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The :class:`~streams.config.GateSettings` fields a ``KAFKAGEN_GATE__<FIELD>`` (or
+    ``KAFKAGEN_GATE``) variable of ``environ`` sets, as :func:`generation_in_environment`."""
+    return _in_environment("gate", GateSettings, environ)
+
+
+def _in_environment(group: str, model: type[BaseModel], environ: Mapping[str, str] | None) -> set[str]:
     env = {k.upper() for k in (os.environ if environ is None else environ)}
-    prefix = f"{ENV_PREFIX}GENERATION"
+    prefix = f"{ENV_PREFIX}{group.upper()}"
     if prefix in env:
-        return set(GenerationSettings.model_fields)
-    return {name for name in GenerationSettings.model_fields if f"{prefix}__{name.upper()}" in env}
+        return set(model.model_fields)
+    return {name for name in model.model_fields if f"{prefix}__{name.upper()}" in env}
 
 
-def join_settings(settings: Settings, record: RunRecord, *, given: Collection[str] | None = None) -> Settings:
+def join_settings(
+    settings: Settings,
+    record: RunRecord,
+    *,
+    given: Collection[str] | None = None,
+    given_gate: Collection[str] | None = None,
+) -> Settings:
     """``settings`` of a process joining the run ``record`` describes (a generation consumer
     started with ``--run-id`` and ``--server`` only): the record's generation settings and its
     ``parent`` as ``replay_of`` (with the topic names re-derived: :func:`streams.naming.for_run`),
     except what the user set, which wins: ``replay_of`` when set (a flag or ``KAFKAGEN_REPLAY_OF``:
-    pydantic's ``model_fields_set``), and the generation fields named in ``given`` (the command
-    line's flags and the environment's variables; default: the environment's,
-    :func:`generation_in_environment`). pydantic cannot tell those apart itself: a nested group
-    given in part is filled up with the defaults (``nested_model_default_partial_update``). A
-    prompts topic left to its derived name takes the record's ``prompts_topic``.
+    pydantic's ``model_fields_set``), the generation fields named in ``given`` and the gate
+    fields named in ``given_gate`` (the command line's flags and the environment's variables;
+    default: the environment's, :func:`generation_in_environment`, :func:`gate_in_environment`).
+    pydantic cannot tell those apart itself: a nested group given in part is filled up with the
+    defaults (``nested_model_default_partial_update``). A record without gate settings (written
+    before records held them) leaves ``settings.gate`` as it is. A prompts topic left to its
+    derived name takes the record's ``prompts_topic``.
 
     Raises:
-        ConfigError: ``record`` is of another run than ``settings.run_id``, or its generation
-            settings do not validate (an incompatible writer).
+        ConfigError: ``record`` is of another run than ``settings.run_id``, or its generation or
+            gate settings do not validate (an incompatible writer).
     """
     if record.run_id != settings.run_id:
         raise ConfigError(
@@ -165,27 +198,41 @@ def join_settings(settings: Settings, record: RunRecord, *, given: Collection[st
     except ValueError as exc:
         raise ConfigError(f"run {record.run_id}'s record: {exc}") from None
     names = generation_in_environment() if given is None else set(given)
-    gen = settings.generation
-    own = {name: getattr(gen, name) for name in sorted(names) if name in GenerationSettings.model_fields}
-    try:
-        generation = GenerationSettings.model_validate({**record.generation, **own})
-    except ValueError as exc:
-        raise ConfigError(
-            f"run {record.run_id}'s record has generation settings that do not fit: {exc}"
-        ) from None
-    update: dict[str, Any] = {"generation": generation}
+    gate_names = gate_in_environment() if given_gate is None else set(given_gate)
+    update: dict[str, Any] = {
+        "generation": _joined(record, "generation", record.generation, settings.generation, names),
+        "gate": _joined(record, "gate", record.gate, settings.gate, gate_names)
+        if record.gate
+        else settings.gate,
+    }
     if derived_prompts and record.prompts_topic and not given_replay:
         update["topics"] = joined.topics.model_copy(update={"prompts": record.prompts_topic})
     return joined.model_copy(update=update)
 
 
+def _joined(record: RunRecord, what: str, recorded: Mapping[str, object], own: M, names: set[str]) -> M:
+    """``recorded`` (a record's settings group) with the fields ``names`` of ``own`` over it."""
+    given = {name: getattr(own, name) for name in sorted(names) if name in type(own).model_fields}
+    try:
+        return type(own).model_validate({**recorded, **given})
+    except ValueError as exc:
+        raise ConfigError(
+            f"run {record.run_id}'s record has {what} settings that do not fit: {exc}"
+        ) from None
+
+
 def describe_join(record: RunRecord, settings: Settings) -> str:
     """One line on what a consumer took from ``record`` (its settings now: ``settings``)."""
-    gen = settings.generation
+    gen, gate = settings.generation, settings.gate
     thinking = gen.chat_template_kwargs.get("enable_thinking")
     replay = f", a replay of run {settings.replay_of}" if settings.replay_of else ""
     return (
         f"joined run {record.run_id}{replay} by its run record (written by {record.by}): prompts "
         f"{settings.topics.prompts}, model {gen.model}, max_tokens {gen.max_tokens}, thinking "
-        f"{'on' if thinking else 'off'}, temperature {gen.temperature:g}, top_p {gen.top_p:g}"
+        f"{'on' if thinking else 'off'}, temperature {gen.temperature:g}, top_p {gen.top_p:g}, "
+        + (
+            f"quality gate on (warm-up {gate.warmup}, window {gate.window})"
+            if gate.enabled
+            else "quality gate off"
+        )
     )

@@ -107,23 +107,28 @@ def test_partitions_are_raised_never_lowered(
 
 
 def test_a_consumer_joins_a_run_by_its_id_alone(settings: Settings, kafka: str, tmp_path: Path) -> None:
-    """``kafkagen generate --run-id R --server URL`` with no generation settings of its own takes
-    the run's (the main job's ``--max-tokens 321 --no-thinking`` here); a flag of its own wins."""
+    """``kafkagen generate --run-id R --server URL`` with no generation or gate settings of its
+    own takes the run's (the main job's ``--max-tokens 321 --no-thinking --gate.no-enabled`` here:
+    a consumer on its defaults would switch the run's gate back on); a flag of its own wins."""
     run = settings.model_copy(
         update={
             "generation": settings.generation.with_budget(321, thinking=False).model_copy(
                 update={"top_p": 0.5}
-            )
+            ),
+            "gate": settings.gate.model_copy(update={"enabled": False, "warmup": 50}),
         }
     )
     _started_run(run)
     env = {
         k: v
         for k, v in {**os.environ, **settings_to_env(settings)}.items()
-        if not k.upper().startswith("KAFKAGEN_GENERATION")
+        if not k.upper().startswith(("KAFKAGEN_GENERATION", "KAFKAGEN_GATE"))
     }
     server = f"http://127.0.0.1:{unused_port()}"  # nothing answers: the consumer waits for it
-    for extra, top_p in (((), 0.5), (("--generation.top-p", "0.25"), 0.25)):
+    for extra, top_p, gate in (
+        ((), 0.5, "quality gate off"),
+        (("--generation.top-p", "0.25", "--gate.enabled"), 0.25, "quality gate on (warm-up 50, window 1000)"),
+    ):
         log = tmp_path / "generate.log"
         args = [
             sys.executable,
@@ -148,4 +153,4 @@ def test_a_consumer_joins_a_run_by_its_id_alone(settings: Settings, kafka: str, 
             assert proc.wait(30) in (0, -signal.SIGTERM), log.read_text()
         text = log.read_text()
         assert f"joined run {run.run_id} by its run record (written by kafkagen run@test)" in text, text
-        assert f"max_tokens 321, thinking off, temperature 0.6, top_p {top_p:g}" in text, text
+        assert f"max_tokens 321, thinking off, temperature 0.6, top_p {top_p:g}, {gate}" in text, text

@@ -9,14 +9,16 @@ import msgspec
 import pytest
 
 from streams import naming
-from streams.config import Settings, load_settings
+from streams.config import GateSettings, Settings, load_settings
 from streams.control import RunRecord
 from streams.errors import ConfigError
 from streams.run_record import (
+    gate_in_environment,
     generation_in_environment,
     join_settings,
     publish_run_record,
     read_run_record,
+    run_gate,
     run_generation,
 )
 
@@ -29,6 +31,8 @@ RUN_GENERATION = {
     "separate_reasoning": True,
 }
 
+RUN_GATE = GateSettings(enabled=False, warmup=50, max_truncated=0.9).model_dump(mode="json")
+
 
 def _record(parent: str | None = None, run_id: str = "r") -> RunRecord:
     return RunRecord(
@@ -40,6 +44,7 @@ def _record(parent: str | None = None, run_id: str = "r") -> RunRecord:
         prompts_topic=naming.prompts_topic(run_id, parent),
         partitions=7,
         generation=RUN_GENERATION,
+        gate=RUN_GATE,
         servers=["http://127.0.0.1:30000"],
     )
 
@@ -47,7 +52,9 @@ def _record(parent: str | None = None, run_id: str = "r") -> RunRecord:
 @pytest.fixture(autouse=True)
 def _no_generation_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.upper().startswith(("KAFKAGEN_GENERATION", "KAFKAGEN_REPLAY_OF", "KAFKAGEN_RUN_ID")):
+        if name.upper().startswith(
+            ("KAFKAGEN_GENERATION", "KAFKAGEN_GATE", "KAFKAGEN_REPLAY_OF", "KAFKAGEN_RUN_ID")
+        ):
             monkeypatch.delenv(name)
 
 
@@ -67,6 +74,32 @@ def test_flags_and_environment_win_over_the_record(monkeypatch: pytest.MonkeyPat
     assert joined.generation.max_tokens == 777 and joined.generation.top_p == 0.8
     assert generation_in_environment({"kafkagen_generation__top_p": "1"}) == {"top_p"}
     assert generation_in_environment({"KAFKAGEN_GENERATION": "{}"}) == set(RUN_GENERATION)
+
+
+def test_a_consumer_given_only_the_run_id_judges_with_the_runs_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 6: the gate's settings are the run's. On its own defaults a joining consumer
+    would switch the run's disabled gate back on, or halt the fleet on thresholds the run never set."""
+    joined = join_settings(load_settings(Settings, overrides={"run_id": "r"}), _record())
+    assert joined.gate.model_dump(mode="json") == RUN_GATE and not joined.gate.enabled
+    flags = load_settings(Settings, overrides={"run_id": "r", "gate": {"enabled": True}})
+    joined = join_settings(flags, _record(), given_gate=["enabled"])
+    assert joined.gate.enabled and joined.gate.warmup == 50 and joined.gate.max_truncated == 0.9, (
+        "the flag wins"
+    )
+    monkeypatch.setenv("KAFKAGEN_GATE__WARMUP", "7")
+    joined = join_settings(load_settings(Settings, overrides={"run_id": "r"}), _record())
+    assert joined.gate.warmup == 7 and not joined.gate.enabled, "the environment wins"
+    assert gate_in_environment({"kafkagen_gate__window": "9"}) == {"window"}
+    assert gate_in_environment({"KAFKAGEN_GATE": "{}"}) == set(RUN_GATE)
+
+
+def test_a_record_without_gate_settings_leaves_the_consumers() -> None:
+    """A record written before records held gate settings: the consumer keeps its own."""
+    own = load_settings(Settings, overrides={"run_id": "r", "gate": {"warmup": 33}})
+    joined = join_settings(own, msgspec.structs.replace(_record(), gate={}))
+    assert joined.gate == own.gate
+    with pytest.raises(ConfigError, match="gate settings that do not fit"):
+        join_settings(own, msgspec.structs.replace(_record(), gate={**RUN_GATE, "warmup": 0}))
 
 
 def test_a_replays_consumer_reads_the_parents_prompts() -> None:
@@ -103,3 +136,4 @@ def test_publish_keeps_created_at_and_read_returns_the_latest(settings: Settings
     assert read == second and second.created_at == first.created_at and second.updated_at > first.updated_at
     assert second.servers == ["http://h:2"] and second.by == "kafkagen run@b"
     assert second.generation == run_generation(settings) and second.partitions == settings.topics.partitions
+    assert second.gate == run_gate(settings) and second.gate["enabled"] == settings.gate.enabled
