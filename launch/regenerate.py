@@ -9,7 +9,9 @@ run and lets the broker finish or abort its transaction (KIP-98, ``InitProducerI
 are the run's topics read and the selection made. So the same command run twice, one after the
 other, at the same time or after a SIGKILL, publishes once (the second finds the record, or its
 selection finds the first one's attempts pending), and two different commands never give one id
-the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`).
+the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`). The
+digest names the selection too: the same command run later on a run still generating publishes
+the ids that matched since (:func:`launch.regenerate_select.command_digest`).
 
 The same transaction starts a new quality-gate epoch (``GateRecord(state="resumed")``, counts
 from zero, docs/gate.md) unless the run is halted: the new attempts run with other parameters and
@@ -89,6 +91,9 @@ class Plan:
     gate: ControlState | None = None
     """the control topic's state when the plan was made (its gate epoch and halt); in the plan
     :func:`regenerate` returns after publishing, as re-read inside its transaction."""
+    earlier: tuple[RegenerateRecord, ...] = ()
+    """the run's earlier regenerations by the same command (conditions and overrides), oldest
+    first: run again later, it publishes what matched since (:func:`command_digest`)."""
 
 
 async def plan_regeneration(settings: Settings, where: Where, overrides: GenerationParams) -> Plan:
@@ -123,7 +128,7 @@ async def plan_regeneration(settings: Settings, where: Where, overrides: Generat
                 continue  # an undecodable prompt was dead-lettered: ids=... cannot name it
             selector.see_prompt(phead, rec.partition, prompt)
     selection = selector.selection()
-    digest = command_digest(run, where, overrides, selection if where.next_turn else None)
+    digest = command_digest(run, where, overrides, selection)
     return Plan(
         digest=digest,
         where=where,
@@ -133,7 +138,18 @@ async def plan_regeneration(settings: Settings, where: Where, overrides: Generat
         foreign=selector.foreign,
         done_before=state.regenerations.get(digest),
         gate=state,
+        earlier=_same_command(state, where, overrides),
     )
+
+
+def _same_command(
+    state: ControlState, where: Where, overrides: GenerationParams
+) -> tuple[RegenerateRecord, ...]:
+    """The run's regenerations by the same command (its conditions and overrides), oldest first."""
+    encode_sorted = msgspec.json.Encoder(order="sorted").encode
+    this = encode_sorted([where.describe(), overrides.as_request_fields()])
+    same = [r for r in state.regenerations.values() if encode_sorted([r.where, r.overrides]) == this]
+    return tuple(sorted(same, key=lambda r: r.at))
 
 
 async def _check_run(settings: Settings) -> ControlState:

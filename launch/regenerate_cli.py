@@ -145,17 +145,23 @@ def describe_plan(settings: Settings, plan: Plan) -> list[str]:
             f"  {s.no_prompt} matching ids have no prompt on {settings.topics.prompts}: not re-published"
         )
     overrides = plan.overrides.as_request_fields()
-    if plan.done_before is not None:
-        done = plan.done_before
-        lines.append(
-            f"this command was published before ({done.ids} prompts, regeneration {done.digest}, "
-            f"by {done.by}): "
-            "nothing published"
+    earlier = plan.done_before or (plan.earlier[-1] if plan.earlier else None)
+    if earlier is not None:
+        before = (
+            f"this command was published before ({earlier.ids} prompts, regeneration {earlier.digest}, "
+            f"by {earlier.by}"
+            + (f", and {len(plan.earlier) - 1} times before that" if len(plan.earlier) > 1 else "")
+            + ")"
         )
-    else:
+        if plan.done_before is not None or not s.prompts:
+            lines.append(f"{before}: nothing new matches it now, nothing published")
+            return lines
         lines.append(
-            f"to re-publish: {len(s.prompts)} prompts, overrides {overrides or 'none (the same parameters)'}"
+            f"{before}; {len(s.prompts)} prompts match it since (new results, or new attempts matching again)"
         )
+    lines.append(
+        f"to re-publish: {len(s.prompts)} prompts, overrides {overrides or 'none (the same parameters)'}"
+    )
     return lines
 
 

@@ -220,10 +220,12 @@ def next_turn_prompt(completion: CompletionRecord) -> PromptRecord | None:
 def command_digest(
     run_id: str, where: Where, overrides: GenerationParams, selection: Selection | None = None
 ) -> str:
-    """What identifies one regenerate command (hex BLAKE2b-96): the run, its conditions and its
-    overrides. The same command again has the same digest and publishes nothing. A ``--next-turn``
-    command is identified by its ``selection`` too (each id and the attempt it builds on): once its
-    turns are generated, the same command builds the turn after."""
+    """What identifies one regeneration (hex BLAKE2b-96): the run, the command's conditions and
+    overrides, and its ``selection`` (each id and the attempt it builds on). The same command run
+    again before anything changed has the same digest and publishes nothing; run later, on a run
+    still generating, it selects what matches then, so the ids whose results matched since are
+    re-published (its earlier ids are pending until their new attempts have results). A
+    ``--next-turn`` command builds the turn after once its turns are generated."""
     chosen = [(p.id, p.attempt) for _, p in selection.prompts] if selection is not None else None
     data = msgspec.json.Encoder(order="sorted").encode(
         [run_id, where.describe(), overrides.as_request_fields(), chosen]

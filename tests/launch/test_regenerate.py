@@ -61,17 +61,19 @@ def run(settings: Settings, unique: str) -> Settings:
     return s
 
 
-async def _finished_run(s: Settings) -> None:
+async def _finished_run(s: Settings, ids: range = range(PROMPTS)) -> None:
+    """Prompts ``ids`` and their results (every third one cut off: :data:`CUT` for the first
+    :data:`PROMPTS`)."""
     specs = topic_specs(s)
     await ensure_topics(s, [specs[r] for r in ("prompts", "completions", "errors", "control")])
     producer = AIOKafkaProducer(**producer_kwargs(s.kafka))
     await producer.start()
     try:
-        for i in range(PROMPTS):
+        for i in ids:
             prompt = msgspec.structs.replace(make_prompt(i, max_tokens=512), run_id=s.run_id)
             meta = await (await producer.send(s.topics.prompts, encode(prompt), key=key_of(prompt.id)))
             source = SourceOffset(topic=s.topics.prompts, partition=meta.partition, offset=meta.offset)
-            cut = prompt.id in CUT
+            cut = i % 3 == 0
             completion = CompletionRecord(
                 id=prompt.id,
                 run_id=s.run_id,
@@ -291,6 +293,34 @@ def test_a_halted_run_stays_halted(run: Settings) -> None:
     assert proc.returncode == 0 and f"published {len(CUT)} prompts" in out, out
     state = asyncio.run(read_control(run))
     assert state.halted and state.epoch == 0 and len(state.regenerations) == 1
+
+
+def test_the_same_command_later_publishes_what_matched_since(run: Settings) -> None:
+    """Issue 25 item 9: on a run still generating, the same ``--where`` run again publishes the
+    ids whose results matched since it last ran (not nothing, as when its digest named only the
+    conditions and overrides), and leaves its earlier ids alone while their attempts are pending."""
+    first = _regenerate(run, *REDO)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0 and f"published {len(CUT)} prompts" in out, out
+    later = range(PROMPTS, PROMPTS + 6)  # the run went on: 6 more results, 2 of them cut off
+    asyncio.run(_finished_run(run, later))
+    new = {f"p-{i:05d}" for i in later if i % 3 == 0}
+    second = _regenerate(run, *REDO)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 0, out
+    assert f"this command was published before ({len(CUT)} prompts" in out, out
+    assert f"{len(CUT)} prompts left alone: their latest attempt has no result yet" in out, out
+    assert f"published {len(new)} prompts to {run.topics.prompts} ({len(new)} as attempt 1)" in out, out
+    by_id = _attempts(run)
+    assert {i for i, p in by_id.items() if len(p) > 1} == CUT | new
+    assert all(len(by_id[i]) == 2 for i in CUT | new), "each published once"
+    third = _regenerate(run, *REDO)
+    out, _ = third.communicate(timeout=120)
+    assert third.returncode == 0 and "nothing new matches it now, nothing published" in out, out
+    assert _published(run) == PROMPTS + len(later) + len(CUT) + len(new)
+    assert sorted(r.ids for r in asyncio.run(read_control(run)).regenerations.values()) == sorted(
+        [len(CUT), len(new)]
+    )
 
 
 def test_a_halt_written_while_the_regeneration_plans_stands(
