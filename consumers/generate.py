@@ -23,6 +23,8 @@ the consumer owned (in practice: the requests in flight plus what finished since
 which is made every ``commit_interval_s`` and at once when a span is half full). Every prompt ends
 in a completion or a dead letter: a result too large for a Kafka record, or any failure that
 escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.records.fit_error`).
+A partition with prompts but no committed offset (expired) on a run with results is recovered
+from the results before the consumer joins: what they answer is skipped (:mod:`consumers.recovery`).
 
 Rebalances (:mod:`consumers.rebalance` says how aiokafka runs them): on revoke the contiguous
 prefix is committed and the started requests keep running as *orphans*, which the re-fetched
@@ -81,6 +83,7 @@ from consumers.offsets import OffsetTracker
 from consumers.ownership import check_topic_owner
 from consumers.process import PromptRunner
 from consumers.rebalance import RebalanceListener
+from consumers.recovery import answered_prompts
 from consumers.server_watch import ServerWatch
 from consumers.window import WindowConfig, WindowPolicy
 from streams.config import Settings
@@ -259,6 +262,8 @@ class GenerationConsumer:
             asyncio.create_task(self.gate.run()),
         ]
         try:
+            # committed offsets lost (expired) on a run with results: skip what is answered
+            self.book.answered = await answered_prompts(self.settings, self.group)
             await self._join()
             while not self._stopping.is_set():
                 await self._step()

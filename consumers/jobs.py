@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from aiokafka import ConsumerRecord
 
 from consumers.offsets import OffsetTracker
+from consumers.recovery import Answered
 
 __all__ = ["Job", "JobBook", "JobKey"]
 
@@ -72,6 +73,9 @@ class JobBook:
         """prompts finished while their partition was revoked: not to be generated again."""
         self.done_uncommitted: dict[int, set[int]] = {}
         """per partition, offsets done but not committed yet (a lower offset is pending)."""
+        self.answered: Answered | None = None
+        """prompt records answered before the group's committed offsets were lost: skipped
+        (:mod:`consumers.recovery`)."""
 
     @property
     def in_flight(self) -> int:
@@ -115,7 +119,8 @@ class JobBook:
 
     def accept(self, record: ConsumerRecord[bytes, bytes]) -> None:
         """Take a fetched record: track it, then adopt its orphan, skip it if an orphan already
-        finished it, or queue it to start. Never drops a record it has not accounted for."""
+        finished it or a result answers it (:attr:`answered`), or queue it to start. Never drops a
+        record it has not accounted for."""
         p, o = record.partition, record.offset
         if p not in self.tracker.assigned:  # returned before on_partitions_assigned ran
             self.tracker.assign(p)
@@ -131,6 +136,10 @@ class JobBook:
         orphan = self.orphans.pop(key, None)
         if orphan is not None:
             self.jobs[key] = orphan
+            return
+        if self.answered is not None and self.answered.covers(p, o):
+            self.tracker.done(p, o)  # its result is in Kafka: commit past it, never generate it
+            self.done_uncommitted.setdefault(p, set()).add(o)
             return
         self.buffered.setdefault(p, deque()).append(record)
 

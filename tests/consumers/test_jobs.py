@@ -7,6 +7,7 @@ import asyncio
 from aiokafka import ConsumerRecord
 
 from consumers.jobs import Job, JobBook
+from consumers.recovery import Answered
 
 
 def record(partition: int, offset: int) -> ConsumerRecord[bytes, bytes]:
@@ -129,3 +130,18 @@ def test_clear_forgets_all_work_and_reset_the_offsets() -> None:
     assert book.tracker.assigned == {0}
     book.reset_offsets()
     assert book.tracker.assigned == frozenset()
+
+
+def test_records_a_result_answers_are_skipped_and_committed_past() -> None:
+    """The group's committed offsets expired (consumers.recovery): a record whose result is in
+    Kafka is not started, and the commit position moves past it; the others start."""
+    book = JobBook(max_uncommitted=100)
+    book.answered = Answered({0: {0, 1, 3}, 1: set()})
+    for p, o in [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]:
+        book.accept(record(p, o))
+    assert {p: [r.offset for r in q] for p, q in book.buffered.items()} == {0: [2], 1: [0]}
+    assert book.committable() == {0: 2, 1: 0}, "past the answered prefix, up to the first unanswered"
+    book.start_buffered(2, no_task)
+    book.finish(book.jobs[(0, 2)])
+    assert book.committable()[0] == 4, "and past the answered record after it"
+    assert book.answered.skipped == 3 and len(book.answered) == 3 and book.answered.partitions == [0, 1]

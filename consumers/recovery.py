@@ -1,0 +1,141 @@
+"""Where a generation consumer resumes when its group's committed offsets are gone.
+
+Kafka deletes a consumer group's committed offsets once the group has been empty for
+``offsets.retention.minutes`` (default 10080, 7 days; KIP-211, Kafka 2.1+). A consumer of that
+group then starts each partition at its earliest offset (``auto_offset_reset``) and would generate
+every prompt of the run again. So before it joins the group a consumer asks for the group's
+committed offsets (:func:`answered_prompts`). When a partition of the prompts topic holding
+records has none while the run's completions or dead-letter topics hold results, it reads those
+results' ``source`` (the topic, partition and offset of the prompt record each answers) and skips,
+as answered, every prompt record one of them names (:meth:`consumers.jobs.JobBook.accept`); the
+others are generated. It logs what it found and did. What exists is generated again only when
+asked: ``kafkagen regenerate`` and ``kafkagen replay`` publish new records or use another group.
+
+The cost is one read of the results topics, only on that path (also once for partitions added by
+``kafkagen scale --partitions``, or at a run's start, whose records no consumer has committed
+yet). Memory: 8 bytes per answered prompt of those partitions (a set while the results are read).
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping
+
+import msgspec
+from aiokafka import TopicPartition
+
+from streams.config import Settings
+from streams.kafka import admin_call, end_offsets, read_to_end, topic_partitions
+from streams.records import SourceOffset
+
+__all__ = ["Answered", "answered_prompts"]
+
+log = logging.getLogger("kafkagen.generate")
+
+
+class _ResultSource(msgspec.Struct):
+    source: SourceOffset | None = None
+
+
+_sources = msgspec.json.Decoder(_ResultSource)
+
+
+class Answered:
+    """Prompt records already answered, by prompts-topic partition: the offsets a result names.
+
+    Args:
+        offsets: partition → offsets of prompt records that have a result (any order).
+    """
+
+    def __init__(self, offsets: Mapping[int, set[int]]) -> None:
+        self._offsets = {p: array("q", sorted(found)) for p, found in offsets.items()}
+        self.skipped = 0
+        """records :meth:`covers` said were answered (the consumer skipped them)."""
+
+    def __len__(self) -> int:
+        return sum(len(found) for found in self._offsets.values())
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions recovered, sorted."""
+        return sorted(self._offsets)
+
+    def covers(self, partition: int, offset: int) -> bool:
+        """Whether the prompt record at ``offset`` of ``partition`` has a result (counted in
+        :attr:`skipped` when it has)."""
+        found = self._offsets.get(partition)
+        if not found:
+            return False
+        i = bisect_left(found, offset)
+        hit = i < len(found) and found[i] == offset
+        self.skipped += hit
+        return hit
+
+
+async def answered_prompts(settings: Settings, group: str, *, timeout_s: float = 60.0) -> Answered | None:
+    """What the consumer of ``group`` must skip on the partitions of ``settings.topics.prompts``
+    that hold records but have no committed offset in ``group`` while the run has results (the
+    module docstring); None when there is no such partition. Logs a warning naming them.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read (``timeout_s`` seconds
+            per request; the results topics are read as :func:`streams.kafka.read_to_end` does).
+    """
+    t = settings.topics
+    kafka = settings.kafka
+    partitions = await topic_partitions(kafka, t.prompts, timeout_s=timeout_s)
+    if not partitions:
+        return None
+    committed = await admin_call(
+        kafka,
+        f"committed offsets of {group}",
+        lambda admin: admin.list_consumer_group_offsets(
+            group, partitions=[TopicPartition(t.prompts, p) for p in partitions]
+        ),
+        timeout_s=timeout_s,
+    )
+    ends = await end_offsets(kafka, t.prompts, timeout_s=timeout_s)
+
+    def uncommitted(partition: int) -> bool:  # aiokafka 0.14: absent, or offset -1
+        got = committed.get(TopicPartition(t.prompts, partition))
+        return got is None or got.offset < 0
+
+    missing = [p for p in partitions if ends.get(p, 0) > 0 and uncommitted(p)]
+    if not missing:
+        return None
+    results = {
+        topic: sum((await end_offsets(kafka, topic, timeout_s=timeout_s)).values())
+        for topic in (t.completions, t.errors)
+    }
+    if not any(results.values()):
+        return None  # a run's first start: nothing was answered yet
+    found: dict[int, set[int]] = {p: set() for p in missing}
+    for topic in (t.completions, t.errors):
+        async for records in read_to_end(kafka, topic):
+            for rec in records:
+                try:
+                    source = _sources.decode(rec.value or b"").source
+                except msgspec.DecodeError:
+                    continue  # not a result record
+                if source is not None and source.topic == t.prompts and source.partition in found:
+                    found[source.partition].add(source.offset)
+    answered = Answered(found)
+    log.warning(
+        "partitions %s of %s hold prompts but no committed offset in group %s, while the run has %d "
+        "results (%s: %d, %s: %d): the group's offsets expired (the broker's "
+        "offsets.retention.minutes; README, guarantees), or no consumer has committed on them yet. "
+        "Recovered from the results: %d prompt records already answered are skipped, not generated "
+        "again; the others are generated",
+        missing,
+        t.prompts,
+        group,
+        sum(results.values()),
+        t.completions,
+        results[t.completions],
+        t.errors,
+        results[t.errors],
+        len(answered),
+    )
+    return answered
