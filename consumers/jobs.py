@@ -137,7 +137,7 @@ class JobBook:
         if orphan is not None:
             self.jobs[key] = orphan
             return
-        if self.answered is not None and self.answered.covers(p, o):
+        if self.answered is not None and self.answered.covers(p, o, record.key):
             self.tracker.done(p, o)  # its result is in Kafka: commit past it, never generate it
             self.done_uncommitted.setdefault(p, set()).add(o)
             return

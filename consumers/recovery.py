@@ -18,6 +18,7 @@ yet). Memory: 8 bytes per answered prompt of those partitions (a set while the r
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from array import array
 from bisect import bisect_left
@@ -25,6 +26,9 @@ from collections.abc import Mapping
 
 import msgspec
 from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CoordinatorLoadInProgressError
+from aiokafka.structs import OffsetAndMetadata
 
 from streams.config import Settings
 from streams.kafka import admin_call, end_offsets, read_to_end, topic_partitions
@@ -36,21 +40,34 @@ log = logging.getLogger("kafkagen.generate")
 
 
 class _ResultSource(msgspec.Struct):
+    id: str = ""
     source: SourceOffset | None = None
 
 
 _sources = msgspec.json.Decoder(_ResultSource)
 
 
+def _id_hash(key: bytes) -> int:
+    """64 bits of BLAKE2b of a record key (a prompt id's UTF-8 bytes, ``streams.records.key_of``)."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big", signed=True)
+
+
 class Answered:
-    """Prompt records already answered, by prompts-topic partition: the offsets a result names.
+    """Prompt records already answered, by prompts-topic partition: the offset a result names, and
+    its id, so that a record at that offset with another id (a prompts topic created again under
+    the same name) is not taken for answered.
 
     Args:
-        offsets: partition → offsets of prompt records that have a result (any order).
+        offsets: partition → {offset → id} of prompt records that have a result.
     """
 
-    def __init__(self, offsets: Mapping[int, set[int]]) -> None:
-        self._offsets = {p: array("q", sorted(found)) for p, found in offsets.items()}
+    def __init__(self, offsets: Mapping[int, Mapping[int, str]]) -> None:
+        self._offsets: dict[int, array[int]] = {}
+        self._ids: dict[int, array[int]] = {}
+        for p, found in offsets.items():
+            ordered = sorted(found)
+            self._offsets[p] = array("q", ordered)
+            self._ids[p] = array("q", (_id_hash(found[o].encode("utf-8")) for o in ordered))
         self.skipped = 0
         """records :meth:`covers` said were answered (the consumer skipped them)."""
 
@@ -62,14 +79,14 @@ class Answered:
         """The partitions recovered, sorted."""
         return sorted(self._offsets)
 
-    def covers(self, partition: int, offset: int) -> bool:
-        """Whether the prompt record at ``offset`` of ``partition`` has a result (counted in
-        :attr:`skipped` when it has)."""
+    def covers(self, partition: int, offset: int, key: bytes | None) -> bool:
+        """Whether the prompt record at ``offset`` of ``partition``, of key ``key``, has a result
+        (counted in :attr:`skipped` when it has)."""
         found = self._offsets.get(partition)
-        if not found:
+        if not found or key is None:
             return False
         i = bisect_left(found, offset)
-        hit = i < len(found) and found[i] == offset
+        hit = i < len(found) and found[i] == offset and self._ids[partition][i] == _id_hash(key)
         self.skipped += hit
         return hit
 
@@ -77,7 +94,8 @@ class Answered:
 async def answered_prompts(settings: Settings, group: str, *, timeout_s: float = 60.0) -> Answered | None:
     """What the consumer of ``group`` must skip on the partitions of ``settings.topics.prompts``
     that hold records but have no committed offset in ``group`` while the run has results (the
-    module docstring); None when there is no such partition. Logs a warning naming them.
+    module docstring); None when there is no such partition. Logs what it found: a warning when no
+    partition has a committed offset (they expired), else at info level.
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read (``timeout_s`` seconds
@@ -88,21 +106,26 @@ async def answered_prompts(settings: Settings, group: str, *, timeout_s: float =
     partitions = await topic_partitions(kafka, t.prompts, timeout_s=timeout_s)
     if not partitions:
         return None
+    asked = [TopicPartition(t.prompts, p) for p in partitions]
+
+    async def committed_offsets(admin: AIOKafkaAdminClient) -> dict[TopicPartition, OffsetAndMetadata]:
+        got: dict[TopicPartition, OffsetAndMetadata] = await admin.list_consumer_group_offsets(
+            group, partitions=asked
+        )
+        # asked by partition, the broker answers each (-1: no committed offset, the group known or
+        # not); aiokafka 0.14 leaves the response's own error code unread, so an answer without
+        # them (its coordinator loading or moving) is one to ask again, not "no offsets"
+        if any(tp not in got for tp in asked):
+            raise CoordinatorLoadInProgressError(f"OffsetFetch of {group} answered without its partitions")
+        return got
+
     committed = await admin_call(
-        kafka,
-        f"committed offsets of {group}",
-        lambda admin: admin.list_consumer_group_offsets(
-            group, partitions=[TopicPartition(t.prompts, p) for p in partitions]
-        ),
-        timeout_s=timeout_s,
+        kafka, f"committed offsets of {group}", committed_offsets, timeout_s=timeout_s
     )
     ends = await end_offsets(kafka, t.prompts, timeout_s=timeout_s)
-
-    def uncommitted(partition: int) -> bool:  # aiokafka 0.14: absent, or offset -1
-        got = committed.get(TopicPartition(t.prompts, partition))
-        return got is None or got.offset < 0
-
-    missing = [p for p in partitions if ends.get(p, 0) > 0 and uncommitted(p)]
+    missing = [
+        p for p in partitions if ends.get(p, 0) > 0 and committed[TopicPartition(t.prompts, p)].offset < 0
+    ]
     if not missing:
         return None
     results = {
@@ -111,23 +134,28 @@ async def answered_prompts(settings: Settings, group: str, *, timeout_s: float =
     }
     if not any(results.values()):
         return None  # a run's first start: nothing was answered yet
-    found: dict[int, set[int]] = {p: set() for p in missing}
+    found: dict[int, dict[int, str]] = {p: {} for p in missing}
     for topic in (t.completions, t.errors):
         async for records in read_to_end(kafka, topic):
             for rec in records:
                 try:
-                    source = _sources.decode(rec.value or b"").source
+                    result = _sources.decode(rec.value or b"")
                 except msgspec.DecodeError:
                     continue  # not a result record
+                source = result.source
                 if source is not None and source.topic == t.prompts and source.partition in found:
-                    found[source.partition].add(source.offset)
+                    found[source.partition][source.offset] = result.id
     answered = Answered(found)
-    log.warning(
+    # all of them without one: the group's offsets expired (they expire together, once the group
+    # is empty); some: partitions no consumer has committed on yet (a run's start, added ones)
+    expired = len(missing) == len(partitions)
+    log.log(
+        logging.WARNING if expired else logging.INFO,
         "partitions %s of %s hold prompts but no committed offset in group %s, while the run has %d "
         "results (%s: %d, %s: %d): the group's offsets expired (the broker's "
         "offsets.retention.minutes; README, guarantees), or no consumer has committed on them yet. "
-        "Recovered from the results: %d prompt records already answered are skipped, not generated "
-        "again; the others are generated",
+        "Recovered from the results: %d prompt records of them have a result and are skipped when "
+        "fetched, not generated again; the others are generated",
         missing,
         t.prompts,
         group,

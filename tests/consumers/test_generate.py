@@ -263,7 +263,7 @@ async def test_expired_committed_offsets_are_recovered_from_the_results(
     assert not again, f"{len(again)} prompts with a result were generated again, e.g. {again[:5]}"
     log = (fleet.logs / "c0.log").read_text()
     assert "hold prompts but no committed offset in group" in log, log[-3000:]
-    assert f"{len(before)} prompt records already answered are skipped" in log, log[-3000:]
+    assert f"{len(before)} prompt records of them have a result and are skipped" in log, log[-3000:]
 
 
 async def test_scaling_from_one_to_two_consumers_loses_nothing(cs: Settings, fleet: Fleet) -> None:

@@ -136,7 +136,7 @@ def test_records_a_result_answers_are_skipped_and_committed_past() -> None:
     """The group's committed offsets expired (consumers.recovery): a record whose result is in
     Kafka is not started, and the commit position moves past it; the others start."""
     book = JobBook(max_uncommitted=100)
-    book.answered = Answered({0: {0, 1, 3}, 1: set()})
+    book.answered = Answered({0: {0: "k", 1: "k", 3: "k", 4: "another id"}, 1: {}})
     for p, o in [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]:
         book.accept(record(p, o))
     assert {p: [r.offset for r in q] for p, q in book.buffered.items()} == {0: [2], 1: [0]}
@@ -144,4 +144,6 @@ def test_records_a_result_answers_are_skipped_and_committed_past() -> None:
     book.start_buffered(2, no_task)
     book.finish(book.jobs[(0, 2)])
     assert book.committable()[0] == 4, "and past the answered record after it"
-    assert book.answered.skipped == 3 and len(book.answered) == 3 and book.answered.partitions == [0, 1]
+    assert book.answered.skipped == 3 and len(book.answered) == 4 and book.answered.partitions == [0, 1]
+    book.accept(record(0, 4))  # a result names this offset, but of another id: generated
+    assert [r.offset for r in book.buffered[0]] == [4] and book.answered.skipped == 3
