@@ -7,8 +7,8 @@ written in one Kafka transaction by a producer whose ``transactional_id`` is the
 (:func:`regenerate_transactional_id`). Starting that producer fences any other regenerate of the
 run and lets the broker finish or abort its transaction (KIP-98, ``InitProducerId``); only then
 are the run's topics read and the selection made. So the same command run twice, one after the
-other, at the same time or after a SIGKILL, publishes once (the second finds the record, or its
-selection finds the first one's attempts pending), and two different commands never give one id
+other, at the same time or after a SIGKILL, publishes once (the second's selection finds the
+first one's attempts pending), and two different commands never give one id
 the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`). The
 digest names the selection too: the same command run later on a run still generating publishes
 the ids that matched since (:func:`launch.regenerate_select.command_digest`).
@@ -211,8 +211,8 @@ async def regenerate(
     Raises:
         ConfigError: as :func:`plan_regeneration`.
         RegenerationFenced: another regenerate of the run took over; nothing was published.
-        aiokafka.errors.KafkaError, TimeoutError: Kafka failed (nothing was committed: run the
-            same command again).
+        aiokafka.errors.KafkaError, TimeoutError: Kafka failed (run the same command again: what
+            a commit that did reach the broker published is pending, and is not published twice).
     """
     if dry_run:
         return await plan_regeneration(settings, where, overrides), None

@@ -150,7 +150,11 @@ def describe_plan(settings: Settings, plan: Plan) -> list[str]:
         before = (
             f"this command was published before ({earlier.ids} prompts, regeneration {earlier.digest}, "
             f"by {earlier.by}"
-            + (f", and {len(plan.earlier) - 1} times before that" if len(plan.earlier) > 1 else "")
+            + (
+                f", and {others} times more"
+                if (others := sum(r is not earlier for r in plan.earlier))
+                else ""
+            )
             + ")"
         )
         if plan.done_before is not None or not s.prompts:

@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from aiokafka.admin import NewPartitions
-from aiokafka.errors import KafkaError, NodeNotReadyError
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from aiokafka.errors import InvalidPartitionsError, KafkaError
 
 from launch.scaling import FleetStart, fleet_at_start, fleet_change, same_servers, scaled_servers
 from launch.servers import describe_server, wait_for_servers
@@ -241,21 +241,21 @@ async def raise_partitions(settings: Settings, partitions: int, *, by: str) -> t
     before = await check_partitions(settings, partitions)
     if partitions == before:
         return before, before
-    # not idempotent: only a request never sent (NodeNotReadyError) is asked again; one that may
-    # have reached a broker is not (a second one after a first that succeeded would be refused)
-    response = await admin_call(
-        settings.kafka,
-        f"adding partitions to {topic}",
-        lambda admin: admin.create_partitions({topic: NewPartitions(total_count=partitions)}),
-        timeout_s=TIMEOUT_S,
-        retry_only=(NodeNotReadyError,),
-    )
-    for name, code, *message in response.topic_errors:
-        if code:
-            raise ConfigError(
-                f"{name}: Kafka refused {partitions} partitions (error code {code}"
-                + (f": {message[0]}" if message and message[0] else "")
-                + ")"
-            )
-    await note_partitions(settings, partitions, by=by)
-    return before, partitions
+
+    async def add(admin: AIOKafkaAdminClient) -> int:
+        # asked again on a retriable error (admin_call), and CreatePartitions is not idempotent (a
+        # second one is refused): a request whose answer was lost may have been carried out, so
+        # look first
+        described = await admin.describe_topics([topic])
+        now = sum(len(t["partitions"]) for t in described if not t.get("error_code"))
+        if now >= partitions:
+            return now
+        try:
+            await admin.create_partitions({topic: NewPartitions(total_count=partitions)})
+        except InvalidPartitionsError as exc:  # aiokafka 0.14 raises the topic's error
+            raise ConfigError(f"{topic}: Kafka refused {partitions} partitions: {exc}") from None
+        return partitions
+
+    after = await admin_call(settings.kafka, f"adding partitions to {topic}", add, timeout_s=TIMEOUT_S)
+    await note_partitions(settings, after, by=by)
+    return before, after

@@ -220,9 +220,9 @@ class FleetRecord(msgspec.Struct, frozen=True, kw_only=True, tag="fleet", tag_fi
 class RegenerateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="regenerate", tag_field="kind"):
     """One ``kafkagen regenerate`` of the run (key ``regenerate:<digest>``), written in the Kafka
     transaction that re-publishes its selection, so it exists exactly when the prompts do.
-    ``digest`` identifies the command (its selection and overrides): the same command again finds
-    it and publishes nothing. ``attempts`` counts the re-published prompts by their new
-    ``attempt``."""
+    ``digest`` identifies the regeneration (the command's conditions, overrides and selection:
+    ``launch.regenerate_select.command_digest``). ``attempts`` counts the re-published prompts by
+    their new ``attempt``."""
 
     run_id: str
     digest: str

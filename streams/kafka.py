@@ -96,17 +96,11 @@ def consumer_kwargs(settings: KafkaSettings, *, group_id: str | None) -> dict[st
     }
 
 
-async def ask_brokers(
-    what: str,
-    call: Callable[[], Awaitable[T]],
-    *,
-    timeout_s: float | None,
-    retry_only: tuple[type[KafkaError], ...] | None = None,
-) -> T:
+async def ask_brokers(what: str, call: Callable[[], Awaitable[T]], *, timeout_s: float | None) -> T:
     """Await ``call()`` (one admin request or a few), asking again while Kafka answers with a
-    retriable error, for up to ``timeout_s`` seconds (``None``: until the caller cancels).
-    ``retry_only`` narrows what is asked again to those errors: a call that is not idempotent
-    passes ``(NodeNotReadyError,)``, the one error that says the request was never sent.
+    retriable error, for up to ``timeout_s`` seconds (``None``: until the caller cancels). A call
+    that is not idempotent must check first whether an earlier attempt was carried out (a request
+    that timed out may have been).
 
     aiokafka 0.14's admin client sends each request to a random broker of its metadata
     (``aiokafka/admin/client.py`` ``_send_request``, ``aiokafka/client.py`` ``get_random_node``).
@@ -119,9 +113,7 @@ async def ask_brokers(
             ``timeout_s`` has passed.
     """
     async for attempt in AsyncRetrying(
-        retry=retry_if_exception(
-            lambda e: isinstance(e, retry_only) if retry_only else isinstance(e, KafkaError) and e.retriable
-        ),
+        retry=retry_if_exception(lambda e: isinstance(e, KafkaError) and e.retriable),
         stop=stop_never if timeout_s is None else stop_after_delay(timeout_s),
         wait=wait_exponential(multiplier=0.2, max=2.0),
         before_sleep=lambda state: log.info(
@@ -141,12 +133,10 @@ async def admin_call(
     *,
     timeout_s: float = 30.0,
     role: str = "admin",
-    retry_only: tuple[type[KafkaError], ...] | None = None,
 ) -> T:
     """``call(admin)`` with an admin client started for it and closed after, asked again on a
-    retriable error (:func:`ask_brokers`, ``retry_only`` as there); all within ``timeout_s``
-    seconds. ``what`` names the call in the log lines; ``role`` goes into the client id
-    (:func:`client_kwargs`).
+    retriable error (:func:`ask_brokers`); all within ``timeout_s`` seconds. ``what`` names the
+    call in the log lines; ``role`` goes into the client id (:func:`client_kwargs`).
 
     Raises:
         aiokafka.errors.KafkaError: a non-retriable error.
@@ -159,7 +149,7 @@ async def admin_call(
     async with asyncio.timeout(timeout_s):
         await admin.start()
         try:
-            return await ask_brokers(what, lambda: call(admin), timeout_s=timeout_s, retry_only=retry_only)
+            return await ask_brokers(what, lambda: call(admin), timeout_s=timeout_s)
         finally:
             await admin.close()
 

@@ -10,8 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import RequestTimedOutError
 
 from launch.scale_cli import main
 from launch.scale_control import publish_fleet
@@ -104,6 +107,31 @@ def test_partitions_are_raised_never_lowered(
     assert run is not None and run.partitions == before + 2
     assert main(["--partitions", str(before + 2)]) == 0
     assert "already" in capsys.readouterr().out
+
+
+def test_partitions_whose_answer_was_lost_are_not_asked_for_twice(
+    env: Settings, kafka: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreatePartitions is not idempotent: when its answer is lost after the broker carried it out
+    (a timeout, retriable), the command asks again, finds the partitions there and says so, instead
+    of sending it again (refused: already that many) or giving up with the run record unchanged."""
+    _started_run(env)
+    before = len(asyncio.run(topic_partitions(env.kafka, env.topics.prompts)))
+    real = AIOKafkaAdminClient.create_partitions
+    sent: list[int] = []
+
+    async def answer_lost(self: AIOKafkaAdminClient, *args: Any, **kwargs: Any) -> Any:
+        sent.append(1)
+        await real(self, *args, **kwargs)
+        raise RequestTimedOutError("the answer was lost")
+
+    monkeypatch.setattr(AIOKafkaAdminClient, "create_partitions", answer_lost)
+    assert main(["--partitions", str(before + 1)]) == 0, capsys.readouterr().err
+    assert f"{before} -> {before + 1} partitions" in capsys.readouterr().out
+    assert len(sent) == 1, "sent once"
+    assert len(asyncio.run(topic_partitions(env.kafka, env.topics.prompts))) == before + 1
+    run = _state(env).run
+    assert run is not None and run.partitions == before + 1
 
 
 def test_a_consumer_joins_a_run_by_its_id_alone(settings: Settings, kafka: str, tmp_path: Path) -> None:

@@ -6,9 +6,8 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
-import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import NodeNotReadyError, RequestTimedOutError
+from aiokafka.errors import RequestTimedOutError
 
 from streams.config import Settings
 from streams.kafka import ask_brokers, consumer_kwargs, producer_kwargs
@@ -123,16 +122,4 @@ def _failing_once(error: Exception) -> tuple[list[int], Callable[[], Awaitable[s
 def test_a_retriable_error_is_asked_again() -> None:
     calls, call = _failing_once(RequestTimedOutError())
     assert asyncio.run(ask_brokers("describing t", call, timeout_s=10)) == "answered"
-    assert len(calls) == 2
-
-
-def test_a_call_that_is_not_idempotent_is_asked_again_only_when_never_sent() -> None:
-    """create_partitions passes ``retry_only=(NodeNotReadyError,)``: a request that may have
-    reached a broker (its timeout) is not sent a second time, one never sent is."""
-    calls, call = _failing_once(RequestTimedOutError())
-    with pytest.raises(RequestTimedOutError):
-        asyncio.run(ask_brokers("adding partitions", call, timeout_s=10, retry_only=(NodeNotReadyError,)))
-    assert len(calls) == 1
-    calls, call = _failing_once(NodeNotReadyError())
-    assert asyncio.run(ask_brokers("adding partitions", call, timeout_s=10, retry_only=(NodeNotReadyError,)))
     assert len(calls) == 2
