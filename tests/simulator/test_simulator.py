@@ -327,15 +327,17 @@ async def test_continuous_batching_queues_beyond_max_running_requests(client: ht
 
 
 async def test_requests_sharing_the_batch_decode_slower(client: httpx.AsyncClient) -> None:
-    # alpha = 1: two running requests each decode at half speed.
-    async with SimulatedServer(steady(batch_slowdown=1.0), time_scale=20) as server:
-        alone = await post_chat(client, server, chat(rid="alone", max_tokens=50))
-        assert e2e_s(alone) == pytest.approx(0.5, abs=1e-6)
+    # alpha = 1: two running requests each decode at half speed. 400 tokens take 4 s simulated
+    # alone, 1 s of wall time: y overlaps x however late a loaded machine sends it within that.
+    async with SimulatedServer(steady(batch_slowdown=1.0), time_scale=4) as server:
+        alone = await post_chat(client, server, chat(rid="alone", max_tokens=400))
+        assert e2e_s(alone) == pytest.approx(4.0, abs=1e-6)
         await asyncio.gather(*(client.get(f"{server.url}/health") for _ in range(2)))  # open 2 connections
-        x, y = await asyncio.gather(*(post_chat(client, server, chat(rid=r, max_tokens=50)) for r in "xy"))
-        # With y arriving d seconds after x, both take exactly 1 - d (x alone for d, then both at half speed).
+        x, y = await asyncio.gather(*(post_chat(client, server, chat(rid=r, max_tokens=400)) for r in "xy"))
+        # With y arriving d seconds after x, both take exactly 8 - d (x alone for d, then both at half
+        # speed): slower than alone while they overlap (d < 4).
         assert e2e_s(x) == pytest.approx(e2e_s(y), abs=1e-5)
-        assert 0.75 < e2e_s(x) <= 1.0 + 1e-6
+        assert 4.0 + 1e-3 < e2e_s(x) <= 8.0 + 1e-6
 
 
 async def test_first_request_after_start_is_slow(client: httpx.AsyncClient) -> None:
