@@ -146,9 +146,9 @@ async def answered_prompts(settings: Settings, group: str, *, timeout_s: float =
                 if source is not None and source.topic == t.prompts and source.partition in found:
                     found[source.partition][source.offset] = result.id
     answered = Answered(found)
-    # all of them without one: the group's offsets expired (they expire together, once the group
-    # is empty); some: partitions no consumer has committed on yet (a run's start, added ones)
-    expired = len(missing) == len(partitions)
+    # no partition with one: the group's offsets expired (they expire together, once the group
+    # is empty); else these are partitions no consumer has committed on yet (a run's start, added)
+    expired = all(offset.offset < 0 for offset in committed.values())
     log.log(
         logging.WARNING if expired else logging.INFO,
         "partitions %s of %s hold prompts but no committed offset in group %s, while the run has %d "

@@ -147,15 +147,10 @@ def describe_plan(settings: Settings, plan: Plan) -> list[str]:
     overrides = plan.overrides.as_request_fields()
     earlier = plan.done_before or (plan.earlier[-1] if plan.earlier else None)
     if earlier is not None:
+        others = sum(r is not earlier for r in plan.earlier)
         before = (
             f"this command was published before ({earlier.ids} prompts, regeneration {earlier.digest}, "
-            f"by {earlier.by}"
-            + (
-                f", and {others} times more"
-                if (others := sum(r is not earlier for r in plan.earlier))
-                else ""
-            )
-            + ")"
+            f"by {earlier.by}" + (f", and {others} times more" if others else "") + ")"
         )
         if plan.done_before is not None or not s.prompts:
             lines.append(f"{before}: nothing new matches it now, nothing published")

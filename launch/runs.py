@@ -359,8 +359,8 @@ async def _facts(
     # a replay reads its parent's prompts topic, which holds the parent's regenerations too
     parents = {r: parent_of(r, facts[r].control.run, facts[r].prompts_topic) for r in with_topics}
     unread = {naming.control_topic(p) for p in parents.values() if p is not None} - set(controls)
-    if unread & set(topics):
-        controls.update(await _read_controls(consumer, admin, topics, sorted(unread & set(topics))))
+    if unread := unread & set(topics):
+        controls.update(await _read_controls(consumer, admin, topics, sorted(unread)))
     for r, parent in parents.items():
         if parent is not None and naming.control_topic(parent) in controls:
             regenerations = controls[naming.control_topic(parent)].regenerations.values()

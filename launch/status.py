@@ -257,10 +257,7 @@ class Collector:
     async def _read_control(self, exists: bool) -> ControlState:
         if not exists:
             return ControlState()
-        if self._control is None:
-            self._control = await self._control_log(self.settings)
-        else:
-            await self._read_on(self._control, self.settings)
+        self._control = await self._read_log(self._control, self.settings)
         return self._control.state
 
     async def _parent_regenerated(self, found: dict[str, list[int]]) -> int:
@@ -269,24 +266,20 @@ class Collector:
         parent = self._parent
         if parent is None or parent.topics.control not in found:
             return 0
-        if self._parent_control is None:
-            self._parent_control = await self._control_log(parent)
-        else:
-            await self._read_on(self._parent_control, parent)
+        self._parent_control = await self._read_log(self._parent_control, parent)
         return sum(r.ids for r in self._parent_control.state.regenerations.values())
 
-    async def _control_log(self, settings: Settings) -> ControlLog:
-        """A started read-only :class:`ControlLog` of run ``settings.run_id``, read to its end."""
-        control = ControlLog(settings, write=False)
-        try:
-            await control.start(timeout_s=self.timeout_s)
-        except BaseException:
-            await control.stop()
-            raise
-        return control
-
-    async def _read_on(self, control: ControlLog, settings: Settings) -> None:
-        """Read ``control`` on to the control topic's end now (5 s at most)."""
+    async def _read_log(self, control: ControlLog | None, settings: Settings) -> ControlLog:
+        """``control``, run ``settings.run_id``'s read-only :class:`ControlLog`, read on to its
+        topic's end now (5 s at most); started and read whole when None."""
+        if control is None:
+            control = ControlLog(settings, write=False)
+            try:
+                await control.start(timeout_s=self.timeout_s)
+            except BaseException:
+                await control.stop()
+                raise
+            return control
         assert self._consumer is not None
         tp = TopicPartition(settings.topics.control, 0)
         end = (await self._consumer.end_offsets([tp]))[tp]
@@ -294,6 +287,7 @@ class Collector:
         while control.state.offset < end and time.monotonic() < deadline:
             if not await control.poll(timeout_ms=200):
                 break  # nothing more to read now (records compacted away or not yet fetched)
+        return control
 
     def _askable(self, url: str, host: str | None) -> bool:
         """Whether ``url`` means the same server from here as for a consumer on ``host``."""
