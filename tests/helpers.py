@@ -4,6 +4,7 @@ topics back, and start/kill kafkagen processes with a test's settings."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import signal
@@ -139,12 +140,34 @@ async def committed(settings: Settings, group: str, topic: str) -> dict[int, int
         await consumer.stop()
 
 
-def unused_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on (bound by the OS, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+TEST_SERVER_PORTS = range(23000, 27000)
+"""Where ``unused_port`` hands out ports to servers a test starts: below Linux's ephemeral range
+(32768-60999), so that no outgoing connection's source port can take one between the pick and the
+server's bind (it did: a simulator failed with 'address already in use'); apart from the fixed ports
+of the fault audit (21000-22322, S3's +10000 above 31000), ``launch.serve``'s tests (27000-27199) and
+``own_kafka`` (29100-29899). Each xdist worker has its own block of 250."""
+
+_handed_out = itertools.count()
+
+
+def unused_port(count: int = 1) -> int:
+    """A TCP port P of 127.0.0.1 with P .. P+count-1 all free now, from this xdist worker's block of
+    ``TEST_SERVER_PORTS``, never the one handed out just before (a test may pick several before it
+    starts anything on them).
+
+    Raises:
+        AssertionError: every port of the block is taken.
+    """
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    block = 250
+    first = TEST_SERVER_PORTS.start + (worker % (len(TEST_SERVER_PORTS) // block)) * block
+    for _ in range(block):
+        port = first + next(_handed_out) % (block - count + 1)
+        if all(port_free(port + k) for k in range(count)):
+            for _ in range(count - 1):
+                next(_handed_out)  # the run's other ports are not handed out next
+            return port
+    raise AssertionError(f"no {count} free port(s) in {first}-{first + block - 1}")
 
 
 def metric_value(text: str, name: str) -> float | None:
