@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from consumers.jobs import JobBook
+from streams.audit_trace import audit_trace
 from streams.kafka import KafkaOutage
 
 __all__ = ["Committer"]
@@ -74,6 +75,8 @@ class Committer:
         if not offsets:
             return
         generation = self.generation()
+        trace = audit_trace("generate")
+        trace.event("commit", offsets=offsets)
         try:
             await consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()})
         except (CommitFailedError, IllegalStateError) as exc:  # a rebalance is under way: commit later
@@ -83,6 +86,7 @@ class Committer:
             self.kafka.failed(f"commit failed: {exc}")
             return
         self.kafka.ok()
+        trace.event("committed", offsets=offsets)
         # committed across a rebalance callback: only a revoke's own commit still applies
         if generation == self.generation() or partitions is not None:
             self.book.committed(offsets)

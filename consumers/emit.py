@@ -10,6 +10,7 @@ letter is trimmed to fit (:func:`streams.records.fit_error`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.structs import RecordMetadata
 
 from consumers.dead_letters import DeadLetters, source_of
 from consumers.jobs import Job
@@ -24,6 +26,7 @@ from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.quality import answer_flags
 from consumers.requests import record_params
 from consumers.sglang import ChatResult
+from streams.audit_trace import audit_trace
 from streams.config import Settings
 from streams.kafka import KafkaOutage
 from streams.records import (
@@ -134,6 +137,8 @@ class Emitter:
         self.finish = finish
         self.counted = counted
         self.producer: AIOKafkaProducer | None = None
+        self.trace = audit_trace("generate")
+        self._finished_early: set[tuple[int, int]] = set()
 
     async def completion(
         self, job: Job, prompt: PromptRecord, body: dict[str, Any], result: ChatResult, sent_at: float
@@ -160,7 +165,7 @@ class Emitter:
             await self.failure(job, prompt, too_large, 1)
             return
         try:
-            await self.produce(self.completions_topic, prompt.id, value)
+            await self.write(job, self.completions_topic, prompt.id, value)
         except MessageSizeTooLargeError as exc:
             await self.failure(job, prompt, exc, 1)
             return
@@ -174,7 +179,7 @@ class Emitter:
         )
         if self.counted is not None:
             self.counted(list(completion.quality), result.usage, completion.params)
-        self.finish(job)
+        self._done(job)
 
     async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:
         """Dead-letter ``prompt``, failed for good with ``exc`` after ``attempts`` sends."""
@@ -184,7 +189,7 @@ class Emitter:
         """Write ``error`` (trimmed to fit a Kafka record, :func:`streams.records.fit_error`) to the
         dead-letter topic, then let the offset be committed."""
         error = fit_error(error, self.value_budget(error.id))
-        await self.produce(self.errors_topic, error.id, encode(error))
+        await self.write(job, self.errors_topic, error.id, encode(error))
         self.stats.errors += 1
         self.metrics.dead_lettered(error.error_type)
         log.warning(
@@ -196,6 +201,32 @@ class Emitter:
         )
         if self.counted is not None:
             self.counted(None, None, None)
+        self._done(job)
+
+    async def write(self, job: Job, topic: str, record_id: str, value: bytes) -> None:
+        """:meth:`produce` ``job``'s result, traced for the fault audit (:mod:`streams.audit_trace`:
+        ``send`` before, ``ack`` with the record's place after) and, only when planted there, broken
+        on purpose (the offset let go before the write, or the result written twice).
+
+        Raises:
+            MessageSizeTooLargeError: the record is over the producer's or the broker's limit.
+        """
+        source = [job.record.partition, job.record.offset]
+        self.trace.event("send", src=source)
+        if self.trace.planted("commit_before_ack"):
+            self._finished_early.add(job.key)
+            self.finish(job)
+            await asyncio.sleep(self.settings.consumer.commit_interval_s + 1.0)
+        copies = 2 if self.trace.planted("resend") and job.record.offset % 10 == 0 else 1
+        for _ in range(copies):
+            meta = await self.produce(topic, record_id, value, source=source)
+            self.trace.event("ack", src=source, to=[meta.topic, meta.partition, meta.offset])
+
+    def _done(self, job: Job) -> None:
+        """Let ``job``'s offset be committed (once: a planted early finish already did)."""
+        if job.key in self._finished_early:
+            self._finished_early.discard(job.key)
+            return
         self.finish(job)
 
     def value_budget(self, record_id: str) -> int:
@@ -204,12 +235,14 @@ class Emitter:
         key = key_of(record_id[:MAX_ERROR_ID_CHARS])
         return self.settings.kafka.max_message_bytes - 4 * len(key) - 1024
 
-    async def produce(self, topic: str, record_id: str, value: bytes) -> None:
-        """Send and wait for the broker's acknowledgement (acks=all); wait out Kafka outages
-        (:func:`streams.retry.kafka_outage`) forever with backoff: the record is never dropped and its offset
-        is not committed meanwhile. The outage is one warning, a reminder every 30 s, the
-        ``kafkagen_generate_kafka_up`` gauge and the status line (:class:`streams.kafka.KafkaOutage`), not
-        a line per record.
+    async def produce(
+        self, topic: str, record_id: str, value: bytes, *, source: list[int] | None = None
+    ) -> RecordMetadata:
+        """Send and wait for the broker's acknowledgement (acks=all); returns where the record is.
+        Waits out Kafka outages (:func:`streams.retry.kafka_outage`) forever with backoff: the
+        record is never dropped and its offset is not committed meanwhile. The outage is one
+        warning, a reminder every 30 s, the ``kafkagen_generate_kafka_up`` gauge and the status line
+        (:class:`streams.kafka.KafkaOutage`), not a line per record.
 
         Raises:
             MessageSizeTooLargeError: the record is over the producer's or the broker's limit.
@@ -217,13 +250,14 @@ class Emitter:
         producer = self.producer
         assert producer is not None
 
-        async def send() -> None:
-            await producer.send_and_wait(topic, value=value, key=key_of(record_id))
+        async def send() -> RecordMetadata:
+            return await producer.send_and_wait(topic, value=value, key=key_of(record_id))
 
         def failed(exc: BaseException, attempt: int, wait_s: float) -> None:
             self.kafka.failed(f"producing to {topic} failed: {exc}")
+            self.trace.event("retry", src=source)  # the failed send may still have been written
 
-        await retry(
+        meta = await retry(
             f"producing to {topic}",
             send,
             backoff=self.backoff,
@@ -233,3 +267,4 @@ class Emitter:
             rng=self.rng,
         )
         self.kafka.ok()
+        return meta

@@ -86,6 +86,7 @@ from consumers.rebalance import RebalanceListener
 from consumers.recovery import answered_prompts
 from consumers.server_watch import ServerWatch
 from consumers.window import WindowConfig, WindowPolicy
+from streams.audit_trace import audit_trace
 from streams.config import Settings
 from streams.kafka import KafkaOutage, producer_kwargs
 from streams.retry import Backoff
@@ -382,6 +383,7 @@ class GenerationConsumer:
         if consumer is None:
             return
         await stop_member(consumer, self.settings.kafka, self.group, leave=leave)
+        audit_trace("generate").event("left")  # out of the group: every partition given up
 
     async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         """Commit the revoked partitions' contiguous prefix; keep their requests as orphans.
@@ -396,6 +398,7 @@ class GenerationConsumer:
         await self.commits.commit(partitions=parts)
         self._generation += 1
         self.book.revoke(parts)
+        audit_trace("generate").event("revoked", parts=sorted(parts))
         log.info("revoked partitions %s (%d requests kept as orphans)", sorted(parts), len(self.book.orphans))
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
@@ -410,6 +413,7 @@ class GenerationConsumer:
         self._generation += 1
         self._rebalancing = False
         parts = {tp.partition for tp in assigned if tp.topic == self.prompts_topic}
+        audit_trace("generate").event("assigned", parts=sorted(parts))
         gone = self.book.assign(parts)
         log.info("assigned partitions %s (%d orphans to adopt)", sorted(parts), len(self.book.orphans))
         await self._cancel(gone)
