@@ -1,8 +1,8 @@
 """The chaos audit's checks: pure functions over what was read back (:class:`AuditData`).
 
 Each check returns a :class:`Check`: its name, whether it passed, one line of detail and the
-first violations (at most :data:`SHOWN`). The checks, and the guarantee each one tests
-(README, *Guarantees*):
+first violations (at most :data:`SHOWN`). The product's checks, and the guarantee each one tests
+(README, *Guarantees*; docs/chaos.md says how each was seen to fail on a planted violation):
 
 ``producer_bad_lines``
     every poison line of the input is in the producer's bad-lines report with its file and line
@@ -10,36 +10,50 @@ first violations (at most :data:`SHOWN`). The checks, and the guarantee each one
 ``prompts_exactly_once``
     the prompts topic holds every valid input id exactly once (the producer was SIGKILLed and
     resumed) and nothing else;
+``topics_cover_every_prompt``
+    the raw completions and dead-letter topics (before any de-duplication) hold a result of
+    every valid id, an error of every over-context id, and nothing else;
 ``dataset_exactly_once``
     the export succeeded and its dataset holds every valid id exactly once, as a completion or an
     error with a reason; over-context prompts are errors; nothing is missing, duplicated or extra;
 ``generate_commits_durable``
-    at every sampled moment (and at the end), every prompt below the generation group's committed
-    offset had a completion or error record in Kafka already (record timestamp at or before the
-    sample);
+    every commit a consumer sent passed only prompts whose result Kafka had acknowledged before
+    (the consumers' traces, :mod:`bench.chaos.trace`), and every committed offset sampled from
+    Kafka is one of those commits;
 ``sink_commits_durable``
-    at every sampled moment (and at the end), every completions/errors record below the sink
-    group's committed offset was inside an S3 object already (``LastModified`` at or before the
-    sample);
+    every commit the sink sent passed only records already in an S3 object, and every sampled
+    committed offset is one of those commits;
 ``s3_contiguous``
     per partition the objects are well formed, do not overlap, and cover every record of the topic
     (no record before the first object, between two objects or after the last);
 ``duplicates_within_bound``
-    per prompts partition, the extra generations (result records beyond the first for one prompt)
-    are at most ``max_uncommitted`` per handover of that partition: a SIGKILL of its owner, or an
-    owner that lost it (a graceful stop, a rebalance, a server that went down);
+    every result beyond a prompt's first has its own cause in the traces (a handover with the
+    prompt written but uncommitted, or a retried write), and no handover caused more than
+    ``max_uncommitted``;
 ``pipeline_recovered``
-    every fault was undone, every process ran at the end, none exited on its own, and the
-    pipeline drained (every prompt generated, every result in S3) within the time limit.
+    no process exited on its own, each stopped cleanly on SIGTERM, and the pipeline drained.
+
+The harness's check, ``harness_on_time``: every fault was injected on time and undone as
+planned. It is a separate verdict: an overloaded machine can fail it without the product failing.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
+
+from bench.chaos.trace import (
+    Commit,
+    ProcessTrace,
+    duplicate_causes,
+    first_acks,
+    generate_commits,
+    sink_commits,
+    stored_spans,
+)
 
 SHOWN: Final = 10
 """Violations kept per check."""
@@ -116,10 +130,14 @@ class AuditData:
             reading last.
         dataset_completions / dataset_errors: id -> count in the export's shards; errors: id -> reasons.
         export_status: the export's exit status.
-        handovers: prompts partition -> handovers (see ``duplicates_within_bound``).
         max_uncommitted: ``consumer.max_uncommitted``.
         prompts_topic: its name.
-        run_problems: what went wrong running the faults or draining (empty: nothing).
+        traces: the consumers' and the sink's traces (:mod:`bench.chaos.trace`).
+        wall_minus_mono_s: ``time.time() - time.monotonic()`` on this host (dates S3's
+            ``LastModified`` on the traces' clock).
+        sample_failures: commit samples that could not be taken (Kafka unreachable).
+        run_problems: what the product did wrong running and draining (empty: nothing).
+        harness_problems: what the harness did not do as planned (empty: nothing).
     """
 
     input_name: str
@@ -136,10 +154,13 @@ class AuditData:
     dataset_completions: Counter[str]
     dataset_errors: dict[str, list[str]]
     export_status: int
-    handovers: dict[int, int]
     max_uncommitted: int
     prompts_topic: str
+    traces: list[ProcessTrace] = field(default_factory=list)
+    wall_minus_mono_s: float = 0.0
+    sample_failures: int = 0
     run_problems: list[str] = field(default_factory=list)
+    harness_problems: list[str] = field(default_factory=list)
 
 
 def _check(name: str, violations: list[str], ok_detail: str, bad_detail: str) -> Check:
@@ -211,74 +232,120 @@ def check_dataset(d: AuditData) -> Check:
     )
 
 
-def _first_result_ms(results: list[Result]) -> dict[tuple[int, int], int]:
-    first: dict[tuple[int, int], int] = {}
-    for r in results:
-        if r.source is not None:
-            first[r.source] = min(first.get(r.source, r.timestamp_ms), r.timestamp_ms)
-    return first
+def _prefix_latest(offsets: list[int], at: dict[int, float]) -> list[float]:
+    """``out[i]``: the latest of ``at[o]`` over the first ``i`` of ``offsets`` (inf when one has none)."""
+    out = [float("-inf")]
+    for o in offsets:
+        out.append(max(out[-1], at.get(o, float("inf"))))
+    return out
+
+
+def _first_late(offsets: list[int], at: dict[int, float], below: int, t: float) -> tuple[int, float | None]:
+    """The first of ``offsets`` under ``below`` whose moment in ``at`` is after ``t`` (None: never)."""
+    for o in offsets:
+        if o >= below:
+            break
+        if at.get(o, float("inf")) > t:
+            return o, at.get(o)
+    raise AssertionError("no late offset")  # called only when the prefix says there is one
+
+
+def _untraced(
+    samples: list[Sample], commits: list[Commit], topics: set[str], prompts_topic: str
+) -> list[str]:
+    """Sampled committed offsets that no traced commit sent: the trace is incomplete there."""
+    traced = {(c.topic or prompts_topic, c.partition, c.offset) for c in commits}
+    return sorted(
+        {
+            f"{topic}-{partition} was committed at {offset} (sampled at {s.at_s:.3f}) by no traced commit"
+            for s in samples
+            for (topic, partition), offset in s.offsets.items()
+            if topic in topics and (topic, partition, offset) not in traced
+        }
+    )
 
 
 def check_generate_commits(d: AuditData) -> Check:
-    """``generate_commits_durable``: no sampled commit of the generation group passed a prompt
-    whose result was not in Kafka yet."""
-    first = _first_result_ms(d.results)
-    by_partition: dict[int, list[int]] = defaultdict(list)
+    """``generate_commits_durable``: every commit a consumer sent (its own trace) passed only
+    prompts whose result Kafka had acknowledged before it was sent; every committed offset the
+    monitor sampled is one of those commits."""
+    acked = first_acks(d.traces)
+    offsets: dict[int, list[int]] = defaultdict(list)
     for partition, offset, _ in d.prompts:
-        by_partition[partition].append(offset)
-    violations: list[str] = []
+        offsets[partition].append(offset)
+    for offs in offsets.values():
+        offs.sort()
+    at = {p: {o: acked[(p, o)] for o in offs if (p, o) in acked} for p, offs in offsets.items()}
+    latest = {p: _prefix_latest(offs, at[p]) for p, offs in offsets.items()}
+    commits = generate_commits(d.traces)
+    violations = [] if commits else ["no consumer traced a commit: the audit has nothing to judge"]
     bad = 0
-    for sample in d.generate_samples:
-        for (topic, partition), committed in sorted(sample.offsets.items()):
-            if topic != d.prompts_topic:
-                continue
-            for offset in by_partition.get(partition, []):
-                if offset >= committed:
-                    break
-                done_ms = first.get((partition, offset))
-                if done_ms is None or done_ms > sample.at_s * 1000:
-                    bad += 1
-                    when = "never" if done_ms is None else f"{done_ms / 1000 - sample.at_s:+.3f} s after"
-                    violations.append(
-                        f"committed {committed} on partition {partition} at {sample.at_s:.3f}, but the "
-                        f"result of offset {offset} came {when}"
-                    )
+    for c in commits:
+        offs = offsets.get(c.partition, [])
+        if latest.get(c.partition, [float("-inf")])[bisect.bisect_left(offs, c.offset)] > c.t:
+            bad += 1
+            offset, when = _first_late(offs, at[c.partition], c.offset, c.t)
+            later = "never acknowledged" if when is None else f"acknowledged {when - c.t:+.3f} s later"
+            violations.append(
+                f"pid {c.pid} committed {c.offset} on partition {c.partition}, but the result of offset "
+                f"{offset} was {later}"
+            )
+    violations += _untraced(d.generate_samples, commits, {d.prompts_topic}, d.prompts_topic)
     return _check(
         "generate_commits_durable",
         violations,
-        f"{len(d.generate_samples)} samples of the generation group's commits, none past a missing result",
-        f"{bad} committed prompts without a durable result",
+        f"{len(commits)} commits sent by the consumers, each after the results it passed were acknowledged; "
+        f"{len(d.generate_samples)} samples of the group's offsets all among them "
+        f"({d.sample_failures} samples skipped: Kafka unreachable)",
+        f"{bad} commits ahead of an acknowledgement, {len(violations) - bad} other problems",
     )
 
 
 def check_sink_commits(d: AuditData) -> Check:
-    """``sink_commits_durable``: no sampled commit of the sink group passed a record that was not
-    in an S3 object yet."""
-    stored: dict[tuple[str, int, int], float] = {}
+    """``sink_commits_durable``: every commit the sink sent passed only records that were in an
+    S3 object before it was sent (the sink's own trace: the upload returned, or a recovery listed
+    the object; an object neither traced is dated by ``LastModified`` + 1 s, S3 keeping whole
+    seconds); every committed offset the monitor sampled is one of those commits."""
+    at: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    records = d.topic_offsets
+
+    def stored(topic: str, partition: int, first: int, last: int, t: float) -> None:
+        offs = records.get((topic, partition), [])
+        seen = at[(topic, partition)]
+        for o in offs[bisect.bisect_left(offs, first) : bisect.bisect_right(offs, last)]:
+            seen[o] = min(seen.get(o, t), t)
+
+    for topic, partition, first, last, t in stored_spans(d.traces):
+        stored(topic, partition, first, last, t)
+    traced = {k: dict(v) for k, v in at.items()}
     for obj in d.objects:
-        for offset in obj.offsets:
-            key = (obj.topic, obj.partition, offset)
-            stored[key] = min(stored.get(key, obj.last_modified_s), obj.last_modified_s)
-    violations: list[str] = []
+        if obj.end is not None:
+            dated_at = obj.last_modified_s + 1.0 - d.wall_minus_mono_s
+            stored(obj.topic, obj.partition, obj.start, obj.end, dated_at)
+    dated = sum(len(set(v) - set(traced.get(k, {}))) for k, v in at.items())
+    latest = {k: _prefix_latest(offs, at[k]) for k, offs in records.items()}
+    commits = sink_commits(d.traces)
+    violations = [] if commits else ["the sink traced no commit: the audit has nothing to judge"]
     bad = 0
-    for sample in d.sink_samples:
-        for (topic, partition), committed in sorted(sample.offsets.items()):
-            for offset in d.topic_offsets.get((topic, partition), []):
-                if offset >= committed:
-                    break
-                at = stored.get((topic, partition, offset))
-                if at is None or at > sample.at_s:
-                    bad += 1
-                    when = "in no object" if at is None else f"stored {at - sample.at_s:+.0f} s after"
-                    violations.append(
-                        f"committed {committed} on {topic}-{partition} at {sample.at_s:.3f}, but offset "
-                        f"{offset} was {when}"
-                    )
+    for c in commits:
+        key = (c.topic or "", c.partition)
+        offs = records.get(key, [])
+        if latest.get(key, [float("-inf")])[bisect.bisect_left(offs, c.offset)] > c.t:
+            bad += 1
+            offset, when = _first_late(offs, at[key], c.offset, c.t)
+            later = "in no object" if when is None else f"stored {when - c.t:+.3f} s later"
+            violations.append(
+                f"pid {c.pid} committed {c.offset} on {c.topic}-{c.partition}, but offset {offset} was "
+                f"{later}"
+            )
+    topics = {t for t, _ in records} | {c.topic for c in commits if c.topic}
+    violations += _untraced(d.sink_samples, commits, topics, d.prompts_topic)
     return _check(
         "sink_commits_durable",
         violations,
-        f"{len(d.sink_samples)} samples of the sink group's commits, none past a record missing from S3",
-        f"{bad} committed records not durable in S3",
+        f"{len(commits)} commits sent by the sink, each after its records were in S3 ({dated} records "
+        f"dated by LastModified); {len(d.sink_samples)} samples of the group's offsets all among them",
+        f"{bad} commits ahead of an upload, {len(violations) - bad} other problems",
     )
 
 
@@ -340,44 +407,97 @@ def duplicates_per_partition(results: list[Result]) -> dict[int, int]:
     return dict(dups)
 
 
-def duplicate_bounds(handovers: Mapping[int, int], max_uncommitted: int) -> dict[int, int]:
-    """Prompts partition -> the README's bound on its duplicates: ``max_uncommitted`` per handover."""
-    return {p: max_uncommitted * n for p, n in handovers.items()}
-
-
 def check_duplicates(d: AuditData) -> Check:
-    """``duplicates_within_bound``: per partition, duplicates <= max_uncommitted x handovers."""
-    dups = duplicates_per_partition(d.results)
-    bounds = duplicate_bounds(d.handovers, d.max_uncommitted)
-    violations = [
-        f"partition {p}: {n} duplicate generations, bound {bounds.get(p, 0)} "
-        f"({d.handovers.get(p, 0)} handovers x max_uncommitted {d.max_uncommitted})"
-        for p, n in sorted(dups.items())
-        if n > bounds.get(p, 0)
+    """``duplicates_within_bound``: every result beyond a prompt's first has a cause of its own
+    in the consumers' traces (:func:`bench.chaos.trace.duplicate_causes`: a handover with the
+    prompt written but uncommitted, or a retried write), and no handover caused more duplicates
+    than ``max_uncommitted`` (the README's bound)."""
+    copies = Counter(r.source for r in d.results if r.source is not None)
+    ids = {r.source: r.id for r in d.results if r.source is not None}
+    causes = duplicate_causes(d.traces)
+    from_handover: Counter[tuple[int, int, float]] = Counter()
+    violations, retries = [], 0
+    for source, n in sorted(copies.items()):
+        if n < 2:
+            continue
+        known = sorted(causes.by_source.get(source, []), key=lambda c: c.at)
+        if len(known) < n - 1:
+            why = ", ".join(f"{c.how} of pid {c.pid} at {c.at:.3f}" for c in known) or "none"
+            violations.append(
+                f"prompt {source[0]}:{source[1]} ({ids[source]}) has {n} results; causes in the traces: {why}"
+            )
+        for cause in known[: n - 1]:
+            if cause.kind == "retry":
+                retries += 1
+            else:
+                from_handover[(cause.pid, source[0], cause.at)] += 1
+    violations += [
+        f"pid {pid} gave up partition {p} at {at:.3f} and {n} of its prompts were generated again, over "
+        f"max_uncommitted {d.max_uncommitted}"
+        for (pid, p, at), n in sorted(from_handover.items())
+        if n > d.max_uncommitted
     ]
-    total, bound = sum(dups.values()), sum(bounds.values())
-    per = ", ".join(f"p{p} {dups.get(p, 0)}/{bounds.get(p, 0)}" for p in sorted(set(dups) | set(bounds)))
+    total = sum(n - 1 for n in copies.values())
+    worst = max(from_handover.values(), default=0)
+    inflight = max(causes.in_flight.values(), default=0)
     return _check(
         "duplicates_within_bound",
         violations,
-        f"{total} duplicate generations, bound {bound} (per partition {per})",
-        f"{len(violations)} partitions over the bound (per partition {per})",
+        f"{total} duplicate generations, each with a cause: {total - retries} from {len(from_handover)} of "
+        f"{len(causes.in_flight)} handovers (at most {worst} from one, bound {d.max_uncommitted}; at most "
+        f"{inflight} uncommitted at one), {retries} from retried writes",
+        f"{len(violations)} duplicates without a cause or handovers over the bound ({total} duplicates)",
+    )
+
+
+def check_topics(d: AuditData) -> Check:
+    """``topics_cover_every_prompt``: on the raw completions and dead-letter topics (before the
+    export removes duplicates), every valid id has a result, over-context ids an error, and no
+    result is of an id the input does not hold."""
+    kinds: dict[str, set[str]] = defaultdict(set)
+    for r in d.results:
+        kinds[r.id].add(r.kind)
+    violations = [f"id {i} has no result on the topics" for i in sorted(d.valid_ids - set(kinds))]
+    violations += [f"id {i} has a result but is not a valid input" for i in sorted(set(kinds) - d.valid_ids)]
+    violations += [
+        f"over-context id {i} has no error record"
+        for i in sorted(d.over_context_ids)
+        if "error" not in kinds[i]
+    ]
+    return _check(
+        "topics_cover_every_prompt",
+        violations,
+        f"{len(kinds)} ids on the completions and dead-letter topics, every valid one",
+        f"{len(violations)} ids wrong on the topics",
     )
 
 
 def check_recovered(d: AuditData) -> Check:
-    """``pipeline_recovered``: faults undone, processes up, no exit on its own, drained in time."""
+    """``pipeline_recovered``: no process exited on its own, each stopped cleanly on SIGTERM, the
+    pipeline drained (within the load-scaled limit)."""
     return _check(
         "pipeline_recovered",
         list(d.run_problems),
-        "every fault undone, every process up, drained in time",
-        f"{len(d.run_problems)} problems running the pipeline",
+        "no process exited on its own, every SIGTERM exit 0, drained",
+        f"{len(d.run_problems)} problems of the pipeline",
     )
 
 
-CHECKS: Final = (
+def check_harness(d: AuditData) -> Check:
+    """``harness_on_time`` (the harness, not the product): every fault was injected on time and
+    undone as planned."""
+    return _check(
+        "harness_on_time",
+        list(d.harness_problems),
+        "every fault injected on time and undone as planned",
+        f"{len(d.harness_problems)} problems of the harness",
+    )
+
+
+PRODUCT_CHECKS: Final = (
     check_bad_lines,
     check_prompts_exactly_once,
+    check_topics,
     check_dataset,
     check_generate_commits,
     check_sink_commits,
@@ -385,8 +505,17 @@ CHECKS: Final = (
     check_duplicates,
     check_recovered,
 )
+"""The product's guarantees."""
+HARNESS_CHECKS: Final = (check_harness,)
+"""Whether the audit did what it planned: a failure here says nothing about the product."""
+HARNESS_NAMES: Final = frozenset({"harness_on_time"})
 
 
 def audit(d: AuditData) -> list[Check]:
-    """Run every check on ``d``."""
-    return [check(d) for check in CHECKS]
+    """Run every check on ``d``: the product's, then the harness's."""
+    return [check(d) for check in PRODUCT_CHECKS] + [check(d) for check in HARNESS_CHECKS]
+
+
+def harness_check(name: str) -> bool:
+    """Whether check ``name`` judges the harness, not the product."""
+    return name in HARNESS_NAMES

@@ -1,10 +1,12 @@
 """Reading a finished audit run back into :class:`bench.chaos.audit.AuditData`: the topics and
-S3 objects (:mod:`bench.chaos.readback`), the export's shards, the producer's bad-lines report."""
+S3 objects (:mod:`bench.chaos.readback`), the export's shards, the producer's bad-lines report,
+the consumers' and the sink's traces (:mod:`bench.chaos.trace`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -15,6 +17,7 @@ from bench.chaos.audit import AuditData, ObjectSpan, Result
 from bench.chaos.inputs import InputPlan
 from bench.chaos.monitor import Monitor
 from bench.chaos.readback import TopicRecord, read_objects, read_records
+from bench.chaos.trace import read_traces
 from streams.config import Settings
 from streams.records import CompletionRecord, ErrorRecord, PromptRecord, RecordDecodeError, decode
 from streams.storage import s3_client
@@ -70,12 +73,15 @@ async def collect(
     *,
     dataset: Path,
     bad_lines: Path,
+    traces: Path,
     export_status: int,
     run_problems: list[str],
+    harness_problems: list[str],
 ) -> AuditData:
-    """Everything the audit checks, read back after the run.
+    """Everything the audit checks, read back after the run (``traces``: the trace folder).
 
     Raises:
+        ValueError: a trace file is torn before its last line.
         KafkaError, TimeoutError: Kafka could not be read.
         botocore.exceptions.ClientError, BotoCoreError: S3 could not be read.
     """
@@ -121,8 +127,11 @@ async def collect(
         dataset_completions=done,
         dataset_errors=failed,
         export_status=export_status,
-        handovers=dict(monitor.handovers),
         max_uncommitted=settings.consumer.max_uncommitted,
         prompts_topic=t.prompts,
+        traces=read_traces(traces),
+        wall_minus_mono_s=time.time() - time.monotonic(),
+        sample_failures=monitor.failures,
         run_problems=run_problems,
+        harness_problems=harness_problems,
     )

@@ -1,9 +1,11 @@
-"""Injecting the schedule's faults into the running pipeline, one at a time, and undoing each.
+"""Injecting the schedule's faults into the running pipeline and undoing each.
 
 :func:`run_fault` waits for the fault's time, injects it, waits ``hold_s``, undoes it and returns
 a :class:`FaultOutcome`: when it really happened, what it hit (pid, the partitions the target
-owned) and whether injecting and undoing worked. A failure to inject or undo is an outcome, not
-an exception, so one broken fault does not stop the audit.
+owned), whether injecting and undoing worked (the harness) and what the product did wrong meanwhile
+(a graceful stop that did not exit 0). A failure to inject or undo is an outcome, not an exception,
+so one broken fault does not stop the audit. Faults of an overlapping schedule run concurrently,
+one task each; the schedule never gives two of them the same target at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.chaos.monitor import Monitor
-from bench.chaos.pipeline import Pipeline
+from bench.chaos.pipeline import Pipeline, load_factor
 from bench.chaos.schedule import Fault
 
 
@@ -24,8 +26,9 @@ class FaultOutcome:
     Attributes:
         fault: the scheduled fault.
         at_s / undone_s: seconds after the window opened when it was injected and undone.
-        ok: injected and undone as planned.
+        ok: injected and undone as planned (the harness's part).
         outcome: one line: what happened.
+        product_problem: what the product did wrong (None: nothing), e.g. a SIGTERM exit status.
         owned: prompts partitions the target consumer(s) owned when it was injected.
         moved: partition handovers the monitor saw from injection to undo (SIGKILLs included).
     """
@@ -35,6 +38,7 @@ class FaultOutcome:
     undone_s: float = 0.0
     ok: bool = True
     outcome: str = ""
+    product_problem: str | None = None
     owned: list[int] = field(default_factory=list)
     moved: int = 0
 
@@ -81,7 +85,8 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
     elif kind == "consumer_stop":
         out.owned = monitor.owned_by(pipeline.instance_id(target))
         status = await pipeline.terminate(target, pipeline.settings.consumer.shutdown_deadline_s + 15)
-        out.ok = status == 0
+        if status != 0:
+            out.product_problem = f"{target} exited {status} on SIGTERM"
         await asyncio.sleep(hold)
         pipeline.spawn(target)
         out.outcome = f"SIGTERM: exit {status}; started again after {hold:.1f} s (owned {out.owned})"
@@ -90,7 +95,8 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         for j, name in enumerate(extra):
             pipeline.add_consumer(name, j)
         joined = {pipeline.instance_id(n) for n in extra}
-        for _ in range(120):  # up to 60 s: five Python processes start slowly on a busy machine
+        wait_s = 60 * load_factor()  # Python processes start slowly on a busy host
+        for _ in range(int(wait_s / 0.5)):
             if joined <= monitor.members:
                 break
             await asyncio.sleep(0.5)
@@ -110,7 +116,8 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         )
         for name in extra:
             del pipeline.commands[name]
-        out.ok = out.ok and all(s == 0 for s in statuses)
+        if any(s != 0 for s in statuses):
+            out.product_problem = f"extra consumers exited {statuses} on SIGTERM"
         out.outcome = (
             f"{len(extra)} extra consumers {'joined' if out.ok else 'did NOT all join'} "
             f"({total} in all for {pipeline.settings.topics.partitions} partitions, {idle} extras idle) "
@@ -165,6 +172,30 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         await asyncio.to_thread(pipeline.stack.up, [target])
         out.ok = killed
         out.outcome = f"SIGKILL, restarted after {hold:.1f} s, ready {time.monotonic() - started:.1f} s later"
+    elif kind == "broker_consumer_kill":
+        consumer = f"generate-{int(fault.params['consumer'])}"
+        out.owned = monitor.owned_by(pipeline.instance_id(consumer))
+        pid = pipeline.kill(consumer)
+        killed = await asyncio.to_thread(pipeline.stack.kill, target)
+        monitor.add_handovers(out.owned)
+        await asyncio.sleep(hold)
+        pipeline.spawn(consumer)
+        await asyncio.to_thread(pipeline.stack.up, [target])
+        out.ok = killed
+        out.outcome = (
+            f"SIGKILL {target} and {consumer} (pid {pid}, owned {out.owned}), restarted after {hold:.1f} s"
+        )
+    elif kind == "kafka_down":
+        names = pipeline.stack.names(["kafka"])
+        all_killed = [await asyncio.to_thread(pipeline.stack.kill, n) for n in names]
+        await asyncio.sleep(hold)
+        started = time.monotonic()
+        await asyncio.to_thread(pipeline.stack.up, ["kafka"])
+        out.ok = all(all_killed)
+        out.outcome = (
+            f"SIGKILL every broker ({', '.join(names)}) for {hold:.1f} s, ready "
+            f"{time.monotonic() - started:.1f} s after restart"
+        )
     elif kind == "s3_down":
         await asyncio.to_thread(pipeline.stack.down, ["s3"])
         await asyncio.sleep(hold)

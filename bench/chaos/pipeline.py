@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ import httpx
 
 from bench.children import REPO_ROOT, Children
 from launch.stack import LocalStack
+from streams.audit_trace import PLANT_ENV, TRACE_ENV
 from streams.config import Settings, settings_to_env
 from streams.naming import derived_topics
 from streams.topics import ensure_topics, topic_specs
@@ -46,6 +48,13 @@ producer's rate is high enough for a slowed-down request to finish within ``hang
 REQUEST_SIM_S: Final = 1.0
 """Simulated seconds one audit request takes with every slot busy: ~225 completion tokens (256
 at most, thinking off) at 245 / (1 + 0.05 x 1) tokens/s (the default profile)."""
+
+
+def load_factor() -> float:
+    """How much slower than idle this host runs now: the 1-minute load average per CPU, at least
+    1. The harness's waits are multiplied by it, so an overloaded machine is not read as a
+    product failure."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def time_scale_for(rate: float, servers: int, load: float) -> float:
@@ -171,6 +180,10 @@ class Pipeline:
         input_path: the producer's input.
         consumers: base consumers ``generate-<i>``, consumer ``i`` on simulator ``i % servers``.
         time_scale: the simulators' ``--time-scale``.
+        plants: violations the consumers and the sink commit on purpose
+            (:data:`streams.audit_trace.PLANTS`), to see the audit catch them.
+
+    Every process traces what it does into :attr:`trace_dir` (:mod:`streams.audit_trace`).
     """
 
     settings: Settings
@@ -178,6 +191,7 @@ class Pipeline:
     input_path: Path
     consumers: int
     time_scale: float
+    plants: tuple[str, ...] = ()
     children: Children = field(default_factory=Children)
     commands: dict[str, list[str]] = field(default_factory=dict)
     """process name -> ``python`` arguments; a restart runs the same."""
@@ -189,7 +203,12 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.stack = LocalStack(self.settings)
-        self.env = settings_to_env(self.settings)
+        self.trace_dir = self.work_dir / "trace"
+        self.env = {
+            **settings_to_env(self.settings),
+            TRACE_ENV: str(self.trace_dir),
+            PLANT_ENV: ",".join(self.plants),
+        }
         self.log_dir = self.work_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.audit import Check
+from bench.chaos.audit import Check, harness_check
 from bench.chaos.faults import FaultOutcome
 from bench.chaos.pipeline import Exit
 
@@ -35,12 +35,17 @@ def check_lines(checks: Sequence[Check]) -> list[str]:
 
 
 def summary_line(seed: int, outcomes: Sequence[FaultOutcome], checks: Sequence[Check], wall_s: float) -> str:
-    """``chaos seed S: N faults (k ok), c/m checks passed, wall W s: PASS|FAIL``."""
-    passed = sum(c.ok for c in checks)
-    verdict = "PASS" if passed == len(checks) else "FAIL"
+    """``chaos seed S: N faults (k as planned), product c/m checks PASS|FAIL, harness PASS|FAIL,
+    wall W s: PASS|FAIL``."""
+    product = [c for c in checks if not harness_check(c.name)]
+    harness = [c for c in checks if harness_check(c.name)]
+    passed = sum(c.ok for c in product)
+    product_ok, harness_ok = passed == len(product), all(c.ok for c in harness)
+    verdict = "PASS" if product_ok and harness_ok else "FAIL"
     return (
         f"chaos seed {seed}: {len(outcomes)} faults ({sum(o.ok for o in outcomes)} as planned), "
-        f"{passed}/{len(checks)} checks passed, wall {wall_s:.0f} s: {verdict}"
+        f"product {passed}/{len(product)} checks {'PASS' if product_ok else 'FAIL'}, "
+        f"harness {'PASS' if harness_ok else 'FAIL'}, wall {wall_s:.0f} s: {verdict}"
     )
 
 
@@ -59,6 +64,8 @@ def write_json(
     report = {
         **header,
         "ok": all(c.ok for c in checks),
+        "product_ok": all(c.ok for c in checks if not harness_check(c.name)),
+        "harness_ok": all(c.ok for c in checks if harness_check(c.name)),
         "summary": summary,
         "faults": [
             {

@@ -11,10 +11,18 @@ With at least as many faults as there are kinds (:data:`KINDS`), every kind occu
 with fewer, the kinds are drawn without repetition. A ``producer_kill`` is only placed in a slot
 that starts while the producer is still publishing (before ``publish_s``): killing a finished
 producer would test nothing.
+
+With ``overlap``, the schedule is harsher: a fault may last up to :data:`OVERLAP_SLOTS` slots, so
+it is still on when the next ones start; kinds come from :data:`OVERLAP_KINDS` (a broker and a
+consumer SIGKILLed together, and all of Kafka down for longer than the consumers' session
+timeout, as well); the first S3 outage lasts :data:`LONG_S3_DOWN_S` when the window is four
+times longer. Two faults never hold the same target at once, and brokers go down one at a time
+(or all of them, in a ``kafka_down``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
@@ -31,6 +39,8 @@ FaultKind = Literal[
     "server_503",
     "broker_kill",
     "s3_down",
+    "broker_consumer_kill",
+    "kafka_down",
 ]
 """What a fault does (the target is in :attr:`Fault.target`):
 
@@ -48,10 +58,25 @@ FaultKind = Literal[
 * ``server_503``: the simulator answers 503 to every generation request for ``hold_s``;
 * ``broker_kill``: SIGKILL a Kafka broker, start it again after ``hold_s``;
 * ``s3_down``: stop SeaweedFS (S3 unreachable), start it again after ``hold_s`` (at most
-  :data:`MAX_S3_DOWN_S`).
+  :data:`MAX_S3_DOWN_S`, or :data:`LONG_S3_DOWN_S` once in an overlapping schedule);
+* ``broker_consumer_kill`` (overlapping schedules only): SIGKILL a broker (``target``) and a
+  consumer (``params["consumer"]``) at once, start both again after ``hold_s``;
+* ``kafka_down`` (overlapping schedules only): SIGKILL every broker, start them again after
+  ``hold_s``, longer than the consumers' session timeout (:data:`LONG_KAFKA_DOWN_S`).
 """
 
-KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
+OVERLAP_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
+KINDS: Final[tuple[FaultKind, ...]] = tuple(
+    k for k in OVERLAP_KINDS if k not in ("broker_consumer_kill", "kafka_down")
+)
+"""The kinds of a schedule without overlap (the CI seed's schedule depends on them: keep them)."""
+OVERLAP_SLOTS: Final = 3.0
+"""Longest fault of an overlapping schedule, in slots."""
+LONG_KAFKA_DOWN_S: Final = 16.0
+"""A ``kafka_down`` lasts this long and up to 8 s more (seconds): past the audit consumers' 10 s
+session timeout, so every member's session expires while Kafka is away."""
+LONG_S3_DOWN_S: Final = 300.0
+"""The first S3 outage of an overlapping schedule, seconds, when the window is 4 times longer."""
 MAX_HOLD_SHARE: Final = 0.7
 """A fault is undone at the latest this share of a slot after the slot starts, minus its start."""
 MAX_S3_DOWN_S: Final = 60.0
@@ -104,25 +129,30 @@ class Fault:
         return self.at_s + self.hold_s
 
 
-def make_schedule(seed: int, faults: int, *, window_s: float, publish_s: float, shape: Shape) -> list[Fault]:
+def make_schedule(
+    seed: int, faults: int, *, window_s: float, publish_s: float, shape: Shape, overlap: bool = False
+) -> list[Fault]:
     """The schedule of ``faults`` faults for ``seed`` over a window of ``window_s`` seconds.
 
     Args:
         seed: the only source of randomness.
-        faults: how many faults (at least 1).
+        faults: how many faults (0: none).
         window_s: seconds of the fault window.
         publish_s: seconds after the window opens during which the producer is publishing.
         shape: what the faults may target.
+        overlap: the harsher schedule of the module docstring.
 
     Returns:
-        the faults in time order, each undone before the next one starts.
+        the faults in time order; without ``overlap``, each undone before the next one starts.
 
     Raises:
-        ValueError: fewer than 1 fault, slots shorter than :data:`MIN_SLOT_S` seconds, or a
+        ValueError: fewer than 0 faults, slots shorter than :data:`MIN_SLOT_S` seconds, or a
             shape without consumers, servers or brokers.
     """
-    if faults < 1:
-        raise ValueError(f"the schedule needs at least 1 fault, not {faults}")
+    if faults < 0:
+        raise ValueError(f"the schedule needs 0 faults or more, not {faults}")
+    if faults == 0:
+        return []  # a run without faults: e.g. to see a planted violation caught
     slot = window_s / faults
     if slot < MIN_SLOT_S:
         raise ValueError(
@@ -132,6 +162,8 @@ def make_schedule(seed: int, faults: int, *, window_s: float, publish_s: float, 
     if min(shape.consumers, shape.servers, shape.brokers) < 1:
         raise ValueError(f"a schedule needs consumers, servers and brokers: {shape}")
     rng = random.Random(seed)
+    if overlap:
+        return _overlapping(rng, faults, slot, publish_s, shape)
     if faults >= len(KINDS):
         kinds = [*KINDS, *rng.choices(KINDS, k=faults - len(KINDS))]
     else:
@@ -145,6 +177,47 @@ def make_schedule(seed: int, faults: int, *, window_s: float, publish_s: float, 
         target, hold_s, params = _details(kind, latest, shape, rng)
         out.append(Fault(index, round(at_s, 2), kind, target, round(hold_s, 2), params))
     return out
+
+
+def _holds(fault: Fault) -> set[str]:
+    """What ``fault`` holds while it is on (a broker kill also holds ``broker``: one at a time)."""
+    held = {fault.target}
+    if fault.kind in ("broker_kill", "broker_consumer_kill", "kafka_down"):
+        held.add("broker")
+    if fault.kind == "broker_consumer_kill":
+        held.add(f"generate-{int(fault.params['consumer'])}")
+    return held
+
+
+def _overlapping(rng: random.Random, faults: int, slot: float, publish_s: float, shape: Shape) -> list[Fault]:
+    """The overlapping schedule (module docstring)."""
+    kinds = [*OVERLAP_KINDS, *rng.choices(OVERLAP_KINDS, k=max(0, faults - len(OVERLAP_KINDS)))]
+    rng.shuffle(kinds)
+    kinds = kinds[:faults]
+    starts = [i * slot + rng.uniform(0.0, 0.25) * slot for i in range(faults)]
+    kinds = _place_producer_kills(kinds, starts, publish_s, rng)
+    window_s = slot * faults
+    long_s3 = window_s >= 4 * LONG_S3_DOWN_S
+    out: list[Fault] = []
+    for index, at_s in enumerate(starts):
+        busy = set().union(*(_holds(f) for f in out if f.end_s + 2.0 > at_s))
+        latest = min(OVERLAP_SLOTS * slot, window_s - at_s)
+        for kind in [kinds[index], *rng.sample(OVERLAP_KINDS, len(OVERLAP_KINDS))]:
+            target, hold_s, params = _details(kind, latest, shape, rng)
+            if kind == "producer_kill" and at_s >= 0.8 * publish_s:
+                continue
+            if kind == "kafka_down":
+                hold_s = LONG_KAFKA_DOWN_S + rng.uniform(0.0, 8.0)
+            if kind == "s3_down" and long_s3 and at_s + LONG_S3_DOWN_S <= window_s:
+                hold_s = LONG_S3_DOWN_S
+            fault = Fault(index, round(at_s, 2), kind, target, round(hold_s, 2), params)
+            if fault.end_s <= window_s and not _holds(fault) & busy:
+                long_s3 = long_s3 and hold_s != LONG_S3_DOWN_S
+                out.append(fault)
+                break
+        else:  # every kind's target is held: no fault in this slot
+            continue
+    return [dataclasses.replace(f, index=i) for i, f in enumerate(out)]
 
 
 def _place_producer_kills(
@@ -184,6 +257,11 @@ def _details(
         return "sink", hold(0.05, 0.8), {}
     if kind == "broker_kill":
         return f"kafka-{rng.randint(1, shape.brokers)}", hold(0.2, 0.6), {}
+    if kind == "kafka_down":
+        return "kafka", 0.0, {}  # the hold is set by the caller
+    if kind == "broker_consumer_kill":
+        consumer = float(rng.randrange(shape.consumers))
+        return f"kafka-{rng.randint(1, shape.brokers)}", hold(0.2, 0.6), {"consumer": consumer}
     if kind == "s3_down":
         return "s3", min(MAX_S3_DOWN_S, hold(0.4, 1.0)), {}
     server = f"sim-{rng.randrange(shape.servers)}"

@@ -1,7 +1,8 @@
 """``python -m bench.chaos.summary REPORT.json...``: one Markdown table over several audit runs.
 
 Reads the ``report.json`` each ``python -m bench.chaos`` run writes and prints, for RELIABILITY.md:
-a row per run (seed, faults, prompts, checks, duplicates against their bound, wall time, verdict),
+a row per run (seed, faults, prompts, product checks, duplicates and their traced causes, the
+harness's verdict, wall time, verdict),
 the faults injected by kind with how many went as planned, and the totals. Exit status 0 when every
 run passed, 1 otherwise; 2 when a report cannot be read (the message names the file).
 """
@@ -35,21 +36,20 @@ def load(path: Path) -> dict[str, Any]:
 def markdown(reports: Sequence[dict[str, Any]]) -> str:
     """The tables: runs, then faults by kind, then totals."""
     lines = [
-        "| seed | faults | prompts | checks | duplicates (bound) | wall s | verdict |",
-        "|---:|---:|---:|---|---|---:|---|",
+        "| seed | faults | overlap | prompts | product checks | duplicates | harness | wall s | verdict |",
+        "|---:|---:|---|---:|---|---:|---|---:|---|",
     ]
     kinds: Counter[str] = Counter()
     planned: Counter[str] = Counter()
     for r in reports:
-        checks = r["checks"]
-        passed = sum(bool(c["ok"]) for c in checks)
+        product = [c for c in r["checks"] if c["name"] != "harness_on_time"]
+        passed = sum(bool(c["ok"]) for c in product)
+        harness = r.get("harness_ok", True)
         stats = r.get("stats", {})
-        handovers = sum(int(v) for v in stats.get("handovers", {}).values())
-        bound = int(r.get("max_uncommitted", 0)) * handovers
         lines.append(
-            f"| {r['seed']} | {len(r['faults'])} | {r['prompts']} | {passed}/{len(checks)} | "
-            f"{stats.get('duplicates', '?')} ({bound}) | {float(r['wall_s']):.0f} | "
-            f"{'PASS' if r['ok'] else 'FAIL'} |"
+            f"| {r['seed']} | {len(r['faults'])} | {'yes' if r.get('overlap') else 'no'} | {r['prompts']} | "
+            f"{passed}/{len(product)} | {stats.get('duplicates', '?')} | {'PASS' if harness else 'FAIL'} | "
+            f"{float(r['wall_s']):.0f} | {'PASS' if r['ok'] else 'FAIL'} |"
         )
         for f in r["faults"]:
             kinds[f["kind"]] += 1

@@ -6,17 +6,30 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench.chaos import summary
-from bench.chaos.audit import AuditData, ObjectSpan, Result, Sample, audit
+from bench.chaos.audit import AuditData, ObjectSpan, Result, Sample, audit, harness_check
 from bench.chaos.inputs import write_inputs
 from bench.chaos.monitor import Monitor, instance_of
-from bench.chaos.schedule import KINDS, MAX_HOLD_SHARE, Shape, make_schedule
+from bench.chaos.schedule import (
+    KINDS,
+    LONG_KAFKA_DOWN_S,
+    LONG_S3_DOWN_S,
+    MAX_HOLD_SHARE,
+    OVERLAP_KINDS,
+    Shape,
+    _holds,
+    make_schedule,
+)
+from bench.chaos.trace import Cause, ProcessTrace, duplicate_causes, read_traces
+from streams.audit_trace import AuditTrace
 from streams.config import Settings
+from streams.errors import ConfigError
 
 # -- the schedule -----------------------------------------------------------------------------------
 
@@ -74,8 +87,29 @@ def test_targets_exist_and_producer_kills_fall_while_it_publishes(seed: int) -> 
 def test_a_window_too_short_for_the_faults_is_refused() -> None:
     with pytest.raises(ValueError, match="at least"):
         make_schedule(1, 20, window_s=60, publish_s=30, shape=Shape())
-    with pytest.raises(ValueError, match="at least 1 fault"):
-        make_schedule(1, 0, window_s=60, publish_s=30, shape=Shape())
+    with pytest.raises(ValueError, match="0 faults or more"):
+        make_schedule(1, -1, window_s=60, publish_s=30, shape=Shape())
+    assert make_schedule(1, 0, window_s=60, publish_s=30, shape=Shape()) == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_an_overlapping_schedule_overlaps_but_never_holds_one_target_twice(seed: int) -> None:
+    faults = make_schedule(seed, 200, window_s=1600, publish_s=960, shape=Shape(), overlap=True)
+    assert faults == make_schedule(seed, 200, window_s=1600, publish_s=960, shape=Shape(), overlap=True)
+    assert len(faults) >= 190 and [f.index for f in faults] == list(range(len(faults)))
+    assert {f.kind for f in faults} == set(OVERLAP_KINDS)
+    overlapping = 0
+    for a, b in itertools.combinations(faults, 2):
+        if a.at_s < b.end_s + 2.0 and b.at_s < a.end_s + 2.0:  # on at once (2 s to settle)
+            overlapping += 1
+            assert not _holds(a) & _holds(b), (a, b)
+    assert overlapping >= 50
+    assert all(f.end_s <= 1600.01 for f in faults)
+    assert all(f.hold_s >= LONG_KAFKA_DOWN_S for f in faults if f.kind == "kafka_down")
+    assert next(f for f in faults if f.kind == "s3_down").hold_s == LONG_S3_DOWN_S
+    for f in faults:
+        if f.kind == "broker_consumer_kill":
+            assert f.target in {"kafka-1", "kafka-2", "kafka-3"} and f.params["consumer"] in (0, 1, 2)
 
 
 # -- the input file ---------------------------------------------------------------------------------
@@ -126,15 +160,43 @@ def test_handovers_count_owner_changes_between_stable_samples_only() -> None:
 # -- the audit checks -------------------------------------------------------------------------------
 
 T0 = 1_700_000_000.0
+M0 = 5_000.0
+"""The traces' monotonic clock at wall time T0."""
 PROMPTS = "run.prompts"
+COMPLETIONS = "run.completions"
+
+
+def _consumer_trace(pid: int = 100) -> ProcessTrace:
+    """A consumer that owns both partitions, writes 4 results each (acked at M0 + 1), commits at
+    M0 + 1.5."""
+    events: list[dict[str, object]] = [{"t": M0, "e": "assigned", "parts": [0, 1]}]
+    for p in (0, 1):
+        for o in range(4):
+            events.append({"t": M0 + 0.5, "e": "send", "src": [p, o]})
+            events.append({"t": M0 + 1.0, "e": "ack", "src": [p, o], "to": [COMPLETIONS, p, o]})
+    events.append({"t": M0 + 1.5, "e": "commit", "offsets": {"0": 4, "1": 4}})
+    events.append({"t": M0 + 1.6, "e": "committed", "offsets": {"0": 4, "1": 4}})
+    return ProcessTrace("generate", pid, events)
+
+
+def _sink_trace(pid: int = 200) -> ProcessTrace:
+    """The sink: objects 0..1 and 2..3 of each partition uploaded at M0 + 2, committed at M0 + 3."""
+    events: list[dict[str, object]] = [
+        {"t": M0 + 2.0, "e": "put", "tp": [COMPLETIONS, p], "span": [s, s + 1]}
+        for p in (0, 1)
+        for s in (0, 2)
+    ]
+    events += [{"t": M0 + 3.0, "e": "commit", "tp": [COMPLETIONS, p], "offset": 4} for p in (0, 1)]
+    return ProcessTrace("sink", pid, events)
 
 
 def _clean() -> AuditData:
-    """Two partitions of 4 prompts each, all done at T0 + 1, stored at T0 + 2, committed after."""
+    """Two partitions of 4 prompts each, acked at M0 + 1, committed at M0 + 1.5, stored at M0 + 2
+    (S3's LastModified T0 + 2), the sink's commits at M0 + 3."""
     prompts = [(p, o, f"c-{p}{o}") for p in (0, 1) for o in range(4)]
     results = [Result("completion", p, o, (p, o), i, int((T0 + 1) * 1000)) for p, o, i in prompts]
     objects = [
-        ObjectSpan(f"completions+{p}+{s}", "run.completions", p, s, s + 1, (s, s + 1), T0 + 2)
+        ObjectSpan(f"completions+{p}+{s}", COMPLETIONS, p, s, s + 1, (s, s + 1), T0 + 2)
         for p in (0, 1)
         for s in (0, 2)
     ]
@@ -146,16 +208,17 @@ def _clean() -> AuditData:
         bad_report=[{"file": "in.jsonl", "line": 3, "reason": "invalid JSON"}],
         prompts=prompts,
         results=results,
-        topic_offsets={("run.completions", p): [0, 1, 2, 3] for p in (0, 1)},
+        topic_offsets={(COMPLETIONS, p): [0, 1, 2, 3] for p in (0, 1)},
         objects=objects,
-        generate_samples=[Sample(T0 + 1.5, {(PROMPTS, 0): 4, (PROMPTS, 1): 4})],
-        sink_samples=[Sample(T0 + 3, {("run.completions", 0): 4, ("run.completions", 1): 4})],
+        generate_samples=[Sample(T0 + 1.7, {(PROMPTS, 0): 4, (PROMPTS, 1): 4})],
+        sink_samples=[Sample(T0 + 3.1, {(COMPLETIONS, 0): 4, (COMPLETIONS, 1): 4})],
         dataset_completions=Counter(i for _, _, i in prompts),
         dataset_errors={},
         export_status=0,
-        handovers={0: 0, 1: 0},
         max_uncommitted=2,
         prompts_topic=PROMPTS,
+        traces=[_consumer_trace(), _sink_trace()],
+        wall_minus_mono_s=T0 - M0,
     )
 
 
@@ -164,20 +227,24 @@ def _failed(data: AuditData) -> dict[str, list[str]]:
 
 
 def test_a_clean_run_passes_every_check() -> None:
+    checks = audit(_clean())
     assert _failed(_clean()) == {}
+    assert [c.name for c in checks][-1] == "harness_on_time" and harness_check("harness_on_time")
+    assert not any(harness_check(c.name) for c in checks[:-1])
 
 
 def test_a_gap_in_s3_is_found() -> None:
     d = _clean()
     d.objects = [o for o in d.objects if o.key != "completions+1+2"]
+    d.traces[1].events = [e for e in d.traces[1].events if e.get("span") != [2, 3] or e["tp"][1] != 1]
     failed = _failed(d)
     assert "s3_contiguous" in failed and "records 2..3" in failed["s3_contiguous"][0]
-    assert "sink_commits_durable" in failed  # the commit passed records that are in no object
+    assert "offset 2 was in no object" in failed["sink_commits_durable"][0]
 
 
 def test_an_overlap_in_s3_is_found() -> None:
     d = _clean()
-    d.objects.append(ObjectSpan("completions+0+1", "run.completions", 0, 1, 2, (1, 2), T0 + 2))
+    d.objects.append(ObjectSpan("completions+0+1", COMPLETIONS, 0, 1, 2, (1, 2), T0 + 2))
     assert "overlapping" in " ".join(_failed(d)["s3_contiguous"])
 
 
@@ -202,32 +269,178 @@ def test_an_id_twice_in_the_dataset_or_an_unreasoned_error_is_found() -> None:
     }
 
 
-def test_a_commit_past_a_result_written_later_is_found() -> None:
+def test_a_commit_sent_after_the_send_but_before_the_ack_is_found() -> None:
+    """What the sampled check could never see: the record was sent (its Kafka timestamp is
+    earlier), the commit went out before the acknowledgement."""
     d = _clean()
-    d.generate_samples.insert(0, Sample(T0 + 0.5, {(PROMPTS, 1): 3}))  # results came at T0 + 1
+    d.traces[0].events.insert(-2, {"t": M0 + 0.7, "e": "commit", "offsets": {"1": 3}})
     violations = _failed(d)["generate_commits_durable"]
-    assert len(violations) == 3 and "offset 0 came +0.500 s after" in violations[0]
+    assert violations == [
+        "pid 100 committed 3 on partition 1, but the result of offset 0 was acknowledged +0.300 s later"
+    ]
 
 
 def test_a_commit_past_a_prompt_without_any_result_is_found() -> None:
     d = _clean()
-    d.results = [r for r in d.results if r.source != (0, 2)]
-    assert "offset 2 came never" in _failed(d)["generate_commits_durable"][0]
+    d.traces[0].events = [e for e in d.traces[0].events if not (e["e"] == "ack" and e["src"] == [0, 2])]
+    assert _failed(d)["generate_commits_durable"] == [
+        "pid 100 committed 4 on partition 0, but the result of offset 2 was never acknowledged"
+    ]
 
 
-def test_a_sink_commit_before_the_object_existed_is_found() -> None:
+def test_a_committed_offset_no_traced_commit_sent_or_no_trace_at_all_is_found() -> None:
     d = _clean()
-    d.sink_samples.insert(0, Sample(T0 + 1, {("run.completions", 0): 2}))
-    assert "stored +1 s after" in _failed(d)["sink_commits_durable"][0]
-
-
-def test_duplicates_over_the_bound_are_found_and_within_it_pass() -> None:
+    d.generate_samples.append(Sample(T0 + 5, {(PROMPTS, 0): 3}))
+    assert _failed(d)["generate_commits_durable"] == [
+        f"{PROMPTS}-0 was committed at 3 (sampled at {T0 + 5:.3f}) by no traced commit"
+    ]
     d = _clean()
-    extra = [Result("completion", 0, 10 + i, (1, i % 2), f"c-1{i % 2}", int(T0 * 1000)) for i in range(3)]
-    d.results += extra
-    assert "partition 1: 3 duplicate generations, bound 0" in _failed(d)["duplicates_within_bound"][0]
-    d.handovers[1] = 2  # bound 2 x max_uncommitted 2 = 4
-    assert "duplicates_within_bound" not in _failed(d)
+    d.traces = []
+    failed = _failed(d)
+    assert failed["generate_commits_durable"][0].startswith("no consumer traced a commit")
+    assert failed["sink_commits_durable"][0] == "the sink traced no commit: the audit has nothing to judge"
+
+
+def test_a_sink_commit_before_its_upload_returned_is_found() -> None:
+    d = _clean()
+    d.traces[1].events.insert(0, {"t": M0 + 1.5, "e": "commit", "tp": [COMPLETIONS, 0], "offset": 2})
+    assert _failed(d)["sink_commits_durable"] == [
+        f"pid 200 committed 2 on {COMPLETIONS}-0, but offset 0 was stored +0.500 s later"
+    ]
+
+
+def test_an_object_no_trace_saw_is_dated_by_last_modified_plus_a_second() -> None:
+    """S3 keeps whole seconds: an object the sink was killed before tracing counts from its
+    LastModified + 1 s, never earlier."""
+    d = _clean()
+    d.traces[1].events = [e for e in d.traces[1].events if e.get("span") != [2, 3] or e["tp"][1] != 0]
+    assert _failed(d) == {}  # LastModified T0 + 2 -> M0 + 3: the commit at M0 + 3 is not ahead
+    d.objects[1] = dataclasses.replace(d.objects[1], last_modified_s=T0 + 2.5)
+    assert _failed(d)["sink_commits_durable"] == [
+        f"pid 200 committed 4 on {COMPLETIONS}-0, but offset 2 was stored +0.500 s later"
+    ]
+
+
+def _duplicate(d: AuditData, source: tuple[int, int], at: int) -> None:
+    d.results.append(Result("completion", source[0], at, source, f"c-{source[0]}{source[1]}", 0))
+
+
+def test_a_duplicate_without_a_cause_is_found() -> None:
+    d = _clean()
+    _duplicate(d, (1, 2), 10)
+    assert _failed(d)["duplicates_within_bound"] == [
+        "prompt 1:2 (c-12) has 2 results; causes in the traces: none"
+    ]
+
+
+def test_a_duplicate_after_a_handover_with_the_prompt_uncommitted_passes() -> None:
+    """pid 300 wrote prompt 1:2 and was SIGKILLed (its trace stops) before committing: the
+    consumer behind it generated 1:2 again."""
+    d = _clean()
+    d.traces.append(
+        ProcessTrace(
+            "generate",
+            300,
+            [
+                {"t": M0 - 1, "e": "assigned", "parts": [1]},
+                {"t": M0 - 0.9, "e": "send", "src": [1, 2]},
+            ],
+        )
+    )
+    _duplicate(d, (1, 2), 10)
+    assert _failed(d) == {}
+    _duplicate(d, (1, 2), 11)  # a third result: one cause explains one duplicate, not two
+    assert _failed(d)["duplicates_within_bound"] == [
+        f"prompt 1:2 (c-12) has 3 results; causes in the traces: ended of pid 300 at {M0 - 0.9:.3f}"
+    ]
+
+
+def test_a_prompt_committed_before_its_writer_lost_the_partition_is_no_cause() -> None:
+    d = _clean()
+    d.traces.append(
+        ProcessTrace(
+            "generate",
+            300,
+            [
+                {"t": M0 - 1, "e": "send", "src": [1, 2]},
+                {"t": M0 - 0.8, "e": "committed", "offsets": {"1": 3}},
+                {"t": M0 - 0.5, "e": "revoked", "parts": [1]},
+            ],
+        )
+    )
+    _duplicate(d, (1, 2), 10)
+    assert "causes in the traces: none" in _failed(d)["duplicates_within_bound"][0]
+
+
+def test_one_handover_causing_more_than_max_uncommitted_duplicates_is_found() -> None:
+    d = _clean()
+    sends = [{"t": M0 - 1, "e": "send", "src": [0, o]} for o in range(3)]
+    d.traces.append(ProcessTrace("generate", 300, [*sends, {"t": M0 - 0.5, "e": "left"}]))
+    for o in range(3):
+        _duplicate(d, (0, o), 10 + o)
+    assert _failed(d)["duplicates_within_bound"] == [
+        f"pid 300 gave up partition 0 at {M0 - 0.5:.3f} and 3 of its prompts were generated again, over "
+        "max_uncommitted 2"
+    ]
+
+
+def test_a_retried_write_explains_one_duplicate() -> None:
+    d = _clean()
+    d.traces[0].events.insert(3, {"t": M0 + 0.6, "e": "retry", "src": [0, 1]})
+    _duplicate(d, (0, 1), 10)
+    checks = {c.name: c for c in audit(d)}
+    assert checks["duplicates_within_bound"].ok
+    assert "1 from retried writes" in checks["duplicates_within_bound"].detail
+
+
+def test_a_partition_moved_by_an_assignment_without_it_is_a_handover() -> None:
+    trace = ProcessTrace(
+        "generate",
+        7,
+        [
+            {"t": 1.0, "e": "assigned", "parts": [0, 1]},
+            {"t": 2.0, "e": "send", "src": [0, 5]},
+            {"t": 2.0, "e": "send", "src": [1, 5]},
+            {"t": 3.0, "e": "assigned", "parts": [1]},
+            {"t": 4.0, "e": "committed", "offsets": {"1": 6}},
+        ],
+    )
+    causes = duplicate_causes([trace])
+    assert causes.by_source == {(0, 5): [Cause("handover", 7, 3.0, "moved")]}
+    assert causes.in_flight == {(7, 0, 3.0): 1}
+
+
+def test_the_raw_topics_must_hold_every_valid_id_and_over_context_ids_as_errors() -> None:
+    d = _clean()
+    d.results = [r for r in d.results if r.id != "c-03"]
+    d.over_context_ids = {"c-10"}
+    failed = _failed(d)
+    assert failed["topics_cover_every_prompt"] == [
+        "id c-03 has no result on the topics",
+        "over-context id c-10 has no error record",
+    ]
+
+
+def test_a_torn_last_trace_line_is_dropped_and_a_torn_earlier_one_refused(tmp_path: Path) -> None:
+    (tmp_path / "generate-12.jsonl").write_text('{"t": 1, "e": "left"}\n{"t": 2, "e": "se')
+    [trace] = read_traces(tmp_path)
+    assert (trace.role, trace.pid, trace.events) == ("generate", 12, [{"t": 1, "e": "left"}])
+    (tmp_path / "sink-13.jsonl").write_text('{"t": 1, "e\n{"t": 2, "e": "left"}\n')
+    with pytest.raises(ValueError, match=r"sink-13\.jsonl:1: not a trace event"):
+        read_traces(tmp_path)
+
+
+def test_the_product_traces_events_and_refuses_an_unknown_plant(tmp_path: Path) -> None:
+    trace = AuditTrace(str(tmp_path), "sink", frozenset({"resend"}))
+    trace.event("put", tp=["t", 0], span=[0, 9])
+    [line] = (tmp_path / f"sink-{os.getpid()}.jsonl").read_text().splitlines()
+    assert json.loads(line)["span"] == [0, 9]
+    assert trace.planted("resend") and not trace.planted("commit_before_ack")
+    off = AuditTrace(None, "sink")
+    off.event("put")
+    assert not off.on
+    with pytest.raises(ConfigError, match="unknown commit_late"):
+        AuditTrace(None, "sink", frozenset({"commit_late"}))
 
 
 def test_bad_lines_missing_from_the_report_or_valid_lines_in_it_are_found() -> None:
@@ -245,10 +458,13 @@ def test_a_prompt_published_twice_is_found() -> None:
     assert _failed(d)["prompts_exactly_once"] == ["id c-00 published 2 times"]
 
 
-def test_run_problems_fail_the_recovery_check() -> None:
+def test_product_and_harness_problems_fail_separate_checks() -> None:
     d = _clean()
     d.run_problems = ["generate-1 exited on its own with status 3"]
     assert _failed(d) == {"pipeline_recovered": ["generate-1 exited on its own with status 3"]}
+    d = _clean()
+    d.harness_problems = ["fault 3 (broker_kill kafka-2) injected 14.0 s late"]
+    assert _failed(d) == {"harness_on_time": ["fault 3 (broker_kill kafka-2) injected 14.0 s late"]}
 
 
 def _report(seed: int, ok: bool) -> dict[str, object]:
@@ -259,8 +475,10 @@ def _report(seed: int, ok: bool) -> dict[str, object]:
         "ok": ok,
         "max_uncommitted": 32,
         "faults": [{"kind": "sink_kill", "ok": True}, {"kind": "broker_kill", "ok": ok}],
-        "checks": [{"name": "exactly_once", "ok": ok}],
-        "stats": {"duplicates": 3, "handovers": {"0": 1, "1": 2}},
+        "overlap": True,
+        "harness_ok": ok,
+        "checks": [{"name": "dataset_exactly_once", "ok": ok}, {"name": "harness_on_time", "ok": ok}],
+        "stats": {"duplicates": 3},
     }
 
 
@@ -272,10 +490,11 @@ def test_the_summary_tabulates_runs_and_fault_kinds_and_fails_on_a_failed_run(
     bad.write_text(json.dumps(_report(2, False)))
     assert summary.main([str(good)]) == 0
     out = capsys.readouterr().out
-    assert "| 1 | 2 | 100 | 1/1 | 3 (96) | 12 | PASS |" in out
+    assert "| 1 | 2 | yes | 100 | 1/1 | 3 | PASS | 12 | PASS |" in out
     assert "| broker_kill | 1 | 1 |" in out and "1 runs, 2 faults, 1/1 runs passed" in out
     assert summary.main([str(good), str(bad)]) == 1
-    assert "| broker_kill | 2 | 1 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| broker_kill | 2 | 1 |" in out and "| 2 | 2 | yes | 100 | 0/1 | 3 | FAIL | 12 | FAIL |" in out
     (tmp_path / "junk.json").write_text("{")
     assert summary.main([str(tmp_path / "junk.json")]) == 2
     assert "junk.json: cannot read the report" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The randomized fault audit (``python -m bench.chaos``) on one short fixed seed: its own 3-broker
 cluster and S3, 3 simulators, consumers, the sink and the producer as real processes, 8 faults
 (seed 32: sink, producer and consumer SIGKILLs, a graceful stop, more consumers than partitions,
-a broker SIGKILL, S3 down, a simulator crash) over ~1000 prompts, then every audit check."""
+a broker SIGKILL, S3 down, a simulator crash) over ~1000 prompts, then every audit check; and the
+same audit, without faults, over a product made to break three guarantees on purpose."""
 
 from __future__ import annotations
 
@@ -28,15 +29,11 @@ BASE_PORT = 21300
 from the configured stack, the tests' 3-broker cluster and the CLI's default (21000)."""
 
 
-def test_a_short_fixed_seed_passes_every_check(tmp_path: Path) -> None:
+def _audit(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
+    """Run ``python -m bench.chaos ARGS`` on the audit's ports; (exit status, output, work dir)."""
     work = tmp_path / "chaos"
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.chaos",
-        *("--seed", str(SEED), "--faults", "8", "--prompts", "1000", "--duration", "120"),
-        *("--work-dir", str(work), "--base-port", str(BASE_PORT)),
-    ]
+    argv = [sys.executable, "-m", "bench.chaos", *args]
+    argv += ["--work-dir", str(work), "--base-port", str(BASE_PORT)]
     started = time.monotonic()
     out = tmp_path / "chaos.out"
     with out.open("w") as f:
@@ -51,22 +48,30 @@ def test_a_short_fixed_seed_passes_every_check(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait(10)
             _stop_stack(work)
-    wall = time.monotonic() - started
     output = out.read_text()
     print(output)
-    print(f"chaos seed {SEED}: wall {wall:.0f} s")
+    print(f"bench.chaos {' '.join(args)}: wall {time.monotonic() - started:.0f} s")
+    return rc, output, work
+
+
+def test_a_short_fixed_seed_passes_every_check(tmp_path: Path) -> None:
+    rc, output, work = _audit(
+        tmp_path, *("--seed", str(SEED), "--faults", "8", "--prompts", "1000", "--duration", "120")
+    )
     assert rc == 0, output[-8000:]
     report = json.loads((work / "report.json").read_text())
     assert report["ok"] and report["seed"] == SEED
     assert [c["name"] for c in report["checks"]] == [
         "producer_bad_lines",
         "prompts_exactly_once",
+        "topics_cover_every_prompt",
         "dataset_exactly_once",
         "generate_commits_durable",
         "sink_commits_durable",
         "s3_contiguous",
         "duplicates_within_bound",
         "pipeline_recovered",
+        "harness_on_time",
     ]
     assert all(c["ok"] for c in report["checks"]), report["checks"]
     assert len(report["faults"]) == 8 and all(f["ok"] for f in report["faults"])
@@ -90,3 +95,24 @@ def _stop_stack(work: Path) -> None:
         Settings(), work_dir=work, base_port=BASE_PORT, run_id="cleanup", servers=3, publish_rate=1.0
     )
     LocalStack(settings).down(["kafka", "s3"])
+
+
+def test_each_planted_violation_fails_its_check_and_only_its_check(tmp_path: Path) -> None:
+    """The product made to break three guarantees on purpose (streams/audit_trace.py): commits
+    ahead of the acknowledgement, results written twice without a handover, the sink's commits
+    ahead of its uploads. Each fails the check that guards it; the data checks still pass (the
+    run has no fault that could turn an early commit into a loss)."""
+    plants = ("commit_before_ack", "resend", "commit_before_upload")
+    rc, output, work = _audit(
+        tmp_path,
+        *("--seed", "3", "--faults", "0", "--prompts", "300", "--duration", "30"),
+        *(arg for plant in plants for arg in ("--plant", plant)),
+    )
+    assert rc == 1, output[-8000:]
+    report = json.loads((work / "report.json").read_text())
+    failed = {c["name"]: c["violations"] for c in report["checks"] if not c["ok"]}
+    assert set(failed) == {"generate_commits_durable", "sink_commits_durable", "duplicates_within_bound"}
+    assert "acknowledged +" in failed["generate_commits_durable"][0]
+    assert "was stored +" in failed["sink_commits_durable"][0]
+    assert "causes in the traces: none" in failed["duplicates_within_bound"][0]
+    assert report["product_ok"] is False and report["harness_ok"] is True
