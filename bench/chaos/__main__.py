@@ -218,8 +218,10 @@ async def run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         pipeline.add_producer()
 
+        locks: dict[str, asyncio.Lock] = {}
+
         async def one(fault: Fault) -> FaultOutcome:
-            outcome = await run_fault(fault, pipeline, monitor, t0)
+            outcome = await run_fault(fault, pipeline, monitor, t0, locks)
             say(fault_row(outcome))
             return outcome
 
@@ -277,6 +279,7 @@ async def run(args: argparse.Namespace) -> int:
             "duplicates_per_partition": dups,
             "handovers": dict(monitor.handovers),
             "traced_processes": len(data.traces),
+            "producer_exits_in_kafka_outages": len(pipeline.outage_exits),
             "objects": len(data.objects),
             "commit_samples": {"generate": len(monitor.generate), "sink": len(monitor.sink)},
             "sample_failures": monitor.failures,

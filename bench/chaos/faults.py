@@ -11,12 +11,13 @@ one task each; the schedule never gives two of them the same target at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
 from bench.chaos.monitor import Monitor
-from bench.chaos.pipeline import Pipeline, load_factor
-from bench.chaos.schedule import Fault
+from bench.chaos.pipeline import KAFKA_BACK_S, Pipeline, load_factor
+from bench.chaos.schedule import Fault, holds
 
 
 @dataclass
@@ -49,17 +50,32 @@ def _consumers_on(pipeline: Pipeline, server: int) -> list[str]:
     return [n for n, cmd in pipeline.commands.items() if cmd[1] == "consumers.generate" and url in cmd]
 
 
-async def run_fault(fault: Fault, pipeline: Pipeline, monitor: Monitor, t0: float) -> FaultOutcome:
-    """Inject ``fault`` at ``t0 + fault.at_s`` (monotonic seconds), undo it ``hold_s`` later."""
+async def run_fault(
+    fault: Fault,
+    pipeline: Pipeline,
+    monitor: Monitor,
+    t0: float,
+    locks: dict[str, asyncio.Lock] | None = None,
+) -> FaultOutcome:
+    """Inject ``fault`` at ``t0 + fault.at_s`` (monotonic seconds), undo it ``hold_s`` later.
+
+    ``locks`` (target -> lock, shared by the faults of one run) keeps two faults off one target
+    at once when an undo runs late (a restart that waits for readiness): the later fault waits,
+    and its lateness shows in :attr:`FaultOutcome.at_s`.
+    """
     await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
-    out = FaultOutcome(fault, at_s=time.monotonic() - t0)
-    before = sum(monitor.handovers.values())
-    try:
-        await _inject_and_undo(fault, pipeline, monitor, out)
-    except Exception as exc:  # an outcome to report, never the end of the audit
-        out.ok = False
-        out.outcome += f"; failed: {type(exc).__name__}: {exc}"
-    out.undone_s = time.monotonic() - t0
+    held = [] if locks is None else [locks.setdefault(name, asyncio.Lock()) for name in sorted(holds(fault))]
+    async with contextlib.AsyncExitStack() as stack:
+        for lock in held:  # in name order: no two faults wait for each other
+            await stack.enter_async_context(lock)
+        out = FaultOutcome(fault, at_s=time.monotonic() - t0)
+        before = sum(monitor.handovers.values())
+        try:
+            await _inject_and_undo(fault, pipeline, monitor, out)
+        except Exception as exc:  # an outcome to report, never the end of the audit
+            out.ok = False
+            out.outcome += f"; failed: {type(exc).__name__}: {exc}"
+        out.undone_s = time.monotonic() - t0
     out.moved = sum(monitor.handovers.values()) - before
     out.outcome = out.outcome.lstrip("; ") + f"; {out.moved} partition handovers"
     return out
@@ -187,10 +203,14 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         )
     elif kind == "kafka_down":
         names = pipeline.stack.names(["kafka"])
+        pipeline.kafka_down_until = float("inf")
         all_killed = [await asyncio.to_thread(pipeline.stack.kill, n) for n in names]
         await asyncio.sleep(hold)
         started = time.monotonic()
-        await asyncio.to_thread(pipeline.stack.up, ["kafka"])
+        try:
+            await asyncio.to_thread(pipeline.stack.up, ["kafka"])
+        finally:
+            pipeline.kafka_down_until = time.monotonic() + KAFKA_BACK_S
         out.ok = all(all_killed)
         out.outcome = (
             f"SIGKILL every broker ({', '.join(names)}) for {hold:.1f} s, ready "

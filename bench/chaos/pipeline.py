@@ -45,6 +45,9 @@ CONTEXT_TOKENS: Final = 8192
 SLOTS: Final = 2
 """The simulators' ``--max-running-requests``: few slots, so the time scale that matches the
 producer's rate is high enough for a slowed-down request to finish within ``hang_timeout_s``."""
+KAFKA_BACK_S: Final = 30.0
+"""After a ``kafka_down`` fault, seconds during which a producer exit 3 (Kafka unavailable) is
+still the product's documented answer to the outage, not a failure."""
 REQUEST_SIM_S: Final = 1.0
 """Simulated seconds one audit request takes with every slot busy: ~225 completion tokens (256
 at most, thinking off) at 245 / (1 + 0.05 x 1) tokens/s (the default profile)."""
@@ -200,6 +203,11 @@ class Pipeline:
     exits: list[Exit] = field(default_factory=list)
     producer_status: int | None = None
     """the producer's exit status once it finished (0, or 1: bad lines)."""
+    kafka_down_until: float = 0.0
+    """monotonic seconds until which all of Kafka is (or just was) down on purpose."""
+    outage_exits: list[Exit] = field(default_factory=list)
+    """producer exits 3 while all of Kafka was down: its documented behaviour (Kafka unavailable:
+    exit 3; the same command, run again, resumes exactly once), restarted like any exit."""
 
     def __post_init__(self) -> None:
         self.stack = LocalStack(self.settings)
@@ -385,8 +393,11 @@ class Pipeline:
                 self.down.add(name)
                 continue
             exit_ = Exit(name, status, time.monotonic(), self.log_tail(name))
-            self.exits.append(exit_)
-            found.append(exit_)
+            if name == "producer" and status == 3 and exit_.at < self.kafka_down_until:
+                self.outage_exits.append(exit_)
+            else:
+                self.exits.append(exit_)
+                found.append(exit_)
             self.spawn(name)
         return found
 

@@ -75,6 +75,14 @@ OVERLAP_SLOTS: Final = 3.0
 LONG_KAFKA_DOWN_S: Final = 16.0
 """A ``kafka_down`` lasts this long and up to 8 s more (seconds): past the audit consumers' 10 s
 session timeout, so every member's session expires while Kafka is away."""
+SETTLE_S: Final[dict[str, float]] = {
+    "kafka_down": 25.0,
+    "broker_kill": 15.0,
+    "broker_consumer_kill": 15.0,
+    "s3_down": 10.0,
+}
+"""Seconds after a fault's undo during which its targets stay held in an overlapping schedule
+(brokers and S3 take that long to be ready again); other kinds 2 s."""
 LONG_S3_DOWN_S: Final = 300.0
 """The first S3 outage of an overlapping schedule, seconds, when the window is 4 times longer."""
 MAX_HOLD_SHARE: Final = 0.7
@@ -179,7 +187,7 @@ def make_schedule(
     return out
 
 
-def _holds(fault: Fault) -> set[str]:
+def holds(fault: Fault) -> set[str]:
     """What ``fault`` holds while it is on (a broker kill also holds ``broker``: one at a time)."""
     held = {fault.target}
     if fault.kind in ("broker_kill", "broker_consumer_kill", "kafka_down"):
@@ -200,7 +208,7 @@ def _overlapping(rng: random.Random, faults: int, slot: float, publish_s: float,
     long_s3 = window_s >= 4 * LONG_S3_DOWN_S
     out: list[Fault] = []
     for index, at_s in enumerate(starts):
-        busy = set().union(*(_holds(f) for f in out if f.end_s + 2.0 > at_s))
+        busy = set().union(*(holds(f) for f in out if f.end_s + SETTLE_S.get(f.kind, 2.0) > at_s))
         latest = min(OVERLAP_SLOTS * slot, window_s - at_s)
         for kind in [kinds[index], *rng.sample(OVERLAP_KINDS, len(OVERLAP_KINDS))]:
             target, hold_s, params = _details(kind, latest, shape, rng)
@@ -211,7 +219,7 @@ def _overlapping(rng: random.Random, faults: int, slot: float, publish_s: float,
             if kind == "s3_down" and long_s3 and at_s + LONG_S3_DOWN_S <= window_s:
                 hold_s = LONG_S3_DOWN_S
             fault = Fault(index, round(at_s, 2), kind, target, round(hold_s, 2), params)
-            if fault.end_s <= window_s and not _holds(fault) & busy:
+            if fault.end_s <= window_s and not holds(fault) & busy:
                 long_s3 = long_s3 and hold_s != LONG_S3_DOWN_S
                 out.append(fault)
                 break
