@@ -4,12 +4,16 @@ a partition's uncommitted span is half full, so the span limit does not throttle
 
 A commit that meets a rebalance is deferred to the next turn (aiokafka raises
 ``CommitFailedError`` or ``IllegalStateError``); one that meets a Kafka outage is too, and marks
-the outage. A commit whose answer arrives after a rebalance callback ran says nothing about the
-new assignment, so only a revoke's own commit (of the revoked partitions) is applied then.
+the outage. A commit waits at most :data:`COMMIT_TIMEOUT_S`: aiokafka looks for the group
+coordinator forever (aiokafka 0.14 ``consumer/group_coordinator.py``: ``commit_offsets`` loops on
+``ensure_coordinator_known``), and with all of Kafka down the consumer's loop, and so its SIGTERM,
+would wait with it. A commit whose answer arrives after a rebalance callback ran says nothing
+about the new assignment, so only a revoke's own commit (of the revoked partitions) is applied then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +25,10 @@ from consumers.jobs import JobBook
 from streams.audit_trace import audit_trace
 from streams.kafka import KafkaOutage
 
-__all__ = ["Committer"]
+__all__ = ["COMMIT_TIMEOUT_S", "Committer"]
+
+COMMIT_TIMEOUT_S = 5.0
+"""Seconds one commit may wait for Kafka before it is deferred like a failed one."""
 
 log = logging.getLogger("kafkagen.generate")
 
@@ -78,12 +85,16 @@ class Committer:
         trace = audit_trace("generate")
         trace.event("commit", offsets=offsets)
         try:
-            await consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()})
+            async with asyncio.timeout(COMMIT_TIMEOUT_S):
+                await consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()})
         except (CommitFailedError, IllegalStateError) as exc:  # a rebalance is under way: commit later
             log.info("commit deferred: %s", exc)
             return
         except KafkaError as exc:
             self.kafka.failed(f"commit failed: {exc}")
+            return
+        except TimeoutError:
+            self.kafka.failed(f"commit got no answer in {COMMIT_TIMEOUT_S:.0f} s")
             return
         self.kafka.ok()
         trace.event("committed", offsets=offsets)

@@ -96,6 +96,9 @@ __all__ = ["GenerationConsumer", "default_instance_id", "group_id", "main"]
 
 log = logging.getLogger("kafkagen.generate")
 
+CLOSE_STEP_S = 5.0
+"""Seconds each step of closing (leaving the group, stopping the producer) may wait for Kafka."""
+
 
 class GenerationConsumer:
     """One consumer-group member feeding one inference server.
@@ -530,7 +533,8 @@ class GenerationConsumer:
             consumer.pause(*consumer.assignment())
         log.info("draining %d started prompts (deadline %.0f s)", len(self.book.jobs), deadline_s)
         end = time.monotonic() + deadline_s
-        while self.book.jobs and time.monotonic() < end:
+        # With Kafka unreachable no result can be written: waiting for the requests buys nothing.
+        while self.book.jobs and time.monotonic() < end and self.kafka.up:
             if consumer is not None:
                 for records in (await consumer.getmany(timeout_ms=200, max_records=1)).values():
                     for record in records:
@@ -556,10 +560,16 @@ class GenerationConsumer:
         await self._cancel(self.book.all_jobs())
         if self._consumer is not None:
             # A graceful stop (a scale-down) hands the partitions over at once; a crash does not.
-            await self._stop_consumer(leave=self._stopping.is_set())
+            # Bounded: with all of Kafka down, leaving the group would wait for a coordinator.
+            try:
+                async with asyncio.timeout(CLOSE_STEP_S):
+                    await self._stop_consumer(leave=self._stopping.is_set())
+            except TimeoutError:
+                log.warning("leaving group %s got no answer from Kafka in %.0f s", self.group, CLOSE_STEP_S)
         if self.emitter.producer is not None:
             with contextlib.suppress(Exception):
-                await self.emitter.producer.stop()
+                async with asyncio.timeout(CLOSE_STEP_S):
+                    await self.emitter.producer.stop()
         await self.gate.stop()
         await self.client.aclose()
 

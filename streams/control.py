@@ -422,11 +422,13 @@ class ControlLog:
         await self._producer.send_and_wait(self.topic, encode_control(record), key=key_of_control(record))
 
     async def stop(self) -> None:
-        """Close the clients (errors while closing are ignored)."""
+        """Close the clients (errors while closing are ignored), each within 5 s: with all of
+        Kafka down, a producer's stop would wait for its records' delivery timeout."""
         for client in (self._producer, self._consumer):
             if client is not None:
-                with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
-                    await client.stop()
+                with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError, TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await client.stop()
         self._producer = self._consumer = None
 
 
