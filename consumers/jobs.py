@@ -29,6 +29,7 @@ from aiokafka import ConsumerRecord
 
 from consumers.offsets import OffsetTracker
 from consumers.recovery import Answered
+from streams.audit_trace import audit_trace
 
 __all__ = ["Job", "JobBook", "JobKey"]
 
@@ -138,6 +139,7 @@ class JobBook:
             self.jobs[key] = orphan
             return
         if self.answered is not None and self.answered.covers(p, o, record.key):
+            audit_trace("generate").event("answered", src=[p, o])  # its result was read in Kafka
             self.tracker.done(p, o)  # its result is in Kafka: commit past it, never generate it
             self.done_uncommitted.setdefault(p, set()).add(o)
             return

@@ -92,6 +92,7 @@ class SinkRunner:
         self.settings = settings
         self.group = group_id(settings)
         self.pause = pause or TestPause(os.environ.get(PAUSE_ENV))
+        self.trace = audit_trace("sink")  # the fault audit's (streams/audit_trace.py); off unless set
         self.store = store or ObjectStore(
             s3_client(settings.s3, max_attempts=3),
             settings.s3.bucket,
@@ -356,8 +357,7 @@ class SinkRunner:
     async def _commit(self, part: PartitionState, offset: int) -> None:
         if part.closed or self._consumer is None:
             return
-        trace = audit_trace("sink")
-        trace.event("commit", tp=[part.tp.topic, part.tp.partition], offset=offset)
+        self.trace.event("commit", tp=[part.tp.topic, part.tp.partition], offset=offset)
         try:
             await self._consumer.commit({part.tp: offset})
         except (CommitFailedError, IllegalStateError) as exc:
@@ -404,7 +404,7 @@ class SinkRunner:
         s3_next = last[1].end_offset + 1 if last else None
         if last is not None:  # in S3 now: what the audit may count as durable from this moment
             span = [last[1].start_offset, last[1].end_offset]
-            audit_trace("sink").event("found", tp=[part.tp.topic, part.tp.partition], span=span)
+            self.trace.event("found", tp=[part.tp.topic, part.tp.partition], span=span)
         plan = plan_recovery(s3_next=s3_next, committed=committed, log_start=log_start)
         position = plan.position
         where = f"s3://{self.s3.bucket}/{folder}"
@@ -450,12 +450,11 @@ class SinkRunner:
     async def _flush(self, part: PartitionState, body: bytes, meta: ObjectMeta) -> None:
         s3 = self.settings.s3
         key = object_key(s3.prefix, self.settings.run_id, part.tp.topic, part.tp.partition, meta.start_offset)
-        trace = audit_trace("sink")
-        if trace.planted("commit_before_upload"):
+        if self.trace.planted("commit_before_upload"):
             await self._commit(part, meta.end_offset + 1)
         outcome = await self.s3.put_once(key, body, meta)
         span = [outcome.meta.start_offset, outcome.meta.end_offset]  # ours, or the key's owner's
-        trace.event("put", tp=[part.tp.topic, part.tp.partition], span=span)
+        self.trace.event("put", tp=[part.tp.topic, part.tp.partition], span=span)
         self.pause("after_upload", f"key={key} end={meta.end_offset}")
         if part.closed:
             return

@@ -343,6 +343,8 @@ async def drain(
             pipeline.spawn(name)
     with contextlib.suppress(Exception):
         await asyncio.to_thread(pipeline.stack.up, ["kafka", "s3"])
+    if pipeline.halted and not await pipeline.set_gate("resume", 120):
+        harness.append("the run stayed halted: the drain could not resume it")
     start = time.monotonic()
     timeout_s *= load_factor()
 

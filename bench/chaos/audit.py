@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from bench.chaos.trace import (
+    Ack,
+    Cause,
     Commit,
     ProcessTrace,
+    acks_by_record,
     duplicate_causes,
     first_acks,
     generate_commits,
@@ -79,6 +82,7 @@ class Result:
         source: (partition, offset) of the prompt it answers (None if the record has none).
         id: the record id.
         timestamp_ms: the record's Kafka timestamp (its producer's send time), ms since the epoch.
+        topic: the completions or dead-letter topic's name.
     """
 
     kind: Literal["completion", "error"]
@@ -87,6 +91,7 @@ class Result:
     source: tuple[int, int] | None
     id: str
     timestamp_ms: int
+    topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -407,45 +412,111 @@ def duplicates_per_partition(results: list[Result]) -> dict[int, int]:
     return dict(dups)
 
 
+def _explain(
+    results: list[Result], acks: dict[tuple[str, int, int], Ack], known: list[Cause]
+) -> tuple[list[Cause], list[str]]:
+    """The causes that explain one prompt's ``results`` beyond its first, and what nothing explains.
+
+    The first acknowledged result needs no cause. Each later acknowledged one needs a handover
+    before its acknowledgement: by another consumer, or by its own writer after that writer's
+    previous result of the prompt (a consumer that wrote it twice without losing the partition
+    in between is no handover). A result no trace acknowledged (its writer was killed before the
+    trace line, or a send that failed had landed) needs a retried write or the end of a writer's
+    trace."""
+    known = sorted(known, key=lambda c: c.at)
+    used: list[Cause] = []
+    unexplained: list[str] = []
+    traced = sorted(
+        (
+            (acks[(r.topic, r.partition, r.offset)], r)
+            for r in results
+            if (r.topic, r.partition, r.offset) in acks
+        ),
+        key=lambda ar: ar[0].t,
+    )
+    untraced = [r for r in results if (r.topic, r.partition, r.offset) not in acks]
+    if traced:
+        last_ack = {traced[0][0].proc: traced[0][0].t}
+        for ack, r in traced[1:]:
+            since = last_ack.get(ack.proc, float("-inf"))
+            cause = next(
+                (
+                    c
+                    for c in known
+                    if all(c is not u for u in used)
+                    and c.kind == "handover"
+                    and c.at < ack.t
+                    and (c.proc != ack.proc or c.at > since)
+                ),
+                None,
+            )
+            last_ack[ack.proc] = ack.t
+            if cause is None:
+                unexplained.append(
+                    f"{r.topic}-{r.partition}@{r.offset} (pid {ack.pid}, acknowledged at {ack.t:.3f})"
+                )
+            else:
+                used.append(cause)
+    else:
+        untraced = untraced[1:]
+    for r in untraced:
+        cause = next(
+            (c for c in known if all(c is not u for u in used) and (c.kind == "retry" or c.how == "ended")),
+            None,
+        )
+        if cause is None:
+            unexplained.append(f"{r.topic}-{r.partition}@{r.offset} (acknowledged in no trace)")
+        else:
+            used.append(cause)
+    return used, unexplained
+
+
 def check_duplicates(d: AuditData) -> Check:
     """``duplicates_within_bound``: every result beyond a prompt's first has a cause of its own
-    in the consumers' traces (:func:`bench.chaos.trace.duplicate_causes`: a handover with the
-    prompt written but uncommitted, or a retried write), and no handover caused more duplicates
-    than ``max_uncommitted`` (the README's bound)."""
-    copies = Counter(r.source for r in d.results if r.source is not None)
-    ids = {r.source: r.id for r in d.results if r.source is not None}
+    in the consumers' traces (:func:`bench.chaos.trace.duplicate_causes`, :func:`_explain`: a
+    handover with the prompt written but uncommitted, or a retried write), and no handover caused
+    more duplicates than ``max_uncommitted`` (the README's bound)."""
+    by_source: dict[tuple[int, int], list[Result]] = defaultdict(list)
+    for r in d.results:
+        if r.source is not None:
+            by_source[r.source].append(r)
+    acks = acks_by_record(d.traces)
     causes = duplicate_causes(d.traces)
-    from_handover: Counter[tuple[int, int, float]] = Counter()
-    violations, retries = [], 0
-    for source, n in sorted(copies.items()):
-        if n < 2:
+    from_handover: Counter[tuple[str, int, float]] = Counter()
+    pids: dict[str, int] = {}
+    violations, retries, total = [], 0, 0
+    for source, results in sorted(by_source.items()):
+        if len(results) < 2:
             continue
-        known = sorted(causes.by_source.get(source, []), key=lambda c: c.at)
-        if len(known) < n - 1:
+        total += len(results) - 1
+        known = causes.by_source.get(source, [])
+        used, unexplained = _explain(results, acks, known)
+        if unexplained:
             why = ", ".join(f"{c.how} of pid {c.pid} at {c.at:.3f}" for c in known) or "none"
             violations.append(
-                f"prompt {source[0]}:{source[1]} ({ids[source]}) has {n} results; causes in the traces: {why}"
+                f"prompt {source[0]}:{source[1]} ({results[0].id}) has {len(results)} results; without a "
+                f"cause: {', '.join(unexplained)}; causes in the traces: {why}"
             )
-        for cause in known[: n - 1]:
+        for cause in used:
             if cause.kind == "retry":
                 retries += 1
             else:
-                from_handover[(cause.pid, source[0], cause.at)] += 1
+                from_handover[(cause.proc, source[0], cause.at)] += 1
+                pids[cause.proc] = cause.pid
     violations += [
-        f"pid {pid} gave up partition {p} at {at:.3f} and {n} of its prompts were generated again, over "
-        f"max_uncommitted {d.max_uncommitted}"
-        for (pid, p, at), n in sorted(from_handover.items())
+        f"pid {pids[proc]} gave up partition {p} at {at:.3f} and {n} of its prompts were generated again, "
+        f"over max_uncommitted {d.max_uncommitted}"
+        for (proc, p, at), n in sorted(from_handover.items())
         if n > d.max_uncommitted
     ]
-    total = sum(n - 1 for n in copies.values())
     worst = max(from_handover.values(), default=0)
     inflight = max(causes.in_flight.values(), default=0)
     return _check(
         "duplicates_within_bound",
         violations,
         f"{total} duplicate generations, each with a cause: {total - retries} from {len(from_handover)} of "
-        f"{len(causes.in_flight)} handovers (at most {worst} from one, bound {d.max_uncommitted}; at most "
-        f"{inflight} uncommitted at one), {retries} from retried writes",
+        f"{len(causes.in_flight)} handovers with results uncommitted (at most {worst} from one, bound "
+        f"{d.max_uncommitted}; at most {inflight} uncommitted at one), {retries} from retried writes",
         f"{len(violations)} duplicates without a cause or handovers over the bound ({total} duplicates)",
     )
 

@@ -38,7 +38,7 @@ def _results(records: list[TopicRecord], completions: bool) -> list[Result]:
         )
         source = (rec.source.partition, rec.source.offset) if rec.source is not None else None
         kind: Literal["completion", "error"] = "completion" if completions else "error"
-        out.append(Result(kind, r.partition, r.offset, source, rec.id, r.timestamp_ms))
+        out.append(Result(kind, r.partition, r.offset, source, rec.id, r.timestamp_ms, r.topic))
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from bench.chaos.monitor import Monitor
 from bench.chaos.pipeline import KAFKA_BACK_S, Pipeline, load_factor
-from bench.chaos.schedule import Fault, holds
+from bench.chaos.schedule import SETTLE_S, Fault, holds
 
 
 @dataclass
@@ -76,6 +76,8 @@ async def run_fault(
             out.ok = False
             out.outcome += f"; failed: {type(exc).__name__}: {exc}"
         out.undone_s = time.monotonic() - t0
+        if held:  # brokers and S3 need a while to be ready again: the next fault on them waits
+            await asyncio.sleep(SETTLE_S.get(fault.kind, 0.0))
     out.moved = sum(monitor.handovers.values()) - before
     out.outcome = out.outcome.lstrip("; ") + f"; {out.moved} partition handovers"
     return out
@@ -100,7 +102,7 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
             out.outcome += f" (owned partitions {out.owned})"
     elif kind == "consumer_stop":
         out.owned = monitor.owned_by(pipeline.instance_id(target))
-        status = await pipeline.terminate(target, pipeline.settings.consumer.shutdown_deadline_s + 15)
+        status = await pipeline.terminate(target, pipeline.stop_grace_s)
         if status != 0:
             out.product_problem = f"{target} exited {status} on SIGTERM"
         await asyncio.sleep(hold)
@@ -116,7 +118,8 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
             if joined <= monitor.members:
                 break
             await asyncio.sleep(0.5)
-        out.ok = joined <= monitor.members
+        if not joined <= monitor.members:
+            out.product_problem = f"extra consumers not all in the group after {wait_s:.0f} s"
         await asyncio.sleep(hold)
         owners = {monitor.owners.get(p) for p in range(pipeline.settings.topics.partitions)}
         idle = sum(1 for n in extra if pipeline.instance_id(n) not in owners)
@@ -127,15 +130,13 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
                 if pipeline.running(n) and "consumers.generate" in pipeline.commands[n]
             ]
         )
-        statuses = await asyncio.gather(
-            *(pipeline.terminate(n, pipeline.settings.consumer.shutdown_deadline_s + 15) for n in extra)
-        )
+        statuses = await asyncio.gather(*(pipeline.terminate(n, pipeline.stop_grace_s) for n in extra))
         for name in extra:
             del pipeline.commands[name]
         if any(s != 0 for s in statuses):
             out.product_problem = f"extra consumers exited {statuses} on SIGTERM"
         out.outcome = (
-            f"{len(extra)} extra consumers {'joined' if out.ok else 'did NOT all join'} "
+            f"{len(extra)} extra consumers {'did NOT all join' if out.product_problem else 'joined'} "
             f"({total} in all for {pipeline.settings.topics.partitions} partitions, {idle} extras idle) "
             f"for {hold:.1f} s, then SIGTERM: exits {sorted(set(statuses), key=str)}"
         )
@@ -204,10 +205,10 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
     elif kind == "kafka_down":
         names = pipeline.stack.names(["kafka"])
         pipeline.kafka_down_until = float("inf")
-        all_killed = [await asyncio.to_thread(pipeline.stack.kill, n) for n in names]
-        await asyncio.sleep(hold)
-        started = time.monotonic()
         try:
+            all_killed = [await asyncio.to_thread(pipeline.stack.kill, n) for n in names]
+            await asyncio.sleep(hold)
+            started = time.monotonic()
             await asyncio.to_thread(pipeline.stack.up, ["kafka"])
         finally:
             pipeline.kafka_down_until = time.monotonic() + KAFKA_BACK_S
@@ -215,6 +216,15 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
         out.outcome = (
             f"SIGKILL every broker ({', '.join(names)}) for {hold:.1f} s, ready "
             f"{time.monotonic() - started:.1f} s after restart"
+        )
+    elif kind == "gate_halt":
+        halted = await pipeline.set_gate("halt", 60 * load_factor())
+        await asyncio.sleep(hold)
+        resumed = await pipeline.set_gate("resume", 300 * load_factor())
+        out.ok = halted and resumed
+        out.outcome = (
+            f"run {'halted' if halted else 'NOT halted'} fleet-wide for {hold:.1f} s, "
+            f"{'resumed' if resumed else 'NOT resumed'}"
         )
     elif kind == "s3_down":
         await asyncio.to_thread(pipeline.stack.down, ["s3"])

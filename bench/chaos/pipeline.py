@@ -24,11 +24,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import httpx
+from aiokafka.errors import KafkaError
 
 from bench.children import REPO_ROOT, Children
+from launch.gate_control import change_gate
 from launch.stack import LocalStack
 from streams.audit_trace import PLANT_ENV, TRACE_ENV
 from streams.config import Settings, settings_to_env
@@ -45,6 +47,10 @@ CONTEXT_TOKENS: Final = 8192
 SLOTS: Final = 2
 """The simulators' ``--max-running-requests``: few slots, so the time scale that matches the
 producer's rate is high enough for a slowed-down request to finish within ``hang_timeout_s``."""
+STOP_GRACE_S: Final = 25.0
+"""Seconds past ``shutdown_deadline_s`` a SIGTERMed process gets before the harness SIGKILLs it
+(and the product fails ``pipeline_recovered``): its last commit and each closing step may wait
+5 s for Kafka (``consumers/generate.py``), and Python exits in a few more."""
 KAFKA_BACK_S: Final = 30.0
 """After a ``kafka_down`` fault, seconds during which a producer exit 3 (Kafka unavailable) is
 still the product's documented answer to the outage, not a failure."""
@@ -203,6 +209,8 @@ class Pipeline:
     exits: list[Exit] = field(default_factory=list)
     producer_status: int | None = None
     """the producer's exit status once it finished (0, or 1: bad lines)."""
+    halted: bool = False
+    """a ``gate_halt`` fault halted the run and has not resumed it yet (the drain resumes it)."""
     kafka_down_until: float = 0.0
     """monotonic seconds until which all of Kafka is (or just was) down on purpose."""
     outage_exits: list[Exit] = field(default_factory=list)
@@ -232,6 +240,11 @@ class Pipeline:
     def instance_id(self, name: str) -> str:
         """The static membership id of consumer ``name``: ``<run id>-<name>``."""
         return f"{self.settings.run_id}-{name}"
+
+    @property
+    def stop_grace_s(self) -> float:
+        """Seconds a SIGTERMed consumer gets to exit (:data:`STOP_GRACE_S`)."""
+        return self.settings.consumer.shutdown_deadline_s + STOP_GRACE_S
 
     def running(self, name: str) -> bool:
         proc = self.children.procs.get(name)
@@ -332,6 +345,22 @@ class Pipeline:
                 await asyncio.sleep(0.5)
         return False
 
+    async def set_gate(self, action: Literal["halt", "resume"], timeout_s: float) -> bool:
+        """Halt or resume the run on its control topic (:func:`launch.gate_control.change_gate`),
+        asking again while Kafka does not answer, for up to ``timeout_s`` seconds; True when done
+        (or already so)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await change_gate(self.settings, action, "fault audit", by="bench.chaos")
+            except (KafkaError, TimeoutError, OSError):
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(1.0)
+                continue
+            self.halted = action == "halt"
+            return True
+
     # -- stop -----------------------------------------------------------------------------------
     def kill(self, name: str) -> int | None:
         """SIGKILL ``name`` now and reap it; returns its pid (None: it was not running)."""
@@ -361,7 +390,7 @@ class Pipeline:
     async def stop_all(self) -> dict[str, int | None]:
         """SIGTERM every process (consumers and sink drain), in parallel; exit statuses."""
         names = [n for n in self.children.procs if self.running(n)]
-        grace = self.settings.consumer.shutdown_deadline_s + 15
+        grace = self.stop_grace_s
         statuses = await asyncio.gather(*(self.terminate(n, grace) for n in names))
         self.children.terminate_all(5.0)
         return dict(zip(names, statuses, strict=True))

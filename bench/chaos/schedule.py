@@ -14,10 +14,10 @@ producer would test nothing.
 
 With ``overlap``, the schedule is harsher: a fault may last up to :data:`OVERLAP_SLOTS` slots, so
 it is still on when the next ones start; kinds come from :data:`OVERLAP_KINDS` (a broker and a
-consumer SIGKILLed together, and all of Kafka down for longer than the consumers' session
-timeout, as well); the first S3 outage lasts :data:`LONG_S3_DOWN_S` when the window is four
-times longer. Two faults never hold the same target at once, and brokers go down one at a time
-(or all of them, in a ``kafka_down``).
+consumer SIGKILLed together, all of Kafka down for longer than the consumers' session
+timeout, and a fleet-wide halt, as well); the first S3 outage lasts :data:`LONG_S3_DOWN_S` when
+the window is four times longer. Two faults never hold the same target at once, and brokers go
+down one at a time (or all of them, in a ``kafka_down``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ FaultKind = Literal[
     "s3_down",
     "broker_consumer_kill",
     "kafka_down",
+    "gate_halt",
 ]
 """What a fault does (the target is in :attr:`Fault.target`):
 
@@ -62,12 +63,15 @@ FaultKind = Literal[
 * ``broker_consumer_kill`` (overlapping schedules only): SIGKILL a broker (``target``) and a
   consumer (``params["consumer"]``) at once, start both again after ``hold_s``;
 * ``kafka_down`` (overlapping schedules only): SIGKILL every broker, start them again after
-  ``hold_s``, longer than the consumers' session timeout (:data:`LONG_KAFKA_DOWN_S`).
+  ``hold_s``, longer than the consumers' session timeout (:data:`LONG_KAFKA_DOWN_S`);
+* ``gate_halt`` (overlapping schedules only): halt the run fleet-wide on its control topic (the
+  record the quality gate writes when it trips, docs/gate.md) while other faults are on, resume
+  it after ``hold_s``.
 """
 
 OVERLAP_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
 KINDS: Final[tuple[FaultKind, ...]] = tuple(
-    k for k in OVERLAP_KINDS if k not in ("broker_consumer_kill", "kafka_down")
+    k for k in OVERLAP_KINDS if k not in ("broker_consumer_kill", "kafka_down", "gate_halt")
 )
 """The kinds of a schedule without overlap (the CI seed's schedule depends on them: keep them)."""
 OVERLAP_SLOTS: Final = 3.0
@@ -267,6 +271,8 @@ def _details(
         return f"kafka-{rng.randint(1, shape.brokers)}", hold(0.2, 0.6), {}
     if kind == "kafka_down":
         return "kafka", 0.0, {}  # the hold is set by the caller
+    if kind == "gate_halt":
+        return "gate", hold(0.2, 0.6), {}
     if kind == "broker_consumer_kill":
         consumer = float(rng.randrange(shape.consumers))
         return f"kafka-{rng.randint(1, shape.brokers)}", hold(0.2, 0.6), {"consumer": consumer}

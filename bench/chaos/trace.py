@@ -22,24 +22,31 @@ Source = tuple[int, int]
 @dataclass
 class ProcessTrace:
     """One process's trace: ``role`` (``generate`` or ``sink``), its pid, its events in order
-    (dicts with ``t``, ``e`` and the event's fields, docs/chaos.md)."""
+    (dicts with ``t``, ``e`` and the event's fields, docs/chaos.md), and the ``time.monotonic_ns()``
+    it started at (a pid can be reused; ``key`` cannot)."""
 
     role: str
     pid: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    start: int = 0
+
+    @property
+    def key(self) -> str:
+        """The process: its pid and start."""
+        return f"{self.pid}.{self.start}"
 
 
 def read_traces(folder: Path) -> list[ProcessTrace]:
-    """Every ``<role>-<pid>.jsonl`` of ``folder``; a torn last line (a SIGKILL inside the write)
-    is dropped.
+    """Every ``<role>-<pid>-<start>.jsonl`` of ``folder``; a torn last line (a SIGKILL inside the
+    write) is dropped.
 
     Raises:
         ValueError: a line before the last one is not JSON (names the file and line).
     """
     out = []
-    for path in sorted(folder.glob("*-*.jsonl")):
-        role, _, pid = path.stem.rpartition("-")
-        trace = ProcessTrace(role, int(pid))
+    for path in sorted(folder.glob("*-*-*.jsonl")):
+        role, pid, start = path.stem.rsplit("-", 2)
+        trace = ProcessTrace(role, int(pid), start=int(start))
         lines = path.read_text().splitlines()
         for number, line in enumerate(lines, start=1):
             try:
@@ -56,11 +63,12 @@ def _of(traces: list[ProcessTrace], role: str) -> list[ProcessTrace]:
 
 
 def first_acks(traces: list[ProcessTrace]) -> dict[Source, float]:
-    """Prompt -> the first moment any consumer had a result of it acknowledged by Kafka."""
+    """Prompt -> the first moment a consumer knew a result of it was in Kafka: it was acknowledged
+    (``ack``), or a consumer recovering from lost offsets read it there (``answered``)."""
     first: dict[Source, float] = {}
     for trace in _of(traces, "generate"):
         for ev in trace.events:
-            if ev["e"] == "ack":
+            if ev["e"] in ("ack", "answered"):
                 src = (int(ev["src"][0]), int(ev["src"][1]))
                 first[src] = min(first.get(src, ev["t"]), ev["t"])
     return first
@@ -98,6 +106,25 @@ def sink_commits(traces: list[ProcessTrace]) -> list[Commit]:
     ]
 
 
+@dataclass(frozen=True)
+class Ack:
+    """A result record's acknowledgement: the consumer (:attr:`ProcessTrace.key`, pid) and when."""
+
+    proc: str
+    pid: int
+    t: float
+
+
+def acks_by_record(traces: list[ProcessTrace]) -> dict[tuple[str, int, int], Ack]:
+    """(topic, partition, offset) of a result record -> its acknowledgement."""
+    return {
+        (str(ev["to"][0]), int(ev["to"][1]), int(ev["to"][2])): Ack(trace.key, trace.pid, ev["t"])
+        for trace in _of(traces, "generate")
+        for ev in trace.events
+        if ev["e"] == "ack"
+    }
+
+
 def stored_spans(traces: list[ProcessTrace]) -> list[tuple[str, int, int, int, float]]:
     """(topic, partition, first offset, last offset, t): an object known to be in S3 at ``t``:
     its upload returned (``put``), or a sink's recovery listed it (``found``)."""
@@ -117,13 +144,14 @@ class Cause:
         kind: ``handover``: a consumer wrote a result and lost the partition before committing
             past it (a SIGKILL, a stop, a rebalance, leaving the group); ``retry``: a write whose
             acknowledgement failed was sent again (the first may have landed).
-        pid: the consumer.
+        proc: the consumer (:attr:`ProcessTrace.key`); pid: its pid.
         at: when (the loss of the partition, or the failed write).
         how: ``revoked``, ``moved`` (an assignment without the partition), ``left``, ``ended``
             (the trace stops: killed or exited), ``retry``.
     """
 
     kind: Literal["handover", "retry"]
+    proc: str
     pid: int
     at: float
     how: str
@@ -135,11 +163,12 @@ class Causes:
 
     Attributes:
         by_source: prompt -> causes of a further generation, in time order.
-        in_flight: (pid, partition, at) of each handover -> written-but-uncommitted prompts then.
+        in_flight: (process key, partition, at) of each handover -> written-but-uncommitted
+            prompts then.
     """
 
     by_source: dict[Source, list[Cause]] = field(default_factory=lambda: defaultdict(list))
-    in_flight: dict[tuple[int, int, float], int] = field(default_factory=dict)
+    in_flight: dict[tuple[str, int, float], int] = field(default_factory=dict)
 
 
 def duplicate_causes(traces: list[ProcessTrace]) -> Causes:
@@ -160,30 +189,35 @@ def duplicate_causes(traces: list[ProcessTrace]) -> Causes:
                 pending[int(ev["src"][0])][int(ev["src"][1])] = t
             elif e == "retry" and ev.get("src") is not None:
                 src = (int(ev["src"][0]), int(ev["src"][1]))
-                causes.by_source[src].append(Cause("retry", trace.pid, t, "retry"))
+                causes.by_source[src].append(Cause("retry", trace.key, trace.pid, t, "retry"))
             elif e == "committed":
                 for p, o in ev["offsets"].items():
                     pending[int(p)] = {k: v for k, v in pending.get(int(p), {}).items() if k >= int(o)}
             elif e == "revoked":
-                _lose(causes, pending, trace.pid, [int(p) for p in ev["parts"]], t, "revoked")
+                _lose(causes, pending, trace, [int(p) for p in ev["parts"]], t, "revoked")
             elif e == "assigned":
                 kept = {int(p) for p in ev["parts"]}
-                _lose(causes, pending, trace.pid, [p for p in pending if p not in kept], t, "moved")
+                _lose(causes, pending, trace, [p for p in pending if p not in kept], t, "moved")
             elif e == "left":
-                _lose(causes, pending, trace.pid, list(pending), t, "left")
-        _lose(causes, pending, trace.pid, list(pending), last_t, "ended")
+                _lose(causes, pending, trace, list(pending), t, "left")
+        _lose(causes, pending, trace, list(pending), last_t, "ended")
     return causes
 
 
 def _lose(
-    causes: Causes, pending: dict[int, dict[int, float]], pid: int, partitions: list[int], at: float, how: str
+    causes: Causes,
+    pending: dict[int, dict[int, float]],
+    trace: ProcessTrace,
+    partitions: list[int],
+    at: float,
+    how: str,
 ) -> None:
-    """``pid`` gave up ``partitions`` at ``at``: each result it wrote there and did not commit is
-    a handover cause."""
+    """``trace``'s process gave up ``partitions`` at ``at``: each result it wrote there and did not
+    commit is a handover cause."""
     for partition in partitions:
         sent = pending.pop(partition, {})
         if not sent:
             continue
-        causes.in_flight[(pid, partition, at)] = len(sent)
+        causes.in_flight[(trace.key, partition, at)] = len(sent)
         for offset in sent:
-            causes.by_source[(partition, offset)].append(Cause("handover", pid, at, how))
+            causes.by_source[(partition, offset)].append(Cause("handover", trace.key, trace.pid, at, how))

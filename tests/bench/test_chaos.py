@@ -197,7 +197,9 @@ def _clean() -> AuditData:
     """Two partitions of 4 prompts each, acked at M0 + 1, committed at M0 + 1.5, stored at M0 + 2
     (S3's LastModified T0 + 2), the sink's commits at M0 + 3."""
     prompts = [(p, o, f"c-{p}{o}") for p in (0, 1) for o in range(4)]
-    results = [Result("completion", p, o, (p, o), i, int((T0 + 1) * 1000)) for p, o, i in prompts]
+    results = [
+        Result("completion", p, o, (p, o), i, int((T0 + 1) * 1000), COMPLETIONS) for p, o, i in prompts
+    ]
     objects = [
         ObjectSpan(f"completions+{p}+{s}", COMPLETIONS, p, s, s + 1, (s, s + 1), T0 + 2)
         for p in (0, 1)
@@ -324,15 +326,23 @@ def test_an_object_no_trace_saw_is_dated_by_last_modified_plus_a_second() -> Non
     ]
 
 
-def _duplicate(d: AuditData, source: tuple[int, int], at: int) -> None:
-    d.results.append(Result("completion", source[0], at, source, f"c-{source[0]}{source[1]}", 0))
+def _duplicate(
+    d: AuditData, source: tuple[int, int], at: int, acked: tuple[ProcessTrace, float] | None = None
+) -> None:
+    """One more result of ``source`` at offset ``at`` of the completions topic; ``acked``: the
+    consumer whose trace acknowledges it, and when."""
+    d.results.append(Result("completion", source[0], at, source, f"c-{source[0]}{source[1]}", 0, COMPLETIONS))
+    if acked is not None:
+        trace, t = acked
+        trace.events.append({"t": t, "e": "ack", "src": list(source), "to": [COMPLETIONS, source[0], at]})
 
 
 def test_a_duplicate_without_a_cause_is_found() -> None:
     d = _clean()
     _duplicate(d, (1, 2), 10)
     assert _failed(d)["duplicates_within_bound"] == [
-        "prompt 1:2 (c-12) has 2 results; causes in the traces: none"
+        f"prompt 1:2 (c-12) has 2 results; without a cause: {COMPLETIONS}-1@10 (acknowledged in no trace); "
+        "causes in the traces: none"
     ]
 
 
@@ -354,7 +364,8 @@ def test_a_duplicate_after_a_handover_with_the_prompt_uncommitted_passes() -> No
     assert _failed(d) == {}
     _duplicate(d, (1, 2), 11)  # a third result: one cause explains one duplicate, not two
     assert _failed(d)["duplicates_within_bound"] == [
-        f"prompt 1:2 (c-12) has 3 results; causes in the traces: ended of pid 300 at {M0 - 0.9:.3f}"
+        f"prompt 1:2 (c-12) has 3 results; without a cause: {COMPLETIONS}-1@11 (acknowledged in no trace); "
+        f"causes in the traces: ended of pid 300 at {M0 - 0.9:.3f}"
     ]
 
 
@@ -375,12 +386,48 @@ def test_a_prompt_committed_before_its_writer_lost_the_partition_is_no_cause() -
     assert "causes in the traces: none" in _failed(d)["duplicates_within_bound"][0]
 
 
+def test_a_result_written_twice_by_one_consumer_without_losing_the_partition_is_found() -> None:
+    """A revoke before the first write is no excuse for the second: the writer kept the result
+    (a finished orphan it adopts), so writing it again is a re-send without a handover."""
+    d = _clean()
+    trace = ProcessTrace(
+        "generate",
+        300,
+        [
+            {"t": M0 - 3, "e": "send", "src": [1, 2]},
+            {"t": M0 - 2.5, "e": "revoked", "parts": [1]},
+            {"t": M0 - 2.4, "e": "ack", "src": [1, 2], "to": [COMPLETIONS, 1, 10]},
+            {"t": M0 - 2.0, "e": "assigned", "parts": [1]},
+            {"t": M0 - 1.9, "e": "send", "src": [1, 2]},
+        ],
+    )
+    d.traces.append(trace)
+    d.results.append(Result("completion", 1, 10, (1, 2), "c-12", 0, COMPLETIONS))
+    _duplicate(d, (1, 2), 11, acked=(trace, M0 - 1.8))
+    violation = _failed(d)["duplicates_within_bound"][0]
+    assert f"without a cause: {COMPLETIONS}-1@11 (pid 300, acknowledged at {M0 - 1.8:.3f})" in violation
+    # Written and acknowledged before the revoke (uncommitted), then generated again: a cause.
+    trace.events[1:3] = [trace.events[2], trace.events[1]]
+    trace.events[1]["t"], trace.events[2]["t"] = M0 - 2.9, M0 - 2.5
+    assert "duplicates_within_bound" not in _failed(d)
+
+
+def test_a_retry_excuses_only_a_result_no_trace_acknowledged() -> None:
+    """A retried write explains a landed-but-unacknowledged copy, never a second acknowledged one."""
+    d = _clean()
+    d.traces[0].events.insert(3, {"t": M0 + 0.6, "e": "retry", "src": [0, 1]})
+    _duplicate(d, (0, 1), 10, acked=(d.traces[0], M0 + 1.2))
+    assert "(pid 100, acknowledged at" in _failed(d)["duplicates_within_bound"][0]
+
+
 def test_one_handover_causing_more_than_max_uncommitted_duplicates_is_found() -> None:
     d = _clean()
     sends = [{"t": M0 - 1, "e": "send", "src": [0, o]} for o in range(3)]
-    d.traces.append(ProcessTrace("generate", 300, [*sends, {"t": M0 - 0.5, "e": "left"}]))
-    for o in range(3):
-        _duplicate(d, (0, o), 10 + o)
+    trace = ProcessTrace("generate", 300, sends)
+    d.traces.append(trace)
+    for o in range(3):  # written and acknowledged by pid 300, which left before committing them
+        _duplicate(d, (0, o), 10 + o, acked=(trace, M0 - 0.9))
+    trace.events.append({"t": M0 - 0.5, "e": "left"})
     assert _failed(d)["duplicates_within_bound"] == [
         f"pid 300 gave up partition 0 at {M0 - 0.5:.3f} and 3 of its prompts were generated again, over "
         "max_uncommitted 2"
@@ -409,8 +456,8 @@ def test_a_partition_moved_by_an_assignment_without_it_is_a_handover() -> None:
         ],
     )
     causes = duplicate_causes([trace])
-    assert causes.by_source == {(0, 5): [Cause("handover", 7, 3.0, "moved")]}
-    assert causes.in_flight == {(7, 0, 3.0): 1}
+    assert causes.by_source == {(0, 5): [Cause("handover", "7.0", 7, 3.0, "moved")]}
+    assert causes.in_flight == {("7.0", 0, 3.0): 1}
 
 
 def test_the_raw_topics_must_hold_every_valid_id_and_over_context_ids_as_errors() -> None:
@@ -425,18 +472,27 @@ def test_the_raw_topics_must_hold_every_valid_id_and_over_context_ids_as_errors(
 
 
 def test_a_torn_last_trace_line_is_dropped_and_a_torn_earlier_one_refused(tmp_path: Path) -> None:
-    (tmp_path / "generate-12.jsonl").write_text('{"t": 1, "e": "left"}\n{"t": 2, "e": "se')
+    (tmp_path / "generate-12-99.jsonl").write_text('{"t": 1, "e": "left"}\n{"t": 2, "e": "se')
     [trace] = read_traces(tmp_path)
-    assert (trace.role, trace.pid, trace.events) == ("generate", 12, [{"t": 1, "e": "left"}])
-    (tmp_path / "sink-13.jsonl").write_text('{"t": 1, "e\n{"t": 2, "e": "left"}\n')
-    with pytest.raises(ValueError, match=r"sink-13\.jsonl:1: not a trace event"):
+    assert (trace.role, trace.pid, trace.key, trace.events) == (
+        "generate",
+        12,
+        "12.99",
+        [{"t": 1, "e": "left"}],
+    )
+    (tmp_path / "sink-13-5.jsonl").write_text('{"t": 1, "e\n{"t": 2, "e": "left"}\n')
+    with pytest.raises(ValueError, match=r"sink-13-5\.jsonl:1: not a trace event"):
         read_traces(tmp_path)
 
 
 def test_the_product_traces_events_and_refuses_an_unknown_plant(tmp_path: Path) -> None:
     trace = AuditTrace(str(tmp_path), "sink", frozenset({"resend"}))
+    again = AuditTrace(str(tmp_path), "sink")  # the same pid (reused): a file of its own
     trace.event("put", tp=["t", 0], span=[0, 9])
-    [line] = (tmp_path / f"sink-{os.getpid()}.jsonl").read_text().splitlines()
+    again.event("left")
+    files = sorted(tmp_path.glob(f"sink-{os.getpid()}-*.jsonl"))
+    assert len(files) == 2
+    [line] = next(f for f in files if "put" in f.read_text()).read_text().splitlines()
     assert json.loads(line)["span"] == [0, 9]
     assert trace.planted("resend") and not trace.planted("commit_before_ack")
     off = AuditTrace(None, "sink")
@@ -444,6 +500,20 @@ def test_the_product_traces_events_and_refuses_an_unknown_plant(tmp_path: Path) 
     assert not off.on
     with pytest.raises(ConfigError, match="unknown commit_late"):
         AuditTrace(None, "sink", frozenset({"commit_late"}))
+    with pytest.raises(ConfigError, match="without KAFKAGEN_AUDIT_TRACE"):
+        AuditTrace(None, "sink", frozenset({"resend"}))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="cannot write the audit trace"):
+        AuditTrace(str(tmp_path / "a-file" / "trace"), "sink")  # a folder under a file
+
+
+def test_a_prompt_a_recovering_consumer_found_answered_is_durable_from_then() -> None:
+    """A consumer that lost its committed offsets skips prompts whose result it read in Kafka
+    (consumers/recovery.py) and commits past them: reading it there is the evidence."""
+    d = _clean()
+    d.traces[0].events = [e for e in d.traces[0].events if not (e["e"] == "ack" and e["src"] == [0, 2])]
+    d.traces[0].events.insert(1, {"t": M0 + 0.2, "e": "answered", "src": [0, 2]})
+    assert _failed(d) == {}
 
 
 def test_bad_lines_missing_from_the_report_or_valid_lines_in_it_are_found() -> None:
