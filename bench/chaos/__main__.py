@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -279,7 +280,7 @@ async def run(args: argparse.Namespace) -> int:
             "duplicates_per_partition": dups,
             "handovers": dict(monitor.handovers),
             "traced_processes": len(data.traces),
-            "producer_exits_in_kafka_outages": len(pipeline.outage_exits),
+            "exits_3_in_kafka_outages": dict(Counter(e.name for e in pipeline.outage_exits)),
             "objects": len(data.objects),
             "commit_samples": {"generate": len(monitor.generate), "sink": len(monitor.sink)},
             "sample_failures": monitor.failures,

@@ -52,8 +52,8 @@ STOP_GRACE_S: Final = 25.0
 (and the product fails ``pipeline_recovered``): its last commit and each closing step may wait
 5 s for Kafka (``consumers/generate.py``), and Python exits in a few more."""
 KAFKA_BACK_S: Final = 30.0
-"""After a ``kafka_down`` fault, seconds during which a producer exit 3 (Kafka unavailable) is
-still the product's documented answer to the outage, not a failure."""
+"""After a ``kafka_down`` fault, seconds during which an exit 3 (Kafka unavailable) of a process
+started while Kafka was down is still the product's documented answer, not a failure."""
 REQUEST_SIM_S: Final = 1.0
 """Simulated seconds one audit request takes with every slot busy: ~225 completion tokens (256
 at most, thinking off) at 245 / (1 + 0.05 x 1) tokens/s (the default profile)."""
@@ -214,8 +214,9 @@ class Pipeline:
     kafka_down_until: float = 0.0
     """monotonic seconds until which all of Kafka is (or just was) down on purpose."""
     outage_exits: list[Exit] = field(default_factory=list)
-    """producer exits 3 while all of Kafka was down: its documented behaviour (Kafka unavailable:
-    exit 3; the same command, run again, resumes exactly once), restarted like any exit."""
+    """exits 3 while all of Kafka was down: the documented answer of a producer (the same
+    command, run again, resumes exactly once) and of a consumer or sink that starts without Kafka
+    (README: exit 3, unreachable), restarted like any exit."""
 
     def __post_init__(self) -> None:
         self.stack = LocalStack(self.settings)
@@ -422,7 +423,7 @@ class Pipeline:
                 self.down.add(name)
                 continue
             exit_ = Exit(name, status, time.monotonic(), self.log_tail(name))
-            if name == "producer" and status == 3 and exit_.at < self.kafka_down_until:
+            if status == 3 and exit_.at < self.kafka_down_until:
                 self.outage_exits.append(exit_)
             else:
                 self.exits.append(exit_)
