@@ -13,7 +13,6 @@ about the new assignment, so only a revoke's own commit (of the revoked partitio
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from consumers.jobs import JobBook
 from streams.audit_trace import audit_trace
+from streams.bounded import within
 from streams.kafka import KafkaOutage
 
 __all__ = ["COMMIT_TIMEOUT_S", "Committer"]
@@ -85,15 +85,17 @@ class Committer:
         trace = audit_trace("generate")
         trace.event("commit", offsets=offsets)
         try:
-            async with asyncio.timeout(COMMIT_TIMEOUT_S):
-                await consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()})
+            answered, _ = await within(
+                COMMIT_TIMEOUT_S,
+                consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()}),
+            )
         except (CommitFailedError, IllegalStateError) as exc:  # a rebalance is under way: commit later
             log.info("commit deferred: %s", exc)
             return
         except KafkaError as exc:
             self.kafka.failed(f"commit failed: {exc}")
             return
-        except TimeoutError:
+        if not answered:
             self.kafka.failed(f"commit got no answer in {COMMIT_TIMEOUT_S:.0f} s")
             return
         self.kafka.ok()

@@ -87,6 +87,7 @@ from consumers.recovery import answered_prompts
 from consumers.server_watch import ServerWatch
 from consumers.window import WindowConfig, WindowPolicy
 from streams.audit_trace import audit_trace
+from streams.bounded import within
 from streams.config import Settings
 from streams.kafka import KafkaOutage, producer_kwargs
 from streams.retry import Backoff
@@ -561,15 +562,12 @@ class GenerationConsumer:
         if self._consumer is not None:
             # A graceful stop (a scale-down) hands the partitions over at once; a crash does not.
             # Bounded: with all of Kafka down, leaving the group would wait for a coordinator.
-            try:
-                async with asyncio.timeout(CLOSE_STEP_S):
-                    await self._stop_consumer(leave=self._stopping.is_set())
-            except TimeoutError:
+            left, _ = await within(CLOSE_STEP_S, self._stop_consumer(leave=self._stopping.is_set()))
+            if not left:
                 log.warning("leaving group %s got no answer from Kafka in %.0f s", self.group, CLOSE_STEP_S)
         if self.emitter.producer is not None:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(CLOSE_STEP_S):
-                    await self.emitter.producer.stop()
+                await within(CLOSE_STEP_S, self.emitter.producer.stop())
         await self.gate.stop()
         await self.client.aclose()
 

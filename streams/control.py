@@ -40,6 +40,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from streams.bounded import within
 from streams.config import Settings
 from streams.kafka import consumer_kwargs, producer_kwargs, topic_partitions
 
@@ -426,9 +427,8 @@ class ControlLog:
         Kafka down, a producer's stop would wait for its records' delivery timeout."""
         for client in (self._producer, self._consumer):
             if client is not None:
-                with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError, TimeoutError):
-                    async with asyncio.timeout(5.0):
-                        await client.stop()
+                with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
+                    await within(5.0, client.stop())
         self._producer = self._consumer = None
 
 
