@@ -420,9 +420,9 @@ def _explain(
     The first acknowledged result needs no cause. Each later acknowledged one needs a handover
     before its acknowledgement: by another consumer, or by its own writer after that writer's
     previous result of the prompt (a consumer that wrote it twice without losing the partition
-    in between is no handover). A result no trace acknowledged (its writer was killed before the
-    trace line, or a send that failed had landed) needs a retried write or the end of a writer's
-    trace."""
+    in between is no handover). A result no trace acknowledged needs any cause: its writer was
+    killed before the trace line, a send that failed had landed (a retry), or a write cancelled
+    when its consumer gave the partition up had landed all the same (a handover)."""
     known = sorted(known, key=lambda c: c.at)
     used: list[Cause] = []
     unexplained: list[str] = []
@@ -460,10 +460,7 @@ def _explain(
     else:
         untraced = untraced[1:]
     for r in untraced:
-        cause = next(
-            (c for c in known if all(c is not u for u in used) and (c.kind == "retry" or c.how == "ended")),
-            None,
-        )
+        cause = next((c for c in known if all(c is not u for u in used)), None)
         if cause is None:
             unexplained.append(f"{r.topic}-{r.partition}@{r.offset} (acknowledged in no trace)")
         else:

@@ -102,12 +102,14 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
             out.outcome += f" (owned partitions {out.owned})"
     elif kind == "consumer_stop":
         out.owned = monitor.owned_by(pipeline.instance_id(target))
+        sent_at = time.monotonic()
         status = await pipeline.terminate(target, pipeline.stop_grace_s)
-        if status != 0:
-            out.product_problem = f"{target} exited {status} on SIGTERM"
+        out.product_problem, harness = pipeline.sigterm_problem(target, status, sent_at)
+        if harness is not None:
+            out.ok, out.outcome = False, f"{harness}; "
         await asyncio.sleep(hold)
         pipeline.spawn(target)
-        out.outcome = f"SIGTERM: exit {status}; started again after {hold:.1f} s (owned {out.owned})"
+        out.outcome += f"SIGTERM: exit {status}; started again after {hold:.1f} s (owned {out.owned})"
     elif kind == "scale_out":
         extra = [f"extra-{fault.index}-{j}" for j in range(int(fault.params["extra"]))]
         for j, name in enumerate(extra):

@@ -47,6 +47,8 @@ CONTEXT_TOKENS: Final = 8192
 SLOTS: Final = 2
 """The simulators' ``--max-running-requests``: few slots, so the time scale that matches the
 producer's rate is high enough for a slowed-down request to finish within ``hang_timeout_s``."""
+YOUNG_S: Final = 5.0
+"""Seconds after a start during which a process may not have installed its SIGTERM handler."""
 STOP_GRACE_S: Final = 25.0
 """Seconds past ``shutdown_deadline_s`` a SIGTERMed process gets before the harness SIGKILLs it
 (and the product fails ``pipeline_recovered``): its last commit and each closing step may wait
@@ -209,6 +211,8 @@ class Pipeline:
     exits: list[Exit] = field(default_factory=list)
     producer_status: int | None = None
     """the producer's exit status once it finished (0, or 1: bad lines)."""
+    spawned: dict[str, float] = field(default_factory=dict)
+    """process name -> monotonic seconds of its latest start."""
     halted: bool = False
     """a ``gate_halt`` fault halted the run and has not resumed it yet (the drain resumes it)."""
     kafka_down_until: float = 0.0
@@ -242,6 +246,18 @@ class Pipeline:
         """The static membership id of consumer ``name``: ``<run id>-<name>``."""
         return f"{self.settings.run_id}-{name}"
 
+    def sigterm_problem(self, name: str, status: int | None, sent_at: float) -> tuple[str | None, str | None]:
+        """(product problem, harness problem) of ``name`` ending with ``status`` after a SIGTERM
+        sent at ``sent_at`` (monotonic s): not 0 is the product's, except death by the signal itself
+        (-15) within :data:`YOUNG_S` of a start: Python had not installed its handler yet, a race
+        of the harness's restart and the fault, as a supervisor's would be."""
+        if status == 0:
+            return None, None
+        age = sent_at - self.spawned.get(name, float("-inf"))
+        if status == -signal.SIGTERM and age < YOUNG_S:
+            return None, f"{name} got its SIGTERM {age:.1f} s after it started, before its handler"
+        return f"{name} exited {status} on SIGTERM", None
+
     @property
     def stop_grace_s(self) -> float:
         """Seconds a SIGTERMed consumer gets to exit (:data:`STOP_GRACE_S`)."""
@@ -269,6 +285,7 @@ class Pipeline:
     def spawn(self, name: str) -> None:
         """Start process ``name`` from its command (main thread only: children die with the thread
         that forked them)."""
+        self.spawned[name] = time.monotonic()
         self.down.discard(name)
         self.children.spawn(name, self.commands[name], self.env, self.log_dir / f"{name}.log")
 
