@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.chaos.monitor import Monitor
-from bench.chaos.pipeline import KAFKA_BACK_S, Pipeline, load_factor
+from bench.chaos.pipeline import KAFKA_BACK_S, YOUNG_S, Pipeline, load_factor
 from bench.chaos.schedule import SETTLE_S, Fault, holds
 
 
@@ -76,8 +76,9 @@ async def run_fault(
             out.ok = False
             out.outcome += f"; failed: {type(exc).__name__}: {exc}"
         out.undone_s = time.monotonic() - t0
-        if held:  # brokers and S3 need a while to be ready again: the next fault on them waits
-            await asyncio.sleep(SETTLE_S.get(fault.kind, 0.0))
+        if held:  # brokers and S3 need a while to be ready again, a restarted process to install
+            # its SIGTERM handler: the next fault on the same target waits
+            await asyncio.sleep(SETTLE_S.get(fault.kind, YOUNG_S))
     out.moved = sum(monitor.handovers.values()) - before
     out.outcome = out.outcome.lstrip("; ") + f"; {out.moved} partition handovers"
     return out

@@ -369,39 +369,27 @@ def test_a_duplicate_after_a_handover_with_the_prompt_uncommitted_passes() -> No
     ]
 
 
+def _with_writer_300(d: AuditData, *after_send: dict[str, object]) -> AuditData:
+    """``d`` with consumer pid 300 that wrote prompt 1:2 (not acknowledged in its trace), then
+    ``after_send``, and a second result of 1:2 on the topic."""
+    d.traces.append(ProcessTrace("generate", 300, [{"t": M0 - 1, "e": "send", "src": [1, 2]}, *after_send]))
+    _duplicate(d, (1, 2), 10)
+    return d
+
+
 def test_an_unacknowledged_copy_after_a_consumer_left_with_it_in_flight_passes() -> None:
     """A consumer whose server went down leaves the group and cancels its writes; one already in
     the producer's hands lands without its acknowledgement being traced."""
-    d = _clean()
-    d.traces.append(
-        ProcessTrace(
-            "generate",
-            300,
-            [
-                {"t": M0 - 1, "e": "send", "src": [1, 2]},
-                {"t": M0 - 0.8, "e": "left"},
-                {"t": M0 - 0.5, "e": "x"},
-            ],
-        )
-    )
-    _duplicate(d, (1, 2), 10)
+    d = _with_writer_300(_clean(), {"t": M0 - 0.8, "e": "left"})
     assert _failed(d) == {}
 
 
 def test_a_prompt_committed_before_its_writer_lost_the_partition_is_no_cause() -> None:
-    d = _clean()
-    d.traces.append(
-        ProcessTrace(
-            "generate",
-            300,
-            [
-                {"t": M0 - 1, "e": "send", "src": [1, 2]},
-                {"t": M0 - 0.8, "e": "committed", "offsets": {"1": 3}},
-                {"t": M0 - 0.5, "e": "revoked", "parts": [1]},
-            ],
-        )
+    d = _with_writer_300(
+        _clean(),
+        {"t": M0 - 0.8, "e": "committed", "offsets": {"1": 3}},
+        {"t": M0 - 0.5, "e": "revoked", "parts": [1]},
     )
-    _duplicate(d, (1, 2), 10)
     assert "causes in the traces: none" in _failed(d)["duplicates_within_bound"][0]
 
 
