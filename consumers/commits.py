@@ -4,11 +4,10 @@ a partition's uncommitted span is half full, so the span limit does not throttle
 
 A commit that meets a rebalance is deferred to the next turn (aiokafka raises
 ``CommitFailedError`` or ``IllegalStateError``); one that meets a Kafka outage is too, and marks
-the outage. A commit waits at most :data:`COMMIT_TIMEOUT_S`: aiokafka looks for the group
-coordinator forever (aiokafka 0.14 ``consumer/group_coordinator.py``: ``commit_offsets`` loops on
-``ensure_coordinator_known``), and with all of Kafka down the consumer's loop, and so its SIGTERM,
-would wait with it. A commit whose answer arrives after a rebalance callback ran says nothing
-about the new assignment, so only a revoke's own commit (of the revoked partitions) is applied then.
+the outage. A commit waits at most :data:`streams.kafka.KAFKA_STEP_S` (aiokafka would look for
+the group coordinator forever, and the consumer's loop and its SIGTERM with it). A commit whose
+answer arrives after a rebalance callback ran says nothing about the new assignment, so only a
+revoke's own commit (of the revoked partitions) is applied then.
 """
 
 from __future__ import annotations
@@ -23,12 +22,9 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from consumers.jobs import JobBook
 from streams.audit_trace import audit_trace
 from streams.bounded import within
-from streams.kafka import KafkaOutage
+from streams.kafka import KAFKA_STEP_S, KafkaOutage
 
-__all__ = ["COMMIT_TIMEOUT_S", "Committer"]
-
-COMMIT_TIMEOUT_S = 5.0
-"""Seconds one commit may wait for Kafka before it is deferred like a failed one."""
+__all__ = ["Committer"]
 
 log = logging.getLogger("kafkagen.generate")
 
@@ -86,7 +82,7 @@ class Committer:
         trace.event("commit", offsets=offsets)
         try:
             answered, _ = await within(
-                COMMIT_TIMEOUT_S,
+                KAFKA_STEP_S,
                 consumer.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()}),
             )
         except (CommitFailedError, IllegalStateError) as exc:  # a rebalance is under way: commit later
@@ -96,7 +92,7 @@ class Committer:
             self.kafka.failed(f"commit failed: {exc}")
             return
         if not answered:
-            self.kafka.failed(f"commit got no answer in {COMMIT_TIMEOUT_S:.0f} s")
+            self.kafka.failed(f"commit got no answer in {KAFKA_STEP_S:.0f} s")
             return
         self.kafka.ok()
         trace.event("committed", offsets=offsets)

@@ -89,16 +89,13 @@ from consumers.window import WindowConfig, WindowPolicy
 from streams.audit_trace import audit_trace
 from streams.bounded import within
 from streams.config import Settings
-from streams.kafka import KafkaOutage, producer_kwargs
+from streams.kafka import KAFKA_STEP_S, KafkaOutage, producer_kwargs
 from streams.retry import Backoff
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = ["GenerationConsumer", "default_instance_id", "group_id", "main"]
 
 log = logging.getLogger("kafkagen.generate")
-
-CLOSE_STEP_S = 5.0
-"""Seconds each step of closing (leaving the group, stopping the producer) may wait for Kafka."""
 
 
 class GenerationConsumer:
@@ -562,12 +559,12 @@ class GenerationConsumer:
         if self._consumer is not None:
             # A graceful stop (a scale-down) hands the partitions over at once; a crash does not.
             # Bounded: with all of Kafka down, leaving the group would wait for a coordinator.
-            left, _ = await within(CLOSE_STEP_S, self._stop_consumer(leave=self._stopping.is_set()))
+            left, _ = await within(KAFKA_STEP_S, self._stop_consumer(leave=self._stopping.is_set()))
             if not left:
-                log.warning("leaving group %s got no answer from Kafka in %.0f s", self.group, CLOSE_STEP_S)
+                log.warning("leaving group %s got no answer from Kafka in %.0f s", self.group, KAFKA_STEP_S)
         if self.emitter.producer is not None:
             with contextlib.suppress(Exception):
-                await within(CLOSE_STEP_S, self.emitter.producer.stop())
+                await within(KAFKA_STEP_S, self.emitter.producer.stop())
         await self.gate.stop()
         await self.client.aclose()
 

@@ -43,8 +43,9 @@ from faust.app.base import BootStrategy
 
 from sinks.runner import SinkRunner
 from sinks.topics import group_id
+from streams.cli import ExitCode
 from streams.config import Settings
-from streams.errors import KafkagenError
+from streams.errors import KafkagenError, UnavailableError
 from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo
 
 __all__ = ["SinkApp", "SinkService", "SinkWorker", "create_app"]
@@ -72,9 +73,10 @@ class SinkApp(faust.App):
 class SinkService(mode.Service):
     """Runs a :class:`SinkRunner` for the app's worker: stopping the worker stops the runner
     gracefully. A non-retriable :class:`~streams.errors.KafkagenError` (a permanent S3 error, a
-    missing bucket) is logged as one error line and stops the worker as SIGTERM does, then
-    :class:`SinkWorker` exits with status 1; any other error crashes the worker (status 1, with
-    its traceback)."""
+    missing bucket) or Kafka lost while the sink starts (:class:`~streams.errors.UnavailableError`)
+    is logged as one error line and stops the worker as SIGTERM does, then :class:`SinkWorker`
+    exits with status 1 (3 for Kafka, as at start: :mod:`sinks.cli`); any other error
+    crashes the worker (status 1, with its traceback)."""
 
     def __init__(self, runner: SinkRunner, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -86,10 +88,10 @@ class SinkService(mode.Service):
         try:
             await self.runner.run()
         except KafkagenError as exc:
-            if exc.retriable:
+            if exc.retriable and not isinstance(exc, UnavailableError):
                 raise
             log.error("sink stopped: %s", exc)
-            self.exit_status = 1
+            self.exit_status = ExitCode.UNAVAILABLE if isinstance(exc, UnavailableError) else ExitCode.FAILED
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own graceful stop
 
     async def on_start(self) -> None:

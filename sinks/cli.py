@@ -4,8 +4,8 @@ plus any settings flag.
 Loads the settings, creates the sink topics when missing, serves the metrics and runs the faust
 worker (:mod:`sinks.app`) until SIGTERM/SIGINT. Exit status (:mod:`streams.cli`): 0 after a
 graceful stop, 1 on a fatal error (a permanent S3 error: one ``sink stopped: ...`` line says what
-to do), 2 on bad settings or ``--metrics-port``, 3 when Kafka is unreachable at start (later
-outages are waited out).
+to do), 2 on bad settings or ``--metrics-port``, 3 when Kafka is unreachable at start, or lost
+before the sink's consumer started (later outages are waited out).
 """
 
 from __future__ import annotations

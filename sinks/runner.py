@@ -54,8 +54,9 @@ from sinks.retrying import RetryingStore
 from sinks.store import ObjectStore
 from sinks.topics import ensure_sink_topics, group_id, record_types
 from streams.audit_trace import audit_trace
+from streams.bounded import within
 from streams.config import Settings
-from streams.kafka import KafkaOutage, consumer_kwargs
+from streams.kafka import KAFKA_STEP_S, KafkaOutage, consumer_kwargs, kafka_unavailable
 from streams.retry import Backoff, kafka_outage, retry
 from streams.storage import s3_client
 
@@ -143,15 +144,11 @@ class SinkRunner:
         Raises:
             ConfigError: the bucket does not exist or is not accessible.
             PermanentStorageError: S3 refused an operation for good.
-            aiokafka.errors.KafkaError: the consumer could not start.
+            UnavailableError: Kafka could not be reached at start (:meth:`_start_consumer`).
         """
         try:
             await self.s3.check_bucket(self.settings.s3.endpoint_url)
-            await ensure_sink_topics(self.settings)
-            consumer = AIOKafkaConsumer(**self._consumer_kwargs())
-            self._consumer = consumer
-            consumer.subscribe(list(self.types), listener=_Rebalance(self))
-            await consumer.start()
+            consumer = await self._start_consumer()
             log.info("sink started: group %s, topics %s", self.group, ", ".join(self.types))
             watchers = [
                 asyncio.create_task(self.stats.kafka.watch(consumer)),
@@ -165,6 +162,28 @@ class SinkRunner:
                 await self._shutdown(consumer)
         finally:
             self.done.set()
+
+    async def _start_consumer(self) -> AIOKafkaConsumer:
+        """Create the sink topics when missing and start the consumer. Kafka that fails here, even
+        after answering the command's own start check (S3 can keep the sink waiting in between),
+        ends the sink as Kafka unreachable at start does (exit status 3); later outages are waited
+        out.
+
+        Raises:
+            UnavailableError: Kafka could not be reached or stayed silent.
+        """
+        consumer = AIOKafkaConsumer(**self._consumer_kwargs())
+        self._consumer = consumer  # before it starts: the first assignment may come while it starts
+        try:
+            await ensure_sink_topics(self.settings)
+            consumer.subscribe(list(self.types), listener=_Rebalance(self))
+            await consumer.start()
+        except (KafkaError, TimeoutError) as exc:
+            self._consumer = None
+            with contextlib.suppress(Exception):
+                await within(KAFKA_STEP_S, consumer.stop())
+            raise kafka_unavailable(self.settings.kafka, exc) from None
+        return consumer
 
     async def _report(self) -> None:
         """Log :meth:`SinkStats.status` every ``status_interval_s`` seconds."""
@@ -359,7 +378,7 @@ class SinkRunner:
             return
         self.trace.event("commit", tp=[part.tp.topic, part.tp.partition], offset=offset)
         try:
-            await self._consumer.commit({part.tp: offset})
+            answered, _ = await within(KAFKA_STEP_S, self._consumer.commit({part.tp: offset}))
         except (CommitFailedError, IllegalStateError) as exc:
             log.info(
                 "commit of %s at %d skipped (%s): the partition moved; S3 stays authoritative",
@@ -374,6 +393,15 @@ class SinkRunner:
                 offset,
                 exc,
             )
+        else:
+            if not answered:
+                log.warning(
+                    "commit of %s at %d got no answer from Kafka in %.0f s; the next commit or "
+                    "recovery from S3 covers it",
+                    part.tp,
+                    offset,
+                    KAFKA_STEP_S,
+                )
 
     async def _log_start(self, tp: TopicPartition) -> int:
         """The partition's first offset still in Kafka, retried while Kafka fails retriably
@@ -530,7 +558,9 @@ class SinkRunner:
         tasks = [p.task for p in parts if p.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=5)
-        await consumer.stop()
+        stopped, _ = await within(KAFKA_STEP_S, consumer.stop())
+        if not stopped:
+            log.warning("stopping the sink's consumer got no answer from Kafka in %.0f s", KAFKA_STEP_S)
         log.info(
             "sink stopped: %d records, %d objects written, %d existing kept, %d undecodable",
             self.stats.records,

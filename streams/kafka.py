@@ -23,6 +23,7 @@ from streams.config import KafkaSettings
 from streams.errors import UnavailableError
 
 __all__ = [
+    "KAFKA_STEP_S",
     "KafkaOutage",
     "admin_call",
     "ask_brokers",
@@ -39,6 +40,13 @@ __all__ = [
 log = logging.getLogger("kafkagen.kafka")
 
 T = TypeVar("T")
+
+KAFKA_STEP_S = 5.0
+"""Seconds one step that aiokafka may retry forever is given before the caller moves on: a commit
+(aiokafka 0.14 ``consumer/group_coordinator.py``: ``commit_offsets`` loops on
+``ensure_coordinator_known``), leaving a group, stopping a client. Run it with
+:func:`streams.bounded.within`; with all of Kafka down, a process's loop and its SIGTERM would
+otherwise wait with it."""
 
 
 def client_kwargs(settings: KafkaSettings, *, role: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from launch.stack import LocalStack
 from sinks.layout import decode_line, object_key, run_prefix
 from sinks.topics import group_id
 from streams.config import Settings, settings_to_env
-from streams.kafka import end_offsets
+from streams.kafka import KAFKA_STEP_S, end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
 from tests.helpers import holds, metric_value, partition_leader, port_free, unused_port, with_kafka_at
 from tests.sinks.support import (
@@ -372,6 +372,70 @@ def test_unreachable_kafka_at_start_is_one_clear_line_and_exit_3(settings: Setti
     output = sink.output()
     assert "error: Kafka at 127.0.0.1:1: KafkaConnectionError" in output
     assert "Traceback" not in output
+
+
+async def test_kafka_lost_after_the_start_check_ends_the_sink_with_one_clear_line_and_exit_3(
+    own_kafka: LocalStack, own_s3: LocalStack, tmp_path: Path
+) -> None:
+    """Kafka answers the command's start check, then goes while the sink waits for S3 at start
+    (a schedule of the fault audit): the sink ends as when Kafka is unreachable at start (exit 3,
+    one line naming Kafka), not with a crash report and status 1."""
+    both = own_kafka.settings.model_copy(update={"s3": own_s3.settings.s3})
+    cfg = sink_settings(both)
+    await create_topics(cfg)
+    own_s3.processes.stop("s3")
+    sink = SinkProcess(cfg, tmp_path / "sink.log")
+    try:
+        await sink.wait_for_log("failed (attempt 2)", timeout_s=60)  # past the check, waiting for S3
+        assert own_kafka.processes.stop("kafka")
+        await asyncio.to_thread(own_s3.up, ["s3"])
+        status = await asyncio.to_thread(sink.proc.wait, 120)
+    finally:
+        sink.kill()
+    output = sink.output()
+    assert status == 3, output[-3000:]
+    assert f"Kafka at {cfg.kafka.bootstrap_servers}: KafkaConnectionError" in output
+    assert "Traceback" not in output and "crash" not in output, output[-3000:]
+
+
+async def test_a_sigterm_while_kafka_is_down_stops_the_sink_in_time_and_loses_nothing(
+    own_kafka: LocalStack, s3: str, tmp_path: Path
+) -> None:
+    """An object uploaded while Kafka is down cannot be committed: SIGTERM then still stops the
+    sink within ``shutdown_deadline_s`` plus one bounded commit and one bounded close, with status 0,
+    and a sink started once Kafka is back writes nothing twice and nothing less."""
+    cfg = sink_settings(own_kafka.settings, idle_flush_s=6.0)
+    await create_topics(cfg)
+    await produce_run(cfg, range(450))  # about 150 a partition: a full object of 100, a tail
+    ends = await end_offsets(cfg.kafka, cfg.topics.completions)
+    full = sum(end // cfg.sink.flush_records for end in ends.values())
+    tails = sum(1 for end in ends.values() if end % cfg.sink.flush_records)
+    log = tmp_path / "sink.log"
+    sink = SinkProcess(cfg, log)
+    try:
+        await sink.wait_for_log("wrote ", count=full, timeout_s=60)  # the tails are fetched by now
+        assert own_kafka.processes.stop("kafka")
+        try:
+            await sink.wait_for_log("wrote ", count=full + tails, timeout_s=60)  # idle-flushed tails
+            stopped_at = time.monotonic()
+            status = await asyncio.to_thread(sink.stop, 60)
+            took = time.monotonic() - stopped_at
+        finally:
+            await asyncio.to_thread(own_kafka.up, ["kafka"])
+    finally:
+        sink.kill()
+    assert status == 0, sink.output()[-3000:]
+    bound = cfg.sink.shutdown_deadline_s + 2 * KAFKA_STEP_S + 5
+    assert took < bound, f"SIGTERM took {took:.0f} s with Kafka down (bound {bound:.0f} s)"
+    assert await committed(cfg, cfg.topics.completions) != ends, "the tails' commits never reached Kafka"
+    again = SinkProcess(cfg, log)
+    try:
+        await wait_all_written(cfg, again, cfg.topics.completions, ends, timeout_s=120)
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    assert_exact_coverage(stored_objects(cfg, cfg.topics.completions), ends)
+    assert "already exists" not in again.output(), "the restart resumed from S3, not by colliding"
 
 
 def _delete_run_folder(settings: Settings) -> int:
