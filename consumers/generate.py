@@ -93,7 +93,7 @@ from streams.kafka import KAFKA_STEP_S, KafkaOutage, producer_kwargs
 from streams.retry import Backoff
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["GenerationConsumer", "default_instance_id", "group_id", "main"]
+__all__ = ["GenerationConsumer", "default_instance_id", "group_id"]
 
 log = logging.getLogger("kafkagen.generate")
 
@@ -582,13 +582,7 @@ class GenerationConsumer:
             log.info("%s", status)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line, :func:`consumers.cli.main` (kept here: ``python -m consumers.generate``).
-    Returns the exit status."""
-    from consumers.cli import main as cli_main  # the CLI imports this module
+if __name__ == "__main__":  # ``python -m consumers.generate``: the command line, :mod:`consumers.cli`
+    from consumers.cli import main
 
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -1,23 +1,8 @@
 """The ``kafkagen`` command line: one click group, a subcommand per job.
 
-======================  ====================================================  =====================
-command                 what                                                  also
-======================  ====================================================  =====================
-``kafkagen run``        the main job end to end (:mod:`launch.run_cli`)       ``python -m launch.run``
-``kafkagen produce``    publish prompt files to the prompts topic             ``python -m producers.prompts``
-``kafkagen generate``   one generation consumer per inference server          ``python -m consumers.generate``
-``kafkagen sink``       completions and dead letters to S3, exactly once      ``python -m sinks.s3``
-``kafkagen export``     the dataset and its manifest from S3                  ``python -m sinks.export``
-``kafkagen stack``      the local Kafka, S3 and llama.cpp servers             ``python -m launch.stack``
-``kafkagen serve``      a fleet of SGLang servers, one per GPU (docs/serve)   :mod:`launch.serve.cli`
-``kafkagen preflight``  a sample of the input judged on every server          :mod:`launch.preflight_cli`
-``kafkagen status``     a run's status (``--json``, ``--watch``)              :mod:`launch.status_cli`
-``kafkagen gate``       the run's quality gate: status, halt, resume          :mod:`launch.gate_cli`
-``kafkagen replay``     a run's prompts again under a new run id               :mod:`launch.replay_cli`
-``kafkagen regenerate`` a selection of a run's prompts again, as attempt + 1   :mod:`launch.regenerate_cli`
-``kafkagen runs``       the runs Kafka and S3 know (``--json``)               :mod:`launch.runs_cli`
-``kafkagen scale``      add/remove a running run's servers, its partitions    :mod:`launch.scale_cli`
-======================  ====================================================  =====================
+Each subcommand lives with its concern (the map below, ``_COMMANDS``); ``kafkagen run``,
+``produce``, ``generate``, ``sink``, ``export`` and ``stack`` are also ``python -m launch.run``,
+``producers.prompts``, ``consumers.generate``, ``sinks.s3``, ``sinks.export`` and ``launch.stack``.
 
 Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
 ``kafkagen --help`` starts at once. Settings flags, the exit statuses and the logging set-up are
@@ -37,20 +22,20 @@ from streams.cli import run_command
 __all__ = ["kafkagen", "main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("launch.run_cli", "run_command_"),
+    "run": ("launch.run.cli", "run_command_"),
     "produce": ("producers.cli", "produce"),
     "generate": ("consumers.cli", "generate"),
     "sink": ("sinks.cli", "sink"),
     "export": ("sinks.export.cli", "export_command"),
     "stack": ("launch.stack.cli", "stack"),
     "serve": ("launch.serve.cli", "serve"),
-    "preflight": ("launch.preflight_cli", "preflight_command"),
-    "status": ("launch.status_cli", "status_command"),
-    "gate": ("launch.gate_cli", "gate"),
-    "replay": ("launch.replay_cli", "replay_command"),
-    "regenerate": ("launch.regenerate_cli", "regenerate_command"),
-    "runs": ("launch.runs_cli", "runs_command"),
-    "scale": ("launch.scale_cli", "scale_command"),
+    "preflight": ("launch.preflight.cli", "preflight_command"),
+    "status": ("launch.status.cli", "status_command"),
+    "gate": ("launch.gate.cli", "gate"),
+    "replay": ("launch.regenerate.replay_cli", "replay_command"),
+    "regenerate": ("launch.regenerate.cli", "regenerate_command"),
+    "runs": ("launch.status.runs_cli", "runs_command"),
+    "scale": ("launch.scale.cli", "scale_command"),
 }
 _SUMMARIES = {
     "run": "The main job end to end: stack, consumers, sink, producer, progress, export.",

@@ -47,23 +47,18 @@ from aiokafka.errors import KafkaError
 
 from streams import naming
 from streams.config import Settings
-from streams.errors import InputError
+from streams.errors import InputChangedError
 from streams.inputs import MappingOptions
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, RecordDecodeError, decode
 
 __all__ = [
-    "InputChangedError",
     "ProgressStore",
     "changed_error",
     "options_fingerprint",
     "resume_note",
     "take_progress",
 ]
-
-
-class InputChangedError(InputError):
-    """An input differs from what an earlier run of the same run id published from it."""
 
 
 def options_fingerprint(options: MappingOptions) -> dict[str, Any]:

@@ -31,16 +31,16 @@ module                         owns
 :mod:`streams.naming`          the progress key and the transactional id of an input
 =============================  ===============================================================
 
-``main`` is importable from here.
+The command line itself is :mod:`producers.cli` (``main``); this module only runs it.
 """
 
 from __future__ import annotations
 
 import sys
 
-from producers.cli import main
-
-__all__ = ["main"]
+__all__: list[str] = []
 
 if __name__ == "__main__":
+    from producers.cli import main
+
     sys.exit(main())

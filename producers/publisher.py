@@ -56,7 +56,6 @@ from producers.maker import Made, RecordMaker, Rejected
 from producers.metrics import ProducerMetrics
 from producers.ownership import check_topic_owner
 from producers.progress import (
-    InputChangedError,
     ProgressStore,
     changed_error,
     options_fingerprint,
@@ -67,6 +66,7 @@ from producers.results import InputStats, RunResult
 from producers.transactions import failed_transaction, transaction_failure
 from streams import naming
 from streams.config import Settings
+from streams.errors import InputChangedError
 from streams.inputs import InputSpec, MappingOptions
 from streams.kafka import producer_kwargs
 from streams.records import ProgressRecord, encode

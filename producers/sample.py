@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import click
-
-from streams.cli import run_command
 from streams.inputs import FormatName, MappingOptions, normalise
 
-__all__ = ["DATA", "DEMO_FILE", "draw", "main", "sample"]
+__all__ = ["DATA", "DEMO_FILE", "draw"]
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-DEMO_FILE = DATA / "prompts" / "demo.jsonl"
+DATA: Path = Path(__file__).resolve().parents[1] / "data"
+DEMO_FILE: Path = DATA / "prompts" / "demo.jsonl"
 """The prompt file the main job publishes by default."""
 
 
@@ -69,34 +66,7 @@ def draw(gsm8k: int, mt_bench: int, bfcl: int) -> Iterator[dict[str, object]]:
             yield out
 
 
-_COUNT = click.IntRange(min=0)
+if __name__ == "__main__":  # ``python -m producers.sample``: the command line, :mod:`producers.sample_cli`
+    from producers.sample_cli import main
 
-
-@click.command("sample", help=__doc__.splitlines()[0] if __doc__ else None)
-@click.option(
-    "--out", type=click.Path(path_type=Path), default=DEMO_FILE, show_default=True, help="output file"
-)
-@click.option("--gsm8k", type=click.IntRange(min=0), default=40, show_default=True, help="GSM8K questions")
-@click.option(
-    "--mt-bench", type=click.IntRange(min=0), default=30, show_default=True, help="MT-Bench questions"
-)
-@click.option(
-    "--bfcl", type=click.IntRange(min=0), default=30, show_default=True, help="BFCL tool-calling prompts"
-)
-def sample(out: Path, gsm8k: int, mt_bench: int, bfcl: int) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with out.open("w", encoding="utf-8") as f:
-        for row in draw(gsm8k, mt_bench, bfcl):
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    print(f"wrote {n} prompts to {out}", file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write the demo prompt file. Returns the exit status (:mod:`streams.cli`)."""
-    return run_command(sample, argv, prog="python -m producers.sample")
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints 1 when `scripts/run.sh ARGS` needs llama.cpp and its model (the `llm` extra: ~10 minutes
-# to build once), else 0. Needed for the embedded default only (launch/servers.py): not when the
+# to build once), else 0. Needed for the embedded default only (launch/run/servers.py): not when the
 # run's servers are given (--server, --serve, the servers setting: KAFKAGEN_SERVERS or --servers),
 # nor for help (-h, --help, --settings-help); --local-llm asks for it whatever else is given.
 set -euo pipefail

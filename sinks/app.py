@@ -43,9 +43,8 @@ from faust.app.base import BootStrategy
 
 from sinks.runner import SinkRunner
 from sinks.topics import group_id
-from streams.cli import ExitCode
 from streams.config import Settings
-from streams.errors import KafkagenError, UnavailableError
+from streams.errors import ExitCode, KafkagenError, UnavailableError
 from streams.logs import RepeatFilter, RetriedCoordinatorLookupAsInfo
 
 __all__ = ["SinkApp", "SinkService", "SinkWorker", "create_app"]

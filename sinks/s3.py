@@ -73,10 +73,11 @@ from __future__ import annotations
 
 import sys
 
-from sinks.cli import main
 from sinks.topics import group_id
 
-__all__ = ["group_id", "main"]
+__all__ = ["group_id"]
 
 if __name__ == "__main__":
+    from sinks.cli import main
+
     sys.exit(main())

@@ -28,7 +28,6 @@ status  name           when
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import sys
@@ -44,19 +43,10 @@ from pydantic.fields import FieldInfo
 
 from streams import logs
 from streams.config import ENV_PREFIX, Settings, load_settings
-from streams.errors import (
-    ConfigError,
-    InputError,
-    KafkagenError,
-    RetriableServerError,
-    StackError,
-    StorageError,
-    UnavailableError,
-)
+from streams.errors import ConfigError, ExitCode, KafkagenError
 from streams.inputs import FormatName
 
 __all__ = [
-    "ExitCode",
     "command_settings",
     "exit_code",
     "flag_given",
@@ -76,30 +66,17 @@ HELP_OPTIONS: Final = ["-h", "--help"]
 """Both spellings of help, on every command (click's default is ``--help`` only)."""
 
 
-class ExitCode(enum.IntEnum):
-    """The exit status of every kafkagen command (the table in the module docstring)."""
-
-    OK = 0
-    FAILED = 1
-    USAGE = 2
-    UNAVAILABLE = 3
-    INTERRUPTED = 130
-
-
 def exit_code(exc: BaseException) -> ExitCode:
-    """The exit status for an error that ended a command (the one map; module docstring)."""
+    """The exit status for an error that ended a command (the one map; module docstring): a
+    kafkagen error's own ``exit_status`` (:mod:`streams.errors`); for others, what they mean."""
+    if isinstance(exc, KafkagenError):
+        return exc.exit_status
     if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
         return ExitCode.INTERRUPTED
-    if isinstance(exc, ConfigError | InputError | click.UsageError):
+    if isinstance(exc, click.UsageError):
         return ExitCode.USAGE
-    if isinstance(exc, StackError | UnavailableError | RetriableServerError):  # never came up
-        return ExitCode.UNAVAILABLE
-    if isinstance(exc, StorageError) and exc.retriable:
-        return ExitCode.UNAVAILABLE
     if isinstance(exc, KafkaError | TimeoutError | ConnectionError):
         return ExitCode.UNAVAILABLE
-    if isinstance(exc, KafkagenError):
-        return ExitCode.FAILED
     if isinstance(exc, OSError):  # a path that cannot be read or written
         return ExitCode.USAGE
     return ExitCode.FAILED

@@ -222,7 +222,7 @@ class RegenerateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="regenerat
     """One ``kafkagen regenerate`` of the run (key ``regenerate:<digest>``), written in the Kafka
     transaction that re-publishes its selection, so it exists exactly when the prompts do.
     ``digest`` identifies the regeneration (the command's conditions, overrides and selection:
-    ``launch.regenerate_select.command_digest``). ``attempts`` counts the re-published prompts by
+    ``launch.regenerate.select.command_digest``). ``attempts`` counts the re-published prompts by
     their new ``attempt``."""
 
     run_id: str

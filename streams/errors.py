@@ -2,19 +2,23 @@
 
 Every error the project raises on purpose derives from :class:`KafkagenError`::
 
-    KafkagenError                      retriable  exit status (streams.cli)
+    KafkagenError                      retriable  exit status (``exit_status``)
     ├── ConfigError                    no         2  a setting is missing, malformed, inconsistent
-    │   └── ForeignRunError            no         2  a topic or record of another run
+    │   ├── ForeignRunError            no         2  a topic or record of another run
+    │   └── PreflightError             no         2  the preflight's answers trip the gate
     ├── InputError                     no         2  a bad input file, line or record
     │   ├── RecordDecodeError          no         2  bytes that are not a valid record
+    │   ├── InputChangedError          no         2  an input changed since the run published it
     │   └── LayoutError                no         2  an S3 key or line not in kafkagen's layout
+    ├── RunNotFoundError               no         1  no topic of the run on the Kafka asked
+    ├── RegenerationFenced             no         1  another regenerate of the run took over
     ├── UnavailableError               yes        3  Kafka (or another service) cannot be reached
     ├── DeadlineError                  no         1  a job did not finish in the time it was given
     ├── StackError                     no         3  the local stack cannot start or stop
     │   └── ServiceNotReadyError       yes        3  a service did not become ready in time
     ├── ServerError                    no         1  an inference server answered with an error
     │   ├── RetriableServerError       yes        3  503/429/5xx, timeouts, aborts; never came up
-    │   └── FatalRequestError          no            400/404/422: the request itself is wrong
+    │   └── FatalRequestError          no         1  400/404/422: the request itself is wrong
     └── StorageError                   yes        3  an S3 call failed (botocore errors wrapped)
         └── PermanentStorageError      no         1  access denied, no bucket, a foreign object
 
@@ -25,8 +29,9 @@ meaning (``aiokafka/errors.py``, aiokafka 0.14). Validators inside pydantic mode
 :class:`ConfigError`.
 Like aiokafka's ``KafkaError.retriable``, each class says on the class itself
 whether doing the same thing again may succeed (``retriable = True``) or is
-pointless until something changes (``retriable = False``). Retry policies
-read that attribute instead of matching on types.
+pointless until something changes (``retriable = False``), and the exit status a
+command ends with (``exit_status``, an :class:`ExitCode`; :func:`streams.cli.exit_code`
+reads it). Retry policies read those attributes instead of matching on types.
 
 Messages are written for the person at the terminal: what went wrong, where
 (file, line, record id, address) and what to do about it.
@@ -34,17 +39,24 @@ Messages are written for the person at the terminal: what went wrong, where
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "ConfigError",
     "DeadlineError",
+    "ExitCode",
     "FatalRequestError",
     "ForeignRunError",
+    "InputChangedError",
     "InputError",
     "KafkagenError",
     "LayoutError",
     "PermanentStorageError",
+    "PreflightError",
     "RecordDecodeError",
+    "RegenerationFenced",
     "RetriableServerError",
+    "RunNotFoundError",
     "ServerError",
     "ServiceNotReadyError",
     "StackError",
@@ -53,19 +65,33 @@ __all__ = [
 ]
 
 
+class ExitCode(enum.IntEnum):
+    """The exit status of every kafkagen command (the table in :mod:`streams.cli`)."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    UNAVAILABLE = 3
+    INTERRUPTED = 130
+
+
 class KafkagenError(Exception):
     """Base of all kafkagen errors.
 
     Attributes:
         retriable: ``True`` when the same operation may succeed if tried again
             later without any change (a transient network or server fault).
+        exit_status: the status a command that ends with this error exits with.
     """
 
     retriable: bool = False
+    exit_status: ExitCode = ExitCode.FAILED
 
 
 class ConfigError(KafkagenError):
     """A setting is missing, malformed or inconsistent. Fix the setting; never retriable."""
+
+    exit_status = ExitCode.USAGE
 
 
 class ForeignRunError(ConfigError):
@@ -77,6 +103,8 @@ class ForeignRunError(ConfigError):
 class UnavailableError(KafkagenError):
     """A service kafkagen needs (Kafka, S3, an inference server at start) cannot be reached; the
     message names its address. Retriable: it may be back later."""
+
+    exit_status = ExitCode.UNAVAILABLE
 
     retriable = True
 
@@ -93,6 +121,8 @@ class StackError(KafkagenError):
     "port 9092 is taken by pid 1234".
     """
 
+    exit_status = ExitCode.UNAVAILABLE
+
 
 class ServiceNotReadyError(StackError):
     """A service did not become ready within its readiness timeout (seconds). Retriable."""
@@ -102,6 +132,8 @@ class ServiceNotReadyError(StackError):
 
 class InputError(KafkagenError):
     """A bad input record or file: names the file, the line number and the reason. Never retriable."""
+
+    exit_status = ExitCode.USAGE
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None) -> None:
         where = ""
@@ -138,6 +170,8 @@ class RetriableServerError(ServerError):
     timeouts and graceful aborts).
     """
 
+    exit_status = ExitCode.UNAVAILABLE
+
     retriable = True
 
 
@@ -149,6 +183,8 @@ class FatalRequestError(ServerError):
 class StorageError(KafkagenError):
     """An S3 operation failed. Retriable: the sink blocks the partition and retries with backoff."""
 
+    exit_status = ExitCode.UNAVAILABLE
+
     retriable = True
 
 
@@ -157,6 +193,8 @@ class PermanentStorageError(StorageError):
     credentials, or a key the sink must write already holding an object that is not the sink's.
     Never retriable: the message names the bucket or key and what to do."""
 
+    exit_status = ExitCode.FAILED
+
     retriable = False
 
 
@@ -164,3 +202,22 @@ class LayoutError(InputError):
     """An S3 key or body line that is not in kafkagen's layout (``sinks/layout.py``): another
     tool's object under the sink's prefix, or a damaged one. Never retriable: the message names
     the key or line."""
+
+
+class InputChangedError(InputError):
+    """An input differs from what an earlier run of the same run id published from it."""
+
+
+class PreflightError(ConfigError):
+    """The servers answer, but the sample's answers at the run's settings trip the quality gate.
+    The message names each failing server, the classes and their shares, the fix and the
+    recommended ``--max-tokens``. Exit status 2: the settings (or the servers' flags) must change."""
+
+
+class RegenerationFenced(KafkagenError):
+    """Another ``kafkagen regenerate`` of the same run started while this one ran: this one's
+    transaction was aborted, nothing of it was published (exit 1)."""
+
+
+class RunNotFoundError(KafkagenError):
+    """The run has neither a prompts nor a completions topic on the Kafka asked (exit 1)."""

@@ -294,7 +294,7 @@ def test_one_consumer_per_server(services: dict[str, Service]) -> None:
 
 
 def test_each_server_is_probed_before_its_consumer_starts(services: dict[str, Service]) -> None:
-    """probe-N runs ``kafkagen serve probe`` (the preflight, launch/preflight.py, as ``serve up``
+    """probe-N runs ``kafkagen serve probe`` (the preflight, launch/preflight/check.py, as ``serve up``
     and ``run`` do) once sglang-N is healthy, once: a failing probe must not be restarted in a loop."""
     for n, name in enumerate(PROBE):
         svc = services[name]

@@ -60,6 +60,53 @@ def test_imports_point_down_the_layers() -> None:
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
+def _is_cli(module: str) -> bool:
+    """A command-line module: ``cli`` or ``*_cli`` (``streams.cli``, the shared command-line layer,
+    included) or a ``__main__``."""
+    last = module.split(".")[-1]
+    return last in ("cli", "__main__") or last.endswith("_cli")
+
+
+def _imports_when_imported(path: Path) -> list[tuple[str, int]]:
+    """(module, line) of every project import that runs when ``path`` is imported: all of them
+    but those under ``if __name__ == "__main__":``, which run only as ``python -m``."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name)
+            and node.test.left.id == "__name__"
+        ):
+            skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names)
+    return [(m, line) for m, line in found if m.split(".")[0] in PROJECT]
+
+
+def test_the_command_line_is_a_leaf() -> None:
+    """No product module but a command-line one imports a command-line module: options are parsed
+    once, by the command line, into objects its concern owns (README, Layers)."""
+    wrong = []
+    for path in _modules(*PRODUCT):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if _is_cli(module):
+            continue
+        wrong += [
+            f"{_where(path, line)} imports {imported}"
+            for imported, line in _imports_when_imported(path)
+            if _is_cli(imported)
+        ]
+    assert not wrong, "product modules importing a command-line module:\n" + "\n".join(wrong)
+
+
 def _public_surface(module: str) -> set[str] | None:
     path = ROOT / (module.replace(".", "/") + ".py")
     if not path.exists():

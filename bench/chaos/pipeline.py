@@ -30,7 +30,7 @@ import httpx
 from aiokafka.errors import KafkaError
 
 from bench.children import REPO_ROOT, Children
-from launch.gate_control import change_gate
+from launch.gate.control import change_gate
 from launch.stack import LocalStack
 from streams.audit_trace import PLANT_ENV, TRACE_ENV
 from streams.config import Settings, settings_to_env
@@ -364,7 +364,7 @@ class Pipeline:
         return False
 
     async def set_gate(self, action: Literal["halt", "resume"], timeout_s: float) -> bool:
-        """Halt or resume the run on its control topic (:func:`launch.gate_control.change_gate`),
+        """Halt or resume the run on its control topic (:func:`launch.gate.control.change_gate`),
         asking again while Kafka does not answer, for up to ``timeout_s`` seconds; True when done
         (or already so)."""
         deadline = time.monotonic() + timeout_s

@@ -2,7 +2,7 @@
 
 ``up MODEL_PATH --gpus N`` starts the servers detached under supervisord and waits until each
 answers its health path, then runs the preflight on them: a sample of the bundled demo prompts at
-the run's generation settings, judged by the quality gate (:mod:`launch.preflight`;
+the run's generation settings, judged by the quality gate (:mod:`launch.preflight.check`;
 ``--no-preflight`` skips it); ``status``, ``down``, ``logs`` and ``probe`` (the preflight again)
 read the fleet record and need no options but ``--fleet`` (default ``fleet``). The fleet lives
 in ``<stack.home>/serve/<fleet>/`` (``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`):
@@ -24,13 +24,8 @@ from typing import Any, TypeVar
 
 import click
 
-from launch.preflight_cli import (
-    PreflightOptions,
-    budget_options,
-    preflight_options,
-    run_preflight_for,
-    sample_options,
-)
+from launch.preflight.cli import budget_options, preflight_options, sample_options
+from launch.preflight.options import PreflightOptions, run_preflight_for
 from launch.serve.fleet import Fleet
 from launch.serve.spec import (
     DEFAULT_HEALTH_PATH,
@@ -41,8 +36,8 @@ from launch.serve.spec import (
     Speculative,
     parse_gpus,
 )
-from streams.cli import ExitCode, command_settings, run_command, settings_options
-from streams.errors import ConfigError
+from streams.cli import command_settings, run_command, settings_options
+from streams.errors import ConfigError, ExitCode
 
 __all__ = [
     "fleet_options",

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 import click
 
 from launch.stack import SERVICES, LocalStack, cluster_beside
-from streams.cli import ExitCode, command_settings, run_command, settings_options
+from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
+from streams.errors import ExitCode
 
 __all__ = ["main", "stack"]
 

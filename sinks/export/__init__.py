@@ -86,7 +86,6 @@ folder; 2 on bad arguments, settings or inputs;
 
 from __future__ import annotations
 
-from sinks.export.cli import main
 from sinks.export.dataset import ExportResult, export
 from sinks.export.expected import Expected, prompt_ids_from_inputs, prompt_ids_from_topic
 from sinks.export.manifest import problem_lines, summary
@@ -95,7 +94,6 @@ __all__ = [
     "Expected",
     "ExportResult",
     "export",
-    "main",
     "problem_lines",
     "prompt_ids_from_inputs",
     "prompt_ids_from_topic",

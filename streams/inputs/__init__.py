@@ -35,6 +35,7 @@ from streams.inputs.formats import (
     normalise,
     parse_line,
 )
+from streams.inputs.mapping import InputMapping
 from streams.inputs.opening import (
     CHUNK_BYTES,
     STDIN_IDENTITY_BYTES,
@@ -55,6 +56,7 @@ __all__ = [
     "Container",
     "CountingRaw",
     "FormatName",
+    "InputMapping",
     "InputSpec",
     "LastTurn",
     "MappingOptions",

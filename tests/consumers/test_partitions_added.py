@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from consumers.membership import METADATA_MAX_AGE_MS
-from launch.scale_control import raise_partitions
+from launch.scale.control import raise_partitions
 from simulator import SimulatedServer
 from streams.config import Settings
 from streams.kafka import topic_partitions

@@ -156,7 +156,15 @@ def test_a_file_of_only_bad_lines_ends_the_run_instead_of_waiting_forever(
     says so and exits 1 (it used to wait for the empty prompts topic forever)."""
     prompts = tmp_path / "gsm8k-5.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in _rows(5)))
-    args = [sys.executable, "-m", "launch.run", "--run-id", f"e2e-bad-{unique}", "--prompts", str(prompts)]
+    args = [
+        sys.executable,
+        "-m",
+        "launch.run",
+        "--run-id",
+        f"e2e-bad-{unique}",
+        "--prompts",
+        str(prompts),
+    ]
     args += ["--server", user_servers[0], "--no-progress", "--timeout", "120"]
     done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200, check=False)
     output = done.stdout + done.stderr

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from launch.run import RunOptions, metrics_port_args, producer_argv
+from launch.run.job import RunOptions, metrics_port_args, producer_argv
 from simulator import DEFAULT_PROFILE, SimulatedServer
 from streams.config import Settings
 from tests.consumers.support import wait_all_done

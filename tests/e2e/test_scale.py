@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from launch.scaling import program_name
+from launch.scale.policy import program_name
 from launch.supervise import Supervisor
 from streams import naming
 from streams.config import Settings

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.scaling import instance_id
+from launch.scale.policy import instance_id
 from launch.stack import LocalStack
 from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE

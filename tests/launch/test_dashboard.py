@@ -1,4 +1,4 @@
-"""The web dashboard (``kafkagen status --serve``, :mod:`launch.dashboard`).
+"""The web dashboard (``kafkagen status --serve``, :mod:`launch.status.dashboard`).
 
 The samples and their ring buffer (pure, milliseconds); the HTTP server in-process over a status
 source of the test's own (its endpoints, a failing collection, the halted banner in Chromium);
@@ -27,7 +27,7 @@ import pytest
 from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
-from launch.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
+from launch.status.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
 from streams.config import Settings, settings_to_env
 from tests.helpers import REPO_ROOT, spawn, start_simulator, unused_port, wait_for, with_kafka_at
 

@@ -1,4 +1,4 @@
-"""``kafkagen gate status|halt|resume`` (launch/gate_cli.py) on the real broker: a halt by hand,
+"""``kafkagen gate status|halt|resume`` (launch/gate/cli.py) on the real broker: a halt by hand,
 what status shows, a resume's new epoch, and the exit statuses (streams/cli.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from launch.cli import main
-from launch.gate_cli import describe_state
+from launch.gate.cli import describe_state
 from streams.config import Settings, settings_to_env
 from streams.control import ClassCounts, ControlLog, MemberReport, read_control
 from streams.kafka import topic_partitions
@@ -120,9 +120,9 @@ def test_halt_and_resume_of_a_run_that_does_not_exist_write_nothing(
 def test_a_halted_run_is_a_breach_even_when_every_prompt_got_done(
     kafka: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The main job's last check (launch.run): a run halted with all its prompts in flight ends
+    """The main job's last check (launch.run.job): a run halted with all its prompts in flight ends
     "done" in the status (done comes first), and must not exit 0 for it."""
-    from launch.gate_control import unjudged_breach
+    from launch.gate.control import unjudged_breach
 
     asyncio.run(ensure_topics(settings, [topic_specs(settings)["control"]]))
     assert asyncio.run(unjudged_breach(settings)) is None  # no result: nothing to judge

@@ -1,4 +1,4 @@
-"""The preflight (:mod:`launch.preflight`): its pure measurements in milliseconds, then against real
+"""The preflight (:mod:`launch.preflight.check`): its pure measurements in milliseconds, then against real
 servers: the SGLang-API simulator as a process (its thinking-on lengths: lognormal, median 1,800
 tokens, 60-90% reasoning, ``simulator/profile.py``; reasoning parser on or off), the main job on
 the test stack, and the local llama.cpp server."""
@@ -17,10 +17,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from launch.preflight import PreflightError, check_preflight, run_preflight
-from launch.preflight_cli import PreflightOptions, main, preflight_options
-from launch.preflight_sample import Sample, demo_sample, read_sample
-from launch.preflight_stats import (
+from launch.preflight.check import check_preflight, run_preflight
+from launch.preflight.cli import main, preflight_options
+from launch.preflight.options import PreflightOptions
+from launch.preflight.sample import Sample, demo_sample, read_sample
+from launch.preflight.stats import (
     Distribution,
     SampleAnswer,
     percentile,
@@ -31,10 +32,10 @@ from launch.preflight_stats import (
 )
 from launch.stack import LocalStack
 from launch.stack.process import wait_until
-from producers.cli import InputMapping
 from streams.config import GenerationSettings, Settings
 from streams.control import Breach
-from streams.errors import UnavailableError
+from streams.errors import PreflightError, UnavailableError
+from streams.inputs import InputMapping
 from streams.kafka import end_offsets
 from tests.helpers import REPO_ROOT, partitions_of, unused_port
 

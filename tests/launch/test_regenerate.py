@@ -271,7 +271,7 @@ async def _control_record(s: Settings, record: ControlRecord) -> None:
 def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> None:
     """Not a Kafka test: the selection takes prompts from the prompts topic, never from the dead
     letter, so a dead letter cut to fit (its prompt left out) is regenerated like any other."""
-    from launch.regenerate_select import PromptHead, ResultHead, Selector, parse_where
+    from launch.regenerate.select import PromptHead, ResultHead, Selector, parse_where
 
     ids = tmp_path / "ids.txt"
     ids.write_text("p-00001\np-typo\n")
@@ -329,8 +329,8 @@ def test_a_halt_written_while_the_regeneration_plans_stands(
     """Issue 25 item 5: the plan reads the gate (not halted), then reads whole topics (minutes on a
     big run); a consumer's halt written meanwhile must not be undone by the regeneration's new
     epoch. The halt is written by a real Kafka write between the plan's read and its transaction."""
-    from launch import regenerate as regen
-    from launch.regenerate_select import parse_where
+    from launch.regenerate import plan as regen
+    from launch.regenerate.select import parse_where
     from streams.records import GenerationParams
 
     planned = regen.plan_regeneration
@@ -362,8 +362,8 @@ def test_a_halt_written_while_the_selection_is_sent_stands(
     control topic, its open records hold that topic's last stable offset and a read_committed read
     cannot see the halt; so the re-read comes before that write. The halt is a real Kafka write
     just before the re-read."""
-    from launch import regenerate as regen
-    from launch.regenerate_select import parse_where
+    from launch.regenerate import plan as regen
+    from launch.regenerate.select import parse_where
     from streams.records import GenerationParams
 
     real_read, planned = read_control, regen.plan_regeneration

@@ -1,4 +1,4 @@
-"""What ``kafkagen regenerate`` selects and re-publishes (launch/regenerate_select.py): pure."""
+"""What ``kafkagen regenerate`` selects and re-publishes (launch/regenerate/select.py): pure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from launch.regenerate_select import (
+from launch.regenerate.select import (
     PromptHead,
     ResultHead,
     Selector,

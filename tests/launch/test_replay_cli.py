@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from launch.replay_cli import inherited_flags, replay_argv
+from launch.regenerate.replay_cli import inherited_flags, replay_argv
 from streams.control import RunRecord
 
 

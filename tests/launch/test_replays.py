@@ -1,4 +1,4 @@
-"""What a replay may be (launch/replays.py), against real Kafka: a replay of a run with prompts,
+"""What a replay may be (launch/run/replays.py), against real Kafka: a replay of a run with prompts,
 resumed under its own id; refused into a run that has prompts of its own or is another run's
 replay, and from a replay or a run that does not exist, each before anything of it is created."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from launch.replays import check_replay
+from launch.run.replays import check_replay
 from streams import naming
 from streams.config import Settings
 from streams.control import RunRecord, encode_control, key_of_control

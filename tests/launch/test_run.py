@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main as cli_main
-from launch.prompt_check import check_prompts
-from launch.run import LOCAL_MAX_TOKENS, RunOptions, main, plan_run, producer_argv
-from launch.servers import embedded_llm, servers_set_by_user
-from producers.cli import MAPPING_OPTIONS, InputMapping
+from launch.run.cli import run_main as main
+from launch.run.job import LOCAL_MAX_TOKENS, RunOptions, plan_run, producer_argv
+from launch.run.prompt_check import check_prompts
+from launch.run.servers import embedded_llm, servers_set_by_user
+from producers.cli import MAPPING_OPTIONS
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError
+from streams.inputs import InputMapping
 from tests.helpers import unused_port
 
 
@@ -38,7 +40,7 @@ def test_a_server_that_is_not_an_http_url_stops_the_run_before_the_stack_starts(
     assert "run bad-server" not in out, "nothing was started"
 
 
-# -- which servers the main job starts itself (launch.servers) ---------------------------------------
+# -- which servers the main job starts itself (launch.run.servers) ---------------------------------------
 
 
 def _loaded(monkeypatch: pytest.MonkeyPatch, env: str | None, flags: dict[str, object]) -> Settings:
@@ -291,7 +293,7 @@ def test_serve_excludes_server_and_gpus_needs_serve(
 
 
 def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> None:
-    from launch.run import summary
+    from launch.run.job import summary
 
     manifest = {
         "run_id": "r",
@@ -316,7 +318,7 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
 def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept() -> None:
     """A small run halted by its gate had every prompt finished (in flight) at the bad settings:
     the re-run with the fix generates nothing and must not end as a plain "done"."""
-    from launch.run import summary
+    from launch.run.job import summary
 
     manifest = {
         "run_id": "r",

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-import launch.run
-from launch.run import RunOptions, main
+import launch.run.job
+from launch.run.cli import run_main as main
+from launch.run.job import RunOptions
 
 
 def test_an_unknown_export_format_stops_the_run_before_anything_starts(
@@ -16,7 +17,7 @@ def test_an_unknown_export_format_stops_the_run_before_anything_starts(
     def started(*args: Any) -> Any:
         raise AssertionError("the run started")
 
-    monkeypatch.setattr(launch.run, "plan_run", started)
+    monkeypatch.setattr(launch.run.job, "plan_run", started)
     assert main(["--run-id", "formats", "--export-format", "parquet,csv"]) == 2
     assert "unknown format 'csv'" in capsys.readouterr().err
 
@@ -28,8 +29,8 @@ def test_the_export_formats_reach_the_job(monkeypatch: pytest.MonkeyPatch) -> No
         seen.append(options)
         return 0
 
-    monkeypatch.setattr(launch.run, "plan_run", lambda settings, options: settings)
-    monkeypatch.setattr(launch.run, "run", run)
+    monkeypatch.setattr(launch.run.job, "plan_run", lambda settings, options: settings)
+    monkeypatch.setattr(launch.run.job, "run", run)
     assert main(["--run-id", "formats", "--export-format", "parquet,chat", "--export-format", "parquet"]) == 0
     assert seen[0].export_formats == ("parquet", "chat")
     assert main(["--run-id", "formats"]) == 0

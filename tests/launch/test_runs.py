@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from launch.cli import main as cli_main
-from launch.runs import _list_offsets, _topics
+from launch.status.runs import _list_offsets, _topics
 from streams import naming
 from streams.config import Settings
 from streams.control import (

@@ -1,5 +1,5 @@
-"""The runs listing, shaped from what a collection read (:mod:`launch.runs_shape`, pure) and shown
-(:mod:`launch.runs_view`): runs found from topic names, the run-id filter, a replay's prompts
+"""The runs listing, shaped from what a collection read (:mod:`launch.status.runs_shape`, pure) and shown
+(:mod:`launch.status.runs_view`): runs found from topic names, the run-id filter, a replay's prompts
 topic and parent with and without a run record, the state rule and its order, the fields of a
 row, the document's keys, and the table. The same on the real Kafka and S3:
 ``tests/launch/test_runs.py``."""
@@ -11,8 +11,8 @@ import json
 
 from rich.console import Console
 
-from launch.runs_cli import plain_text
-from launch.runs_shape import (
+from launch.status.runs_cli import plain_text
+from launch.status.runs_shape import (
     MIN_LIVE_S,
     LagSummary,
     RunFacts,
@@ -26,8 +26,8 @@ from launch.runs_shape import (
     select_runs,
     shape_run,
 )
-from launch.runs_view import COLUMNS, runs_view
-from launch.status_shape import PromptCounts
+from launch.status.runs_view import COLUMNS, runs_view
+from launch.status.shape import PromptCounts
 from streams.control import (
     ControlState,
     ExportReport,

@@ -16,8 +16,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import RequestTimedOutError
 
-from launch.scale_cli import main
-from launch.scale_control import publish_fleet
+from launch.scale.cli import main
+from launch.scale.control import publish_fleet
 from streams.config import Settings, settings_to_env
 from streams.control import ControlState, FleetRecord, read_control
 from streams.kafka import topic_partitions

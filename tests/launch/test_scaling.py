@@ -1,4 +1,4 @@
-"""The fleet's pure parts (launch/scaling.py), the scale command's argument checks, and the
+"""The fleet's pure parts (launch/scale/policy.py), the scale command's argument checks, and the
 supervisord programs a fleet change adds and removes (a real supervisord, no Kafka)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from pathlib import Path
 import click
 import pytest
 
-from launch.scale_cli import check_scale_args, main
-from launch.scale_watch import FleetWatch
-from launch.scaling import (
+from launch.scale.cli import check_scale_args, main
+from launch.scale.policy import (
     consumer_program,
     consumer_programs,
     fleet_at_start,
@@ -21,6 +20,7 @@ from launch.scaling import (
     program_name,
     scaled_servers,
 )
+from launch.scale.watch import FleetWatch
 from launch.stack.process import wait_until
 from launch.supervise import Program, Supervisor
 from streams.config import Settings

@@ -1,4 +1,4 @@
-"""``kafkagen status`` and :func:`launch.status.collect` on the real local Kafka, with a real
+"""``kafkagen status`` and :func:`launch.status.collect.collect` on the real local Kafka, with a real
 SGLang-API simulator as a member's server: exit statuses (run not found, Kafka unreachable), the
 control topic's member reports, gate and export in the document, and the main job's wait that
 stops on a halted gate. The whole pipeline: ``tests/e2e/test_status_e2e.py``."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main as cli_main
-from launch.progress import wait_until_done
-from launch.status import collect
+from launch.run.progress import wait_until_done
+from launch.status.collect import collect
 from streams import naming
 from streams.config import Settings
 from streams.control import ClassCounts, ControlLog, ExportReport, GateRecord, MemberReport, RunRecord
@@ -169,7 +169,7 @@ async def test_the_control_topic_feeds_servers_rates_gate_and_export(
 async def test_closing_ignores_a_clients_own_cancelled_task_but_not_our_cancellation() -> None:
     """With the broker gone, aiokafka's ``AIOKafkaConsumer.stop`` raises the CancelledError of its
     own fetch task; the main job's progress must not end there (it ended as "interrupted")."""
-    from launch.status import _closing
+    from launch.status.collect import _closing
 
     async def stop_like_aiokafka() -> None:
         raise asyncio.CancelledError

@@ -1,5 +1,5 @@
-"""The run status, shaped from what a collection read (:mod:`launch.status_shape`, pure) and shown
-(:mod:`launch.status_view`): counts in prompts, the exact offset-based done, lag per partition and
+"""The run status, shaped from what a collection read (:mod:`launch.status.shape`, pure) and shown
+(:mod:`launch.status.view`): counts in prompts, the exact offset-based done, lag per partition and
 member, servers from reports and probes, rates, ETA, and the schema's keys."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import io
 import json
 import re
 
-from launch.status_shape import GroupMember, Observation, ServerProbe, occupancy, shape
-from launch.status_view import progress_line, status_line, status_view
+from launch.status.shape import GroupMember, Observation, ServerProbe, occupancy, shape
+from launch.status.view import progress_line, status_line, status_view
 from streams.control import Breach, ClassCounts, ControlState, ExportReport, GateRecord, MemberReport
 
 NOW = 1_764_660_000.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from producers.cli import InputMapping
-from producers.progress import InputChangedError, changed_error, options_fingerprint, resume_note
+from producers.progress import changed_error, options_fingerprint, resume_note
 from streams import naming
-from streams.inputs import FormatName, MappingOptions
+from streams.errors import InputChangedError
+from streams.inputs import FormatName, InputMapping, MappingOptions
 from streams.records import ProgressRecord
 
 

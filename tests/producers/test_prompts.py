@@ -17,8 +17,8 @@ import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from launch.stack import LocalStack
+from producers.cli import main
 from producers.partitioning import input_salt, partition_for
-from producers.prompts import main
 from streams.config import Settings
 from streams.inputs import MappingOptions, parse_line
 from streams.kafka import consumer_kwargs

@@ -304,6 +304,24 @@ async def wait_all_written(
         await asyncio.sleep(0.3)
 
 
+async def sink_until_written(
+    settings: Settings, log: Path, ends: dict[int, int], *, timeout_s: float
+) -> SinkProcess:
+    """Start a sink, wait until the completions topic's objects and commits reach ``ends``
+    (:func:`wait_all_written`), stop it with SIGTERM (status 0) and return it, for its output.
+
+    Raises:
+        AssertionError: timeout, the sink exited first, or its stop was not clean.
+    """
+    sink = SinkProcess(settings, log)
+    try:
+        await wait_all_written(settings, sink, settings.topics.completions, ends, timeout_s=timeout_s)
+        assert sink.stop() == 0
+    finally:
+        sink.kill()
+    return sink
+
+
 async def read_partition(
     settings: Settings, topic: str, partition: int
 ) -> list[ConsumerRecord[bytes, bytes]]:

@@ -44,6 +44,7 @@ from tests.sinks.support import (
     produce,
     produce_run,
     sink_settings,
+    sink_until_written,
     stored_objects,
     wait_all_written,
 )
@@ -129,12 +130,7 @@ async def test_sigkill_then_restart_covers_every_offset_exactly_once(
         obj = next(o for o in stored_objects(cfg, cfg.topics.completions) if o.key == key_match[1])
         assert (commits[obj.partition] or 0) <= obj.meta.start_offset, "its offsets were not committed"
 
-    second = SinkProcess(cfg, log)
-    try:
-        await wait_all_written(cfg, second, cfg.topics.completions, ends, timeout_s=90)
-        assert second.stop() == 0
-    finally:
-        second.kill()
+    second = await sink_until_written(cfg, log, ends, timeout_s=90)
     objects = stored_objects(cfg, cfg.topics.completions)
     assert_exact_coverage(objects, ends)
     after = {o.key: o.etag for o in objects}
@@ -428,12 +424,7 @@ async def test_a_sigterm_while_kafka_is_down_stops_the_sink_in_time_and_loses_no
     bound = cfg.sink.shutdown_deadline_s + 2 * KAFKA_STEP_S + 5
     assert took < bound, f"SIGTERM took {took:.0f} s with Kafka down (bound {bound:.0f} s)"
     assert await committed(cfg, cfg.topics.completions) != ends, "the tails' commits never reached Kafka"
-    again = SinkProcess(cfg, log)
-    try:
-        await wait_all_written(cfg, again, cfg.topics.completions, ends, timeout_s=120)
-        assert again.stop() == 0
-    finally:
-        again.kill()
+    again = await sink_until_written(cfg, log, ends, timeout_s=120)
     assert_exact_coverage(stored_objects(cfg, cfg.topics.completions), ends)
     assert "already exists" not in again.output(), "the restart resumed from S3, not by colliding"
 
@@ -463,12 +454,7 @@ async def test_an_emptied_or_changed_destination_is_written_again(
     await produce_run(cfg, range(300))
     ends = await end_offsets(cfg.kafka, cfg.topics.completions)
     log = tmp_path / "sink.log"
-    first = SinkProcess(cfg, log)
-    try:
-        await wait_all_written(cfg, first, cfg.topics.completions, ends, timeout_s=90)
-        assert first.stop() == 0
-    finally:
-        first.kill()
+    await sink_until_written(cfg, log, ends, timeout_s=90)
     assert await committed(cfg, cfg.topics.completions) == ends
     if change == "folder-deleted":
         assert _delete_run_folder(cfg) > 0
@@ -479,12 +465,7 @@ async def test_an_emptied_or_changed_destination_is_written_again(
         )
     assert stored_objects(again_cfg, again_cfg.topics.completions, read=False) == []
 
-    again = SinkProcess(again_cfg, log)
-    try:
-        await wait_all_written(again_cfg, again, again_cfg.topics.completions, ends, timeout_s=90)
-        assert again.stop() == 0
-    finally:
-        again.kill()
+    again = await sink_until_written(again_cfg, log, ends, timeout_s=90)
     assert_exact_coverage(stored_objects(again_cfg, again_cfg.topics.completions), ends)
     out = again.output()
     folder = run_prefix(again_cfg.s3.prefix, again_cfg.run_id)

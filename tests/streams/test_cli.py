@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from streams.cli import ExitCode, command_settings, exit_code, flag_given, run_command, settings_options
+from streams import errors
+from streams.cli import command_settings, exit_code, flag_given, run_command, settings_options
 from streams.config import Settings
 from streams.errors import (
     ConfigError,
+    ExitCode,
     ForeignRunError,
     InputError,
     LayoutError,
@@ -144,3 +148,23 @@ def test_renamed_consumer_settings_still_read_with_a_warning(monkeypatch: pytest
 def test_short_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_command(probe, ["-h"], prog="probe") == 0
     assert "Usage: probe" in capsys.readouterr().out
+
+
+def test_the_error_table_is_each_classes_own_retriable_and_exit_status() -> None:
+    """The tree in :mod:`streams.errors`' docstring says, per class, what the class itself says."""
+    rows = re.findall(
+        r"^\s*[│├└─ ]*(\w+Error|\w+Fenced)\s+(yes|no)\s+(?:(\d)\s)?", errors.__doc__ or "", re.M
+    )
+    assert len(rows) >= 15, rows
+    for name, retriable, status in rows:
+        cls = getattr(errors, name)
+        assert cls.retriable == (retriable == "yes"), name
+        if status:
+            assert cls.exit_status == int(status), name
+    documented = {name for name, _, _ in rows}
+    classes = {
+        n
+        for n in errors.__all__
+        if isinstance(getattr(errors, n), type) and n not in ("ExitCode", "KafkagenError")
+    }
+    assert documented == classes, "every error class is in the table, and only they"

@@ -22,7 +22,7 @@ import pytest
 import zstandard
 from aiokafka import AIOKafkaProducer
 
-from sinks.export import main
+from sinks.export.cli import main
 from sinks.export.destination import EXPORT_DIR
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
 from sinks.store import ObjectStore

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 
 import sinks.export.dataset
 import sinks.export.sources
-from sinks.export import main
+from sinks.export.cli import main
 from streams.config import Settings, settings_to_env
 from streams.retry import Backoff
 from tests.sinks.export.support import export_argv as _argv
@@ -75,7 +75,7 @@ elif step == "after":
                 kill_on(nth)
             return _real(self, *a, **k)
         setattr(d.Destination, name, patched)
-from sinks.export import main
+from sinks.export.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 

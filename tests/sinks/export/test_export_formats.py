@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from sinks.export import main
+from sinks.export.cli import main
 from sinks.export.formats.card import MARKER
 from sinks.export.formats.parquet import COMPLETION_SCHEMA, ERROR_SCHEMA
 from streams.config import Settings

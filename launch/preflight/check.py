@@ -1,0 +1,472 @@
+"""The preflight: a sample of the run's input sent to every server with the run's generation
+settings, measured and judged by the quality gate, before anything is published.
+
+The run this project replaces had thinking on and ``max_tokens`` 512: the reasoning ate the
+budget, 94% of the answers were empty, and it was found days later. The preflight catches that
+configuration in a minute:
+
+1. the sample (:mod:`launch.preflight.sample`): ``--preflight-sample`` prompts (32) of the run's
+   own input, read by the producer's reader with the run's mapping options, drawn by a seeded
+   reservoir over its first 10,000 good records; without input (``serve up``, ``serve probe``)
+   the bundled demo prompts;
+2. sent to every server at once, each bounded by its slots (discovery's
+   ``max_running_requests``), with the run's generation settings exactly as the consumer sends
+   them (:meth:`consumers.client.ServerClient.request_body`: the record's own ``params`` win),
+   each request within ``timeout_s`` (the first request after a server starts can take minutes:
+   SGLang captures CUDA graphs). A server that does not answer is :class:`UnavailableError`
+   (exit 3), named;
+3. measured (:mod:`launch.preflight.stats`): per server and overall, the finish reasons, the
+   gate's classes (:func:`consumers.gate.result_classes` over the consumers' quality flags), the
+   share with ``reasoning_content``, p50/p95/max of reasoning and answer tokens against
+   ``max_tokens``, latency. Every answer cut off at ``max_tokens`` is sent once more with a
+   larger budget to see what it needs, and the report recommends a ``max_tokens``;
+4. judged: the gate's thresholds (``settings.gate``, :class:`streams.config.GateSettings`) over
+   each server's sample; a class above its share refuses the run with :class:`PreflightError`
+   (exit 2): the reason and the fix (:func:`consumers.gate.halt_message`) and the recommended
+   ``--max-tokens``. ``--ignore-preflight`` runs anyway, ``--no-preflight`` skips it.
+
+``kafkagen preflight`` (:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``,
+``kafkagen serve up`` and ``kafkagen serve probe`` run it before anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from consumers.client import ServerClient, ServerInfo, request_id
+from consumers.quality import answer_flags
+from launch.preflight.sample import Sample
+from launch.preflight.stats import (
+    Recommendation,
+    SampleAnswer,
+    Summary,
+    judge,
+    recommend,
+    refusal,
+    retry_budget,
+    summarize,
+)
+from streams.config import GateSettings, GenerationSettings
+from streams.control import Breach
+from streams.errors import KafkagenError, PreflightError, ServerError, UnavailableError
+from streams.records import PromptRecord
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "PREFLIGHT_TIMEOUT_S",
+    "PreflightReport",
+    "ServerPreflight",
+    "check_preflight",
+    "preflight",
+    "run_preflight",
+]
+
+PREFLIGHT_TIMEOUT_S: Final = 600.0
+"""Seconds one request may take by default: the first after a server starts can take minutes."""
+DEFAULT_SLOTS: Final = 8
+"""Requests at once to a server that does not say how many it runs."""
+
+
+@dataclass(frozen=True)
+class ServerPreflight:
+    """One server's preflight.
+
+    Attributes:
+        name: how the user knows the server (``gpu-3``, or its URL).
+        url: its base URL.
+        info: what discovery found; None when the server did not answer.
+        answers: one per sample prompt, in the sample's order.
+        problem: why the server could not be judged (it did not answer), else None.
+        breaches: the gate's classes its answers trip (empty: it passes).
+    """
+
+    name: str
+    url: str
+    info: ServerInfo | None = None
+    answers: tuple[SampleAnswer, ...] = ()
+    problem: str | None = None
+    breaches: tuple[Breach, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``gpu-0 (http://...)``, or the URL alone when it is the name."""
+        return self.url if self.name == self.url else f"{self.name} ({self.url})"
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """The whole preflight: the sample, the settings it was sent with, each server's answers.
+
+    ``max_tokens`` (tokens) and ``thinking`` are the run's generation settings; ``sample`` where
+    the prompts come from. :meth:`summary` and :meth:`recommendation` pool every server's answers.
+    """
+
+    max_tokens: int
+    thinking: bool
+    sample: Sample
+    servers: tuple[ServerPreflight, ...]
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    def answers(self) -> list[SampleAnswer]:
+        """Every server's answers."""
+        return [a for s in self.servers for a in s.answers]
+
+    def summary(self) -> Summary:
+        """Every server's answers together."""
+        return summarize(self.answers(), self.max_tokens)
+
+    def recommendation(self) -> Recommendation:
+        """The ``max_tokens`` every server's answers call for."""
+        return recommend(self.answers())
+
+    @property
+    def unreachable(self) -> list[ServerPreflight]:
+        """Servers that did not answer."""
+        return [s for s in self.servers if s.problem]
+
+    @property
+    def failed(self) -> list[ServerPreflight]:
+        """Servers whose answers trip the gate."""
+        return [s for s in self.servers if s.breaches]
+
+    @property
+    def passed(self) -> bool:
+        """Every server answered and none trips the gate."""
+        return not self.unreachable and not self.failed
+
+    def params(self) -> dict[str, Any]:
+        """The generation parameters the gate's messages name."""
+        return {"max_tokens": self.max_tokens, "thinking": self.thinking}
+
+    def lines(self) -> list[str]:
+        """The report for the terminal."""
+        sample = self.sample
+        out = [
+            f"preflight: {sample.describe()}, each sent to {len(self.servers)} server(s) at "
+            f"max_tokens {self.max_tokens}, thinking {'on' if self.thinking else 'off'}"
+        ]
+        if sample.skipped:
+            out.append(f"  (not sampled: {', '.join(sample.skipped)}: the producer reads standard input)")
+        for server in self.servers:
+            if server.problem:
+                out.append(f"{server.label}: no answer: {server.problem}")
+                continue
+            info = server.info
+            about = (
+                f"{info.kind}, {info.model}, {info.max_running_requests or '?'} slots, context "
+                f"{info.context_length or '?'}"
+                if info
+                else "?"
+            )
+            out.append(f"{server.label} ({about}): {len(server.answers)} answers")
+            out += summarize(server.answers, self.max_tokens).lines()
+            out.append(f"  needed     {_needed_line(recommend(server.answers))}")
+            if server.breaches:
+                reason, _fix = refusal(list(server.breaches), self.params())
+                out.append(f"  over the gate's thresholds: {reason}")
+            else:
+                out.append("  ok")
+        if len(self.servers) > 1 and not self.unreachable:
+            out.append(f"the {len(self.servers)} servers together:")
+            out += self.summary().lines()
+        rec = self.recommendation()
+        if rec.max_tokens is not None:
+            out.append(f"recommended --max-tokens {_amount(rec)}: {rec.explanation}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``kafkagen preflight --json``)."""
+
+        def summary(s: Summary) -> dict[str, Any]:
+            data = dataclasses.asdict(s)
+            data["counts"] = {"results": s.counts.results, "classes": dict(s.counts.classes)}
+            return data
+
+        def breach(b: Breach) -> dict[str, Any]:
+            return {
+                "class": b.cls,
+                "count": b.count,
+                "results": b.results,
+                "share": b.share,
+                "threshold": b.threshold,
+            }
+
+        def server(s: ServerPreflight) -> dict[str, Any]:
+            info = s.info
+            return {
+                "name": s.name,
+                "url": s.url,
+                "kind": info.kind if info else None,
+                "model": info.model if info else None,
+                "slots": info.max_running_requests if info else None,
+                "context_length": info.context_length if info else None,
+                "problem": s.problem,
+                "summary": summary(summarize(s.answers, self.max_tokens)) if not s.problem else None,
+                "recommendation": dataclasses.asdict(recommend(s.answers)) if not s.problem else None,
+                "breaches": [breach(b) for b in s.breaches],
+                "answers": [dataclasses.asdict(a) for a in s.answers],
+            }
+
+        return {
+            "passed": self.passed,
+            "max_tokens": self.max_tokens,
+            "thinking": self.thinking,
+            "sample": {
+                "source": self.sample.source,
+                "prompts": len(self.sample.prompts),
+                "scanned": self.sample.scanned,
+                "ids": [p.id for p in self.sample.prompts],
+            },
+            "thresholds": self.thresholds,
+            "servers": [server(s) for s in self.servers],
+            "summary": summary(self.summary()),
+            "recommendation": dataclasses.asdict(self.recommendation()),
+        }
+
+
+def _amount(rec: Recommendation) -> str:
+    return f"{'at least ' if rec.at_least else ''}{rec.max_tokens}"
+
+
+def _needed_line(rec: Recommendation) -> str:
+    if rec.max_tokens is None:
+        return "nothing measured"
+    again = f", {rec.resent} sent again with {rec.retry_budget}" if rec.resent else ""
+    cut = f", {rec.still_cut} still cut off" if rec.still_cut else ""
+    cut += f", {rec.unmeasured} cut off not measured" if rec.unmeasured else ""
+    return f"{rec.needed.line()} tokens (reasoning + answer{again}{cut}): --max-tokens {_amount(rec)}"
+
+
+async def _ask(
+    client: ServerClient, prompt: PromptRecord, run_id: str, send: int, max_tokens: int | None = None
+) -> SampleAnswer:
+    """One chat completion of ``prompt`` as the consumer builds it (``max_tokens``: another budget).
+    Its SGLang request id is apart from the run's own (:func:`consumers.requests.request_id` of
+    ``preflight:<run id>``), so a preflight request still running never collides with the run's."""
+    body = client.request_body(prompt, request_id(f"preflight:{run_id}", prompt.id, 0, send))
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    budget = int(body.get("max_tokens") or client.generation.max_tokens)
+    try:
+        answer = await client.chat(body)
+    except ServerError as exc:
+        text = str(exc).removeprefix(f"{client.base_url}: ")
+        return SampleAnswer(prompt.id, budget, error=text, error_retriable=exc.retriable)
+    return SampleAnswer(
+        prompt_id=prompt.id,
+        max_tokens=budget,
+        finish_reason=answer.finish_reason,
+        prompt_tokens=answer.usage.prompt_tokens,
+        completion_tokens=answer.usage.completion_tokens,
+        reasoning_tokens=answer.usage.reasoning_tokens,
+        reasoning=bool(answer.reasoning_content and answer.reasoning_content.strip()),
+        content_chars=len(answer.content),
+        flags=tuple(answer_flags(prompt, body, answer)),
+        latency_s=answer.latency_s,
+    )
+
+
+async def _measure(
+    client: ServerClient,
+    info: ServerInfo,
+    prompt: PromptRecord,
+    run_id: str,
+    slots: asyncio.Semaphore,
+    resend: bool,
+) -> SampleAnswer:
+    """The prompt's answer at the run's settings, with what it needs (``needed``): a cut-off answer
+    is sent again with :func:`launch.preflight.stats.retry_budget` (unless ``resend`` is off: then
+    it needs at least its budget)."""
+    async with slots:
+        first = await _ask(client, prompt, run_id, 1)
+    if first.finish_reason is None:
+        return first
+    if not first.truncated:
+        return dataclasses.replace(first, needed=first.completion_tokens)
+    budget = retry_budget(first.max_tokens, first.prompt_tokens, info.context_length)
+    if budget <= first.max_tokens or not resend:  # no more room in the context, or not asked to
+        return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
+    async with slots:
+        again = await _ask(client, prompt, run_id, 2, max_tokens=budget)
+    if again.finish_reason is None:  # the re-send failed: more than max_tokens, no more is known
+        return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
+    return dataclasses.replace(
+        first, needed=again.completion_tokens, needed_at_least=again.truncated, resent_at=budget
+    )
+
+
+async def _server(
+    name: str,
+    url: str,
+    generation: GenerationSettings,
+    prompts: Sequence[PromptRecord],
+    *,
+    timeout_s: float,
+    run_id: str,
+    thresholds: Mapping[str, float],
+    resend: bool,
+) -> ServerPreflight:
+    client = ServerClient(url, generation, pool_size=max(1, len(prompts)), request_timeout_s=timeout_s)
+    try:
+        try:
+            info = await client.describe(wait_s=min(timeout_s, 30.0))
+        except KafkagenError as exc:
+            return ServerPreflight(name, url, problem=str(exc).removeprefix(f"{client.base_url}: "))
+        slots = asyncio.Semaphore(info.max_running_requests or DEFAULT_SLOTS)
+        answers = await asyncio.gather(*(_measure(client, info, p, run_id, slots, resend) for p in prompts))
+    finally:
+        await client.aclose()
+    if answers and all(a.finish_reason is None and a.error_retriable for a in answers):
+        # Transport failures, timeouts, 5xx on every request: the server is not there to judge. A
+        # 400 on every one (a wrong model name, a prompt too long) is the gate's "error" class.
+        return ServerPreflight(
+            name,
+            url,
+            info,
+            tuple(answers),
+            problem=f"none of {len(answers)} requests answered: {answers[0].error}",
+        )
+    found = judge(summarize(answers, generation.max_tokens).counts, thresholds)
+    return ServerPreflight(name, url, info, tuple(answers), breaches=tuple(found))
+
+
+def run_preflight(
+    servers: Mapping[str, str] | Sequence[str],
+    generation: GenerationSettings,
+    sample: Sample,
+    *,
+    gate: GateSettings | None = None,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+    run_id: str = "default",
+    resend: bool = True,
+) -> PreflightReport:
+    """Send ``sample`` to every server at once with ``generation`` and measure and judge the answers.
+
+    Args:
+        servers: name → base URL (``{"gpu-0": "http://127.0.0.1:30000"}``), or URLs (named by themselves).
+        generation: the run's generation settings, as the consumers will send them (``max_tokens``
+            in tokens, thinking in ``chat_template_kwargs.enable_thinking``).
+        sample: the prompts (:func:`launch.preflight.sample.read_sample`).
+        gate: the thresholds (default :class:`streams.config.GateSettings`'s).
+        timeout_s: seconds one request may take.
+        run_id: names the requests' SGLang ids (apart from the run's own).
+        resend: send the answers cut off at ``max_tokens`` again with a larger budget, to measure
+            what they need (off: they need "at least" their budget; a slow CPU server).
+
+    Returns:
+        The report; never raises for a server's answers (:func:`check_preflight` does).
+    """
+    named = dict(servers) if isinstance(servers, Mapping) else {url: url for url in servers}
+    thresholds = (gate or GateSettings()).thresholds()
+
+    async def run_all() -> list[ServerPreflight]:
+        return list(
+            await asyncio.gather(
+                *(
+                    _server(
+                        name,
+                        url,
+                        generation,
+                        sample.prompts,
+                        timeout_s=timeout_s,
+                        run_id=run_id,
+                        thresholds=thresholds,
+                        resend=resend,
+                    )
+                    for name, url in named.items()
+                )
+            )
+        )
+
+    return PreflightReport(
+        max_tokens=generation.max_tokens,
+        thinking=bool(generation.chat_template_kwargs.get("enable_thinking")),
+        sample=sample,
+        servers=tuple(asyncio.run(run_all())),
+        thresholds=thresholds,
+    )
+
+
+def check_preflight(report: PreflightReport, *, skip_hint: str | None = None) -> None:
+    """Raise when a server did not answer or trips the gate; ``skip_hint`` (how the command goes
+    on without the check) ends the message.
+
+    Raises:
+        UnavailableError: a server did not answer (exit status 3); the message names each.
+        PreflightError: one block per failing server (the classes and shares, the fix), then the
+            recommended ``--max-tokens`` and ``skip_hint``.
+    """
+    if report.unreachable:
+        raise UnavailableError(
+            "\n".join(
+                [
+                    f"{len(report.unreachable)} of {len(report.servers)} server(s) did not answer the "
+                    "preflight:"
+                ]
+                + [f"  {s.label}: {s.problem}" for s in report.unreachable]
+            )
+        )
+    if not report.failed:
+        return
+    lines = [
+        f"preflight refused the run: {len(report.failed)} of {len(report.servers)} server(s) fail the gate"
+    ]
+    fixes: dict[str, None] = {}
+    for server in report.failed:
+        reason, fix = refusal(list(server.breaches), report.params())
+        lines.append(f"  {server.name}: {reason}")
+        fixes[fix] = None
+    lines += [f"fix: {fix}" for fix in fixes]
+    rec = report.recommendation()
+    if rec.max_tokens is not None:
+        lines.append(f"recommended: --max-tokens {_amount(rec)} ({rec.explanation})")
+    if skip_hint:
+        lines.append(skip_hint)
+    raise PreflightError("\n".join(lines))
+
+
+def preflight(
+    servers: Mapping[str, str] | Sequence[str],
+    generation: GenerationSettings,
+    sample: Sample,
+    *,
+    gate: GateSettings | None = None,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
+    run_id: str = "default",
+    echo: Callable[[str], None] = print,
+    enforce: bool = True,
+    waiver: str = "--ignore-preflight",
+    resend: bool = True,
+    skip_hint: str | None = None,
+) -> PreflightReport:
+    """:func:`run_preflight`, its report through ``echo``, then :func:`check_preflight` (with
+    ``enforce`` False only an unreachable server raises, and a refusal is reported as waived,
+    ``waiver`` saying why).
+
+    Raises:
+        PreflightError: the gate refuses the run (``enforce``).
+        UnavailableError: a server did not answer.
+    """
+    if not sample.prompts:
+        if sample.skipped and sample.source == "-":
+            echo("preflight: skipped: standard input (-) is read by the producer only, nothing was checked")
+        else:
+            echo(f"preflight: no prompt could be read from {sample.source}: nothing was checked")
+        thinking = bool(generation.chat_template_kwargs.get("enable_thinking"))
+        return PreflightReport(generation.max_tokens, thinking, sample, ())
+    report = run_preflight(
+        servers, generation, sample, gate=gate, timeout_s=timeout_s, run_id=run_id, resend=resend
+    )
+    for line in report.lines():
+        echo(line)
+    if enforce:
+        check_preflight(report, skip_hint=skip_hint)
+    elif report.unreachable:
+        check_preflight(report)
+    elif report.failed:
+        echo(f"preflight: the gate refuses these settings, running anyway ({waiver})")
+    return report

@@ -1,0 +1,156 @@
+"""How a :class:`launch.status.shape.RunStatus` is shown: one plain line (logs, a terminal that is
+not a tty, the main job's progress when not on a tty) and a rich view (a few aligned lines, the
+servers and the consumers as tables) for ``kafkagen status`` and its ``--watch`` live view.
+
+Pure: nothing here reads Kafka or a server; the rich renderables are printed by the caller
+(``rich.console.Console`` / ``rich.live.Live``, rich 13+).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from launch.status.shape import RunStatus, ServerView
+
+__all__ = ["PLAIN_WIDTH", "duration", "progress_line", "status_line", "status_view"]
+
+PLAIN_WIDTH = 200
+"""columns of the view when stdout is not a terminal (rich would assume 80 and wrap the tables)."""
+
+
+def duration(seconds: float | None) -> str:
+    """``seconds`` as ``42 s``, ``7 min 05 s`` or ``3 h 02 min``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def _load(status: RunStatus) -> str:
+    servers = status.servers
+    if not servers:
+        return "no server known yet"
+    up = sum(1 for s in servers if s.server_up)
+    running = [s.running for s in servers if s.running is not None]
+    queued = [s.queued for s in servers if s.queued is not None]
+    text = f"servers {up}/{len(servers)} up"
+    if running:
+        text += f", running {sum(running)}, queued {sum(queued)}"
+    return text
+
+
+def progress_line(status: RunStatus) -> str:
+    """The main job's progress in prompts: ``generated 80/100 (5 errors), in S3 70/80, 1.2/s,
+    ETA 17 s; servers 2/2 up, running 8, queued 0``."""
+    p = status.prompts
+    errors = f" ({p.errors} errors)" if p.errors else ""
+    rate = status.rates.completions_per_s
+    return (
+        f"generated {min(p.results, p.published)}/{p.published}{errors}, in S3 {p.in_s3}/{p.results}, "
+        f"{rate:.1f}/s, ETA {duration(status.eta_s)}; {_load(status)}"
+    )
+
+
+def status_line(status: RunStatus) -> str:
+    """One plain line: the time, the run, its state and :func:`progress_line`'s counts."""
+    when = time.strftime("%H:%M:%S", time.localtime(status.at))
+    p = status.prompts
+    gate = f"; gate HALTED: {status.gate.reason}" if status.gate.state == "halted" else ""
+    exported = "" if p.exported is None else f", exported {p.exported}"
+    return (
+        f"{when} run {status.run_id} {status.state}: published {p.published}, "
+        f"results {p.results} ({p.errors} errors), in S3 {p.in_s3}{exported}, lag {status.lag.total}, "
+        f"{status.rates.completions_per_s:.1f} completions/s, {status.rates.tokens_per_s:.0f} tokens/s, "
+        f"ETA {duration(status.eta_s)}; {_load(status)}{gate}"
+    )
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _servers_table(servers: list[ServerView]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("instance", "server", "state", "up"):
+        table.add_column(name, no_wrap=True)
+    numbers = ("tok/s", "done/s", "done", "err", "flight/win", "running", "queued", "slots", "busy", "report")
+    for name in numbers:
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in servers:
+        busy = "-" if s.occupancy is None else f"{s.occupancy:.0%}"
+        age = "-" if s.report_age_s is None else f"{s.report_age_s:.0f} s ago"
+        table.add_row(
+            s.instance,
+            s.server,
+            s.state,
+            "yes" if s.server_up else "NO",
+            f"{s.tokens_per_s:.0f}",
+            f"{s.completions_per_s:.2f}",
+            str(s.completions),
+            str(s.errors),
+            f"{s.in_flight}/{s.window}",
+            _opt(s.running),
+            _opt(s.queued),
+            _opt(s.slots),
+            busy,
+            age,
+        )
+    return table
+
+
+def _consumers_table(status: RunStatus) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("member", "host", "partitions", "lag"):
+        table.add_column(name, justify="right" if name == "lag" else "left", no_wrap=True)
+    for c in status.lag.consumers:
+        table.add_row(c.member, c.client_host, ",".join(map(str, c.partitions)) or "-", str(c.lag))
+    return table
+
+
+def status_view(status: RunStatus) -> RenderableType:
+    """The terminal view: aligned summary lines, then the servers and the consumers."""
+    p = status.prompts
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status.at))
+    exact = "" if p.published_exact else " (from offsets: no producer resume point found)"
+    if p.regenerated:
+        exact += f" ({p.regenerated} of them regenerated: kafkagen regenerate)"
+    lines = [
+        Text.assemble(("run ", ""), (status.run_id, "bold"), f"  {status.state}  ", (when, "dim")),
+        Text(f"prompts    published {p.published}{exact}, remaining {p.remaining}"),
+        Text(
+            f"results    {p.results} (completions {p.completions}, errors {p.errors}), in S3 {p.in_s3}, "
+            f"exported {_opt(p.exported)}"
+        ),
+        Text(
+            f"rate       {status.rates.completions_per_s:.2f} completions/s, "
+            f"{status.rates.tokens_per_s:.0f} tokens/s, ETA {duration(status.eta_s)}"
+        ),
+        Text(
+            f"lag        prompts {status.lag.total} (offsets, {len(status.lag.partitions)} partitions), "
+            f"sink {status.lag.sink.lag} ({status.lag.sink.members} member(s))"
+        ),
+    ]
+    q = status.quality
+    classes = ", ".join(f"{k} {v}" for k, v in q.classes.items() if v) or "none"
+    lines.append(Text(f"quality    {classes} (of {q.results} results)"))
+    g = status.gate
+    if g.state == "halted":
+        lines.append(Text(f"gate       HALTED (epoch {g.epoch}): {g.reason}", style="bold red"))
+        if g.fix:
+            lines.append(Text(f"           fix: {g.fix}"))
+    else:
+        lines.append(Text(f"gate       running (epoch {g.epoch})"))
+    parts: list[RenderableType] = [*lines]
+    if status.servers:
+        parts += [Text(""), Text("servers", style="bold"), _servers_table(status.servers)]
+    if status.lag.consumers:
+        parts += [Text(""), Text("generation consumers", style="bold"), _consumers_table(status)]
+    return Group(*parts)
