@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def say(text: str) -> None:
     print(text, flush=True)
+
+
+DRAIN_CAP = 4
+"""The drain may take ``DRAIN_CAP`` times ``--drain-timeout`` while its commits keep advancing."""
+
+
+async def wait_while_progressing(
+    done: Callable[[], Awaitable[bool]],
+    progress: Callable[[], int],
+    *,
+    stall_s: float,
+    cap_s: float,
+    interval_s: float = 1.0,
+) -> str | None:
+    """Poll ``done`` until true, for as long as ``progress()`` keeps changing: a pipeline that
+    drains slowly (a backlog on one consumer) is not one that is stuck. Returns ``None`` once
+    done, else why not: ``progress`` unchanged for ``stall_s`` seconds, or ``cap_s`` seconds in all."""
+    start = last_at = time.monotonic()
+    last = progress()
+    while True:
+        if await done():
+            return None
+        now = time.monotonic()
+        if (current := progress()) != last:
+            last, last_at = current, now
+        if now - last_at >= stall_s:
+            return f"no commit advanced for {stall_s:.0f} s and the commits do not reach the topics' ends"
+        if now - start >= cap_s:
+            return f"still draining {cap_s:.0f} s after it started (commits advancing)"
+        await asyncio.sleep(interval_s)
 
 
 async def _wait(check: Any, timeout_s: float, interval_s: float = 1.0) -> bool:
@@ -358,10 +388,11 @@ async def drain(
     if pipeline.producer_status not in (0, 1):
         problems.append(f"the producer ended with status {pipeline.producer_status}")
     left = timeout_s - (time.monotonic() - start)
-    if not await _wait(monitor.drained, max(left, 10.0)):
-        problems.append(
-            f"not drained {timeout_s:.0f} s after the last fault: committed offsets do not reach the ends"
-        )
+    stalled = await wait_while_progressing(
+        monitor.drained, monitor.progress, stall_s=max(left, 10.0), cap_s=DRAIN_CAP * timeout_s
+    )
+    if stalled is not None:
+        problems.append(f"not drained after the last fault: {stalled}")
     say(
         f"drained at {time.monotonic() - t0:.0f} s, "
         f"{time.monotonic() - start:.0f} s after the last fault was undone"

@@ -208,6 +208,7 @@ async def _inject_and_undo(fault: Fault, pipeline: Pipeline, monitor: Monitor, o
     elif kind == "kafka_down":
         names = pipeline.stack.names(["kafka"])
         pipeline.kafka_down_until = float("inf")
+        pipeline.kafka_down_since = time.monotonic()
         try:
             all_killed = [await asyncio.to_thread(pipeline.stack.kill, n) for n in names]
             await asyncio.sleep(hold)

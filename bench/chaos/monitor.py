@@ -110,6 +110,13 @@ class Monitor:
                 log.debug("sample failed: %r", exc)
                 await asyncio.sleep(self.interval_s)
 
+    def progress(self) -> int:
+        """Offsets both groups have committed in all, by the latest samples (grows as the pipeline
+        works, whatever its pace)."""
+        gen = self.generate[-1].offsets if self.generate else {}
+        sink = self.sink[-1].offsets if self.sink else {}
+        return sum(gen.values()) + sum(sink.values())
+
     async def drained(self) -> bool:
         """Whether the latest sample's commits reach the ends of the prompts, completions and
         errors topics (a fresh reading of the ends; False while Kafka does not answer)."""

@@ -217,6 +217,8 @@ class Pipeline:
     """a ``gate_halt`` fault halted the run and has not resumed it yet (the drain resumes it)."""
     kafka_down_until: float = 0.0
     """monotonic seconds until which all of Kafka is (or just was) down on purpose."""
+    kafka_down_since: float = float("inf")
+    """monotonic seconds when the latest ``kafka_down`` fault began."""
     outage_exits: list[Exit] = field(default_factory=list)
     """exits 3 while all of Kafka was down: the documented answer of a producer (the same
     command, run again, resumes exactly once) and of a consumer or sink that starts without Kafka
@@ -250,10 +252,16 @@ class Pipeline:
         """(product problem, harness problem) of ``name`` ending with ``status`` after a SIGTERM
         sent at ``sent_at`` (monotonic s): not 0 is the product's, except death by the signal itself
         (-15) within :data:`YOUNG_S` of a start: Python had not installed its handler yet, a race
-        of the harness's restart and the fault, as a supervisor's would be."""
+        of the harness's restart and the fault, as a supervisor's would be; and an exit 3 of a
+        process started while all of Kafka was down, which found no Kafka at start (its documented
+        answer, counted with :attr:`outage_exits`)."""
         if status == 0:
             return None, None
-        age = sent_at - self.spawned.get(name, float("-inf"))
+        spawned = self.spawned.get(name, float("-inf"))
+        if status == 3 and spawned >= self.kafka_down_since and time.monotonic() < self.kafka_down_until:
+            self.outage_exits.append(Exit(name, status, time.monotonic(), self.log_tail(name)))
+            return None, None
+        age = sent_at - spawned
         if status == -signal.SIGTERM and age < YOUNG_S:
             return None, f"{name} got its SIGTERM {age:.1f} s after it started, before its handler"
         return f"{name} exited {status} on SIGTERM", None

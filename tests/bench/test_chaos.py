@@ -578,3 +578,69 @@ def test_the_summary_tabulates_runs_and_fault_kinds_and_fails_on_a_failed_run(
     (tmp_path / "junk.json").write_text("{")
     assert summary.main([str(tmp_path / "junk.json")]) == 2
     assert "junk.json: cannot read the report" in capsys.readouterr().err
+
+
+# -- the drain: slow is not stuck (bench.chaos.__main__.wait_while_progressing) --------------------
+
+
+class _Drain:
+    """A pipeline whose commits advance by ``step`` per poll until ``end`` (``step`` 0: stuck)."""
+
+    def __init__(self, step: int, end: int) -> None:
+        self.offsets, self.step, self.end = 0, step, end
+
+    async def done(self) -> bool:
+        self.offsets = min(self.end, self.offsets + self.step)
+        return self.offsets >= self.end
+
+    def progress(self) -> int:
+        return self.offsets
+
+
+@pytest.mark.parametrize(
+    ("step", "end", "stall_s", "cap_s", "verdict"),
+    [
+        pytest.param(1, 40, 0.05, 10.0, None, id="slow-but-advancing-drains-past-the-stall-time"),
+        pytest.param(0, 40, 0.05, 10.0, "no commit advanced", id="stuck-fails-after-the-stall-time"),
+        pytest.param(1, 10**9, 0.05, 0.1, "still draining", id="advancing-forever-stops-at-the-cap"),
+    ],
+)
+async def test_the_drain_waits_while_commits_advance_and_fails_on_a_stall(
+    step: int, end: int, stall_s: float, cap_s: float, verdict: str | None
+) -> None:
+    from bench.chaos.__main__ import wait_while_progressing
+
+    drain = _Drain(step, end)
+    outcome = await wait_while_progressing(
+        drain.done, drain.progress, stall_s=stall_s, cap_s=cap_s, interval_s=0.01
+    )
+    if verdict is None:
+        assert outcome is None and drain.offsets == end  # 40 polls: far past the 0.05 s stall time
+    else:
+        assert outcome is not None and verdict in outcome
+
+
+@pytest.mark.parametrize(
+    ("spawned_in_outage", "outage_over", "status", "product", "outage_exit"),
+    [
+        pytest.param(True, False, 3, False, True, id="started-in-the-outage-exit-3-is-its-answer"),
+        pytest.param(False, False, 3, True, False, id="started-before-the-outage-exit-3-is-a-problem"),
+        pytest.param(True, True, 3, True, False, id="outage-over-exit-3-is-a-problem"),
+        pytest.param(True, False, 1, True, False, id="started-in-the-outage-exit-1-is-a-problem"),
+    ],
+)
+def test_a_sigterm_exit_3_is_excused_only_for_a_process_started_in_a_kafka_outage(
+    tmp_path: Path, spawned_in_outage: bool, outage_over: bool, status: int, product: bool, outage_exit: bool
+) -> None:
+    import time
+
+    from bench.chaos.pipeline import Pipeline
+
+    pipeline = Pipeline(Settings(), tmp_path, tmp_path / "in.jsonl", consumers=1, time_scale=1.0)
+    now = time.monotonic()
+    pipeline.kafka_down_since = now - 10.0
+    pipeline.kafka_down_until = now - 1.0 if outage_over else float("inf")
+    pipeline.spawned["generate-0"] = now - (5.0 if spawned_in_outage else 60.0)
+    problem, harness = pipeline.sigterm_problem("generate-0", status, sent_at=now)
+    assert (problem is not None) == product and harness is None
+    assert (len(pipeline.outage_exits) == 1) == outage_exit
