@@ -13,7 +13,7 @@ what one collection read, and :func:`shape_run` turns it into a :class:`RunRow`;
                "servers", "counts": null | {"published", "published_exact", "results",
                "completions", "errors", "in_s3", "exported", "remaining"},
                "lag": null | {"prompts", "sink"}, "members": {"reported", "live"},
-               "gate": {"state", "epoch", "reason", "fix", "at"}, "export": null | ExportReport,
+               "gate": {"state", "epoch", "reason", "fix", "at", "breaches"}, "export": null | ExportReport,
                "regenerations", "regenerated_prompts", "s3_folder"}],
      "not_found": [RUN pattern, ...]}
 
@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from launch.status.shape import Observation, PromptCounts, report_is_live, shape
+from launch.status.shape import GateView, Observation, PromptCounts, gate_view, report_is_live, shape
 from streams import naming
 from streams.control import ControlState, ExportReport, RunRecord
 
@@ -55,7 +55,6 @@ __all__ = [
     "LIVE_INTERVALS",
     "MIN_LIVE_S",
     "SCHEMA_VERSION",
-    "GateSummary",
     "LagSummary",
     "RunFacts",
     "RunRow",
@@ -192,17 +191,6 @@ class LagSummary:
 
 
 @dataclass(frozen=True)
-class GateSummary:
-    """The quality gate: ``running`` (never halted, or resumed) or ``halted`` with why and the fix."""
-
-    state: Literal["running", "halted"]
-    epoch: int
-    reason: str
-    fix: str
-    at: float | None
-
-
-@dataclass(frozen=True)
 class RunRow:
     """One run of the listing (the schema: module docstring). ``counts`` and ``lag`` are None for a
     run with neither a prompts topic nor a results topic (known from its control topic or S3 only)."""
@@ -223,7 +211,7 @@ class RunRow:
     counts: PromptCounts | None
     lag: LagSummary | None
     members: dict[str, int]
-    gate: GateSummary
+    gate: GateView
     export: dict[str, Any] | None
     regenerations: int
     regenerated_prompts: int
@@ -340,14 +328,6 @@ def _last_activity(control: ControlState) -> float | None:
     return max(times) if times else None
 
 
-def _gate(control: ControlState) -> GateSummary:
-    gate = control.gate
-    if gate is None:
-        return GateSummary("running", 0, "", "", None)
-    state: Literal["running", "halted"] = "halted" if gate.state == "halted" else "running"
-    return GateSummary(state, gate.epoch, gate.reason, gate.fix, gate.at)
-
-
 def shape_run(facts: RunFacts, *, at: float, live_s: float) -> RunRow:
     """The :class:`RunRow` of ``facts`` at ``at`` (Unix seconds); member reports are live for
     ``live_s`` seconds (:func:`live_seconds`)."""
@@ -412,7 +392,7 @@ def shape_run(facts: RunFacts, *, at: float, live_s: float) -> RunRow:
         counts=counts,
         lag=lag,
         members={"reported": len(control.members), "live": live},
-        gate=_gate(control),
+        gate=gate_view(control),
         export=_export(control.export),
         regenerations=len(control.regenerations),
         regenerated_prompts=sum(r.ids for r in control.regenerations.values()),

@@ -67,6 +67,7 @@ __all__ = [
     "ServerProbe",
     "ServerView",
     "SinkLag",
+    "gate_view",
     "occupancy",
     "report_is_live",
     "shape",
@@ -335,7 +336,8 @@ def _server_view(
     )
 
 
-def _gate(control: ControlState) -> GateView:
+def gate_view(control: ControlState) -> GateView:
+    """The gate as the control topic's latest gate record says (``running`` when there is none)."""
     gate = control.gate
     if gate is None:
         return GateView("running", 0, "", "", None, [])
@@ -449,6 +451,6 @@ def shape(obs: Observation) -> RunStatus:
         lag=Lag(sum(part_lag.values()), partitions, consumers, SinkLag(sink_lag, obs.sink_members)),
         servers=views,
         quality=quality,
-        gate=_gate(control),
+        gate=gate_view(control),
         export=_export(export),
     )

@@ -283,7 +283,7 @@ def test_runs_are_listed_with_every_field_as_json_and_as_a_table(
     }  # fmt: skip
     assert ra["lag"] == {"prompts": 0, "sink": 0}
     assert ra["members"] == {"reported": 1, "live": 0}
-    assert ra["gate"] == {"state": "running", "epoch": 0, "reason": "", "fix": "", "at": None}
+    assert ra["gate"] == {"state": "running", "epoch": 0, "reason": "", "fix": "", "at": None, "breaches": []}
     assert ra["export"] == {
         "run_id": a.run_id, "at": now - 60, "ids": 6, "completions": 5, "errors": 1, "missing": 0,
         "duplicates_dropped": 0, "destination": "/data/a", "host": "h",
@@ -316,7 +316,7 @@ def test_runs_are_listed_with_every_field_as_json_and_as_a_table(
     assert rc["state"] == "halted", "the gate wins over a live report"
     assert rc["gate"] == {
         "state": "halted", "epoch": 0, "reason": "all 1024 tokens went to reasoning",
-        "fix": "raise --max-tokens", "at": now - 5,
+        "fix": "raise --max-tokens", "at": now - 5, "breaches": [],
     }  # fmt: skip
     assert (rc["parent"], rc["by"], rc["created_from"], rc["known_from"]) == (
         None,

@@ -296,7 +296,7 @@ def test_rows_are_oldest_first_and_the_document_has_the_schemas_keys() -> None:
     ]  # fmt: skip
     assert doc["runs"][1]["gate"] == {
         "state": "halted", "epoch": 1, "reason": "41% of results truncated", "fix": "raise --max-tokens",
-        "at": NOW - 5,
+        "at": NOW - 5, "breaches": [],
     }  # fmt: skip
     assert doc["runs"][2]["counts"] is None and doc["runs"][2]["lag"] is None
 
