@@ -18,7 +18,7 @@ Run as a separate process by :mod:`bench.fleet`::
 gets its own limit, its running limit plus a standing queue (``"queue"``); the running limit is
 learned as a plain client would, from ``/server_info``: the DP ranks'
 ``internal_states[*].effective_max_running_requests_per_dp`` summed where the server reports
-them (:func:`consumers.client.sglang_running_limit`), else the operator's figure
+them (:func:`consumers.servers.sglang.sglang_running_limit`), else the operator's figure
 (``"running_fallback"``, the profile's ``max_running_requests``). Prompts are dispatched in order,
 each to the server with the fewest requests outstanding that has room (:class:`LeastOutstanding`),
 the moment one has room. Same bodies, no Kafka; its HTTP client is aiohttp (one keep-alive pool
@@ -52,7 +52,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from consumers.sglang import sglang_running_limit
+from consumers.servers.sglang import sglang_running_limit
 
 __all__ = [
     "BaselineResult",
@@ -117,7 +117,7 @@ class LeastOutstanding:
 
 def learn_running_limit(server_info: dict[str, Any] | None, fallback: int) -> int:
     """A server's running limit as a plain client learns it from SGLang's ``/server_info``
-    (:func:`consumers.client.sglang_running_limit`: the DP ranks'
+    (:func:`consumers.servers.sglang.sglang_running_limit`: the DP ranks'
     ``effective_max_running_requests_per_dp`` summed), else ``fallback``."""
     limit = sglang_running_limit(server_info or {})
     return limit if limit is not None and limit > 0 else fallback

@@ -24,8 +24,8 @@ from consumers.dead_letters import DeadLetters, source_of
 from consumers.jobs import Job
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.quality import answer_flags
-from consumers.requests import record_params
-from consumers.sglang import ChatResult
+from consumers.servers.answers import ChatResult
+from consumers.servers.requests import record_params
 from streams.audit_trace import audit_trace
 from streams.config import Settings
 from streams.kafka import KafkaOutage

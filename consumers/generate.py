@@ -71,7 +71,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from consumers.assignor import stable_sticky_assignor
-from consumers.client import ServerClient, ServerInfo
 from consumers.commits import Committer
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
@@ -85,6 +84,7 @@ from consumers.process import PromptRunner
 from consumers.rebalance import RebalanceListener
 from consumers.recovery import answered_prompts
 from consumers.server_watch import ServerWatch
+from consumers.servers import ServerClient, ServerInfo
 from consumers.window import WindowConfig, WindowPolicy
 from streams.audit_trace import audit_trace
 from streams.bounded import within

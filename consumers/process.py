@@ -23,15 +23,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumers.client import ServerClient
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
 from consumers.jobs import Job
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.ownership import foreign_prompt_reason
-from consumers.requests import request_id
 from consumers.server_watch import ServerWatch
-from consumers.sglang import ChatResult
+from consumers.servers import ServerClient
+from consumers.servers.answers import ChatResult
+from consumers.servers.requests import request_id
 from consumers.window import WindowPolicy
 from streams.config import Settings
 from streams.errors import RecordDecodeError, RetriableServerError, ServerError

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from consumers.requests import last_user_text, thinking_requested
+from consumers.servers.requests import last_user_text, thinking_requested
 
 if TYPE_CHECKING:
-    from consumers.sglang import ChatResult
+    from consumers.servers.answers import ChatResult
     from streams.records import PromptRecord
 
 __all__ = [

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from consumers.client import ServerClient, ServerLoad
 from consumers.health import HealthConfig, ServerHealth
 from consumers.metrics import ConsumerMetrics
+from consumers.servers import ServerClient, ServerLoad
 from consumers.watchdog import ThroughputWatchdog, WatchdogConfig
 from consumers.window import WindowPolicy
 from streams.config import ConsumerSettings

@@ -12,7 +12,7 @@ from bench.analysis import first_attempt_rid
 from bench.fleet.context import BenchContext, PhaseOutcome, print_progress
 from bench.fleet.cpu import CpuClock
 from bench.fleet.sim_fleet import Sampler
-from consumers.client import ServerClient
+from consumers.servers import ServerClient
 
 __all__ = ["run_baseline"]
 

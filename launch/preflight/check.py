@@ -11,7 +11,7 @@ configuration in a minute:
    the bundled demo prompts;
 2. sent to every server at once, each bounded by its slots (discovery's
    ``max_running_requests``), with the run's generation settings exactly as the consumer sends
-   them (:meth:`consumers.client.ServerClient.request_body`: the record's own ``params`` win),
+   them (:meth:`consumers.servers.client.ServerClient.request_body`: the record's own ``params`` win),
    each request within ``timeout_s`` (the first request after a server starts can take minutes:
    SGLang captures CUDA graphs). A server that does not answer is :class:`UnavailableError`
    (exit 3), named;
@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from consumers.client import ServerClient, ServerInfo, request_id
 from consumers.quality import answer_flags
+from consumers.servers import ServerClient, ServerInfo, request_id
 from launch.preflight.sample import Sample
 from launch.preflight.stats import (
     Recommendation,
@@ -245,7 +245,7 @@ async def _ask(
     client: ServerClient, prompt: PromptRecord, run_id: str, send: int, max_tokens: int | None = None
 ) -> SampleAnswer:
     """One chat completion of ``prompt`` as the consumer builds it (``max_tokens``: another budget).
-    Its SGLang request id is apart from the run's own (:func:`consumers.requests.request_id` of
+    Its SGLang request id is apart from the run's own (:func:`consumers.servers.requests.request_id` of
     ``preflight:<run id>``), so a preflight request still running never collides with the run's."""
     body = client.request_body(prompt, request_id(f"preflight:{run_id}", prompt.id, 0, send))
     if max_tokens is not None:

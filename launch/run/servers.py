@@ -4,7 +4,7 @@ The rule (``kafkagen run``, README "The main job"): the main job starts llama.cp
 the **embedded default** (no ``--server`` and the ``servers`` setting not set by the user, neither
 ``KAFKAGEN_SERVERS`` nor ``--servers``) or when asked with ``--local-llm``. Every other server, any
 address (loopback included), is used as it is: :func:`wait_for_servers` waits until each one can
-generate (:meth:`consumers.client.ServerClient.discover`) and says what it found.
+generate (:meth:`consumers.servers.client.ServerClient.discover`) and says what it found.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from consumers.client import ServerClient, ServerInfo
+from consumers.servers import ServerClient, ServerInfo
 from streams.config import GenerationSettings, Settings
 from streams.errors import RetriableServerError, UnavailableError
 
@@ -58,7 +58,7 @@ async def wait_for_servers(
     urls: Sequence[str], generation: GenerationSettings, *, timeout_s: float, hint: str
 ) -> list[ServerInfo]:
     """Wait until every server in ``urls`` can generate (at most ``timeout_s`` seconds, all at
-    once), then return what each is (:meth:`consumers.client.ServerClient.discover`: SGLang
+    once), then return what each is (:meth:`consumers.servers.client.ServerClient.discover`: SGLang
     ``/health_generate``, elsewhere a 1-token chat completion; docs/sglang.md "Discovery").
 
     Raises:

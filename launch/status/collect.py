@@ -42,7 +42,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
-from consumers.client import ServerClient
+from consumers.servers import ServerClient
 from launch.status.shape import GroupMember, Observation, RunStatus, ServerProbe, shape
 from producers.progress import take_progress
 from streams import naming

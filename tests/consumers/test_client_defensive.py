@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from consumers.client import ChatResult, ServerClient
+from consumers.servers import ChatResult, ServerClient
 from simulator import DEFAULT_PROFILE, FaultConfig, SimulatedServer
 from streams.config import GenerationSettings
 from streams.errors import ConfigError, FatalRequestError, RetriableServerError

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from consumers.client import ChatResult, ServerClient
-from consumers.sglang import parse_load, sglang_running_limit
+from consumers.servers import ChatResult, ServerClient
+from consumers.servers.sglang import SGLang, sglang_running_limit
 from consumers.window import WindowConfig, WindowPolicy
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError
@@ -143,7 +143,7 @@ def test_two_data_parallel_ranks_are_summed() -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_metrics_read_the_running_and_queued_gauges(version: str) -> None:
     text = fixture_text(version, "metrics.txt")
-    load = parse_load(text)
+    load = SGLang().parse_load(text)
     assert load is not None
     running = _gauge(text, "sglang:num_running_reqs")
     queued = _gauge(text, "sglang:num_queue_reqs")
@@ -156,7 +156,7 @@ def test_per_priority_series_are_not_added_to_the_total(version: str) -> None:
     one series per priority: summing every series would double the load."""
     text = fixture_text(version, "metrics_priority.txt")
     assert 'priority="' in text
-    load = parse_load(text)
+    load = SGLang().parse_load(text)
     assert load is not None
     assert load.running == _gauge(text, "sglang:num_running_reqs", priority="")
     assert load.queued == _gauge(text, "sglang:num_queue_reqs", priority="")

@@ -9,8 +9,8 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLead
 from consumers.dead_letters import FOREIGN_RUN_PROMPT, DeadLetters
 from consumers.emit import completion_record
 from consumers.jobs import Job
-from consumers.requests import chat_request_body
-from consumers.sglang import ChatResult
+from consumers.servers.answers import ChatResult
+from consumers.servers.requests import chat_request_body
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError, RetriableServerError
 from streams.records import PromptRecord, SourceOffset, Usage

@@ -1,10 +1,10 @@
-"""The chat request of a prompt (consumers.requests): pure, no server."""
+"""The chat request of a prompt (consumers.servers.requests): pure, no server."""
 
 from __future__ import annotations
 
 import re
 
-from consumers.requests import (
+from consumers.servers.requests import (
     chat_request_body,
     last_user_text,
     record_params,

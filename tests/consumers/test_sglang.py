@@ -1,4 +1,4 @@
-"""What a chat-completion answer means (consumers.sglang.parse_chat_answer): pure, no server.
+"""What a chat-completion answer means (consumers.servers.answers.parse_chat_answer): pure, no server.
 SGLang's real answers are in test_client_fixtures."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from consumers.sglang import ChatResult, int_or_none, parse_chat_answer
+from consumers.servers.answers import ChatResult, int_or_none, parse_chat_answer
 from streams.errors import FatalRequestError, RetriableServerError
 
 

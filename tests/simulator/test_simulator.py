@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from consumers.requests import request_id
+from consumers.servers.requests import request_id
 from simulator import (
     DEFAULT_PROFILE,
     FaultConfig,

@@ -30,7 +30,7 @@ answer is empty and the model called tools, as OpenAI returns it (kafkagen store
 server returned reasoning, and ``tool_calls`` only when the model called tools. Token counts are
 the served model's tokens; ``completion_tokens`` includes ``reasoning_tokens``. ``finish_reason``
 is the server's, one of OpenAI's values (SGLang's ``abort`` is retried, then dead-lettered: never a
-completion, :mod:`consumers.sglang`).
+completion, :mod:`consumers.servers.answers`).
 """
 
 from __future__ import annotations
