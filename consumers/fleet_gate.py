@@ -41,19 +41,19 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
 from aiokafka.errors import KafkaError
 
 from consumers.gate import QualityGate, halt_message, result_classes, tally
 from consumers.metrics import ConsumerMetrics
 from streams.config import Settings
-from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberReport
+from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberLoad, MemberReport
 from streams.kafka import KafkaOutage
 from streams.records import Usage
 
-__all__ = ["FleetGate", "MemberLoad", "MemberState"]
+__all__ = ["FleetGate", "MemberState"]
 
 log = logging.getLogger("kafkagen.generate")
 
@@ -68,25 +68,6 @@ _POLL_SLICE_S = 0.2
 own trip, seconds."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemberLoad:
-    """What the consumer knows of its work and its server now (a report's load fields).
-
-    Counts are requests; ``slots`` is the server's running-request limit (SGLang
-    ``max_running_requests``), ``running``/``queued`` its last ``/metrics`` reading (None when it
-    does not tell)."""
-
-    in_flight: int = 0
-    window: int = 0
-    waiting: int = 0
-    slots: int | None = None
-    running: int | None = None
-    queued: int | None = None
-    server_up: bool = True
-    partitions: list[int] = field(default_factory=list)
-    model: str | None = None
-
-
 class FleetGate:
     """One consumer's participant in the run's quality gate (module docstring).
 
@@ -96,7 +77,7 @@ class FleetGate:
         instance_id: the consumer's static member id (the report's key, ``member:<id>``).
         server_url: the consumer's server, for its reports.
         kafka: the consumer's outage tracker.
-        load: the consumer's current :class:`MemberLoad`.
+        load: the consumer's current :class:`streams.control.MemberLoad`.
         metrics: the consumer's metrics, whose ``gate_halted`` and ``gate_epoch`` gauges follow
             this gate.
 
@@ -263,13 +244,13 @@ class FleetGate:
         tokens_per_s, completions_per_s = self.rates()
         generation = self.settings.generation
         return MemberReport(
+            **msgspec.structs.asdict(load),
             run_id=self.settings.run_id,
             instance=self.instance_id,
             incarnation=self.incarnation,
             host=socket.gethostname(),
             pid=os.getpid(),
             server=self.server_url,
-            model=load.model,
             state=state,
             started_at=self.started_at,
             at=time.time(),
@@ -282,14 +263,6 @@ class FleetGate:
             reasoning_tokens=self.reasoning_tokens,
             tokens_per_s=tokens_per_s,
             completions_per_s=completions_per_s,
-            in_flight=load.in_flight,
-            window=load.window,
-            waiting=load.waiting,
-            slots=load.slots,
-            running=load.running,
-            queued=load.queued,
-            server_up=load.server_up,
-            partitions=load.partitions,
             max_tokens=generation.max_tokens,
             thinking=bool(generation.chat_template_kwargs.get("enable_thinking")),
         )

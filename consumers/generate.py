@@ -74,7 +74,7 @@ from consumers.assignor import stable_sticky_assignor
 from consumers.commits import Committer
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
-from consumers.fleet_gate import FleetGate, MemberLoad
+from consumers.fleet_gate import FleetGate
 from consumers.jobs import Job, JobBook
 from consumers.membership import default_instance_id, group_consumer, group_id, stop_member
 from consumers.metrics import ConsumerMetrics, ConsumerStats
@@ -89,6 +89,7 @@ from consumers.window import WindowConfig, WindowPolicy
 from streams.audit_trace import audit_trace
 from streams.bounded import within
 from streams.config import Settings
+from streams.control import MemberLoad
 from streams.kafka import KAFKA_STEP_S, KafkaOutage, producer_kwargs
 from streams.retry import Backoff
 from streams.topics import ensure_topics, topic_specs

@@ -54,6 +54,7 @@ __all__ = [
     "ExportReport",
     "FleetRecord",
     "GateRecord",
+    "MemberLoad",
     "MemberReport",
     "RegenerateRecord",
     "RunRecord",
@@ -107,8 +108,28 @@ class Breach(msgspec.Struct, frozen=True, kw_only=True):
     phase: Literal["warmup", "window", "preflight"]
 
 
-class MemberReport(msgspec.Struct, frozen=True, kw_only=True, tag="member", tag_field="kind"):
-    """One generation consumer's latest report (key ``member:<instance id>``).
+class MemberLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """What a generation consumer knows of its work and its server now: a report's load fields.
+
+    Counts are requests; ``slots`` is the server's running-request limit (SGLang
+    ``max_running_requests``), ``running``/``queued`` its last ``/metrics`` reading (None when it
+    does not tell).
+    """
+
+    in_flight: int = 0
+    window: int = 0
+    waiting: int = 0
+    slots: int | None = None
+    running: int | None = None
+    queued: int | None = None
+    server_up: bool = True
+    partitions: list[int] = []
+    model: str | None = None
+
+
+class MemberReport(MemberLoad, frozen=True, kw_only=True, tag="member", tag_field="kind"):
+    """One generation consumer's latest report (key ``member:<instance id>``): its
+    :class:`MemberLoad` and what it did.
 
     Counts are cumulative for the instance id (a restarted consumer continues them from its last
     report); rates are over the consumer's recent window. ``gate`` counts only results of gate epoch
@@ -122,7 +143,6 @@ class MemberReport(msgspec.Struct, frozen=True, kw_only=True, tag="member", tag_
     host: str
     pid: int
     server: str
-    model: str | None = None
     state: Literal["starting", "running", "halted", "server_down", "stopped"] = "running"
     started_at: float = 0.0
     at: float = 0.0
@@ -135,15 +155,6 @@ class MemberReport(msgspec.Struct, frozen=True, kw_only=True, tag="member", tag_
     reasoning_tokens: int = 0
     tokens_per_s: float = 0.0
     completions_per_s: float = 0.0
-    in_flight: int = 0
-    window: int = 0
-    waiting: int = 0
-    slots: int | None = None
-    """the server's running-request limit, when it tells (SGLang ``max_running_requests``)."""
-    running: int | None = None
-    queued: int | None = None
-    server_up: bool = True
-    partitions: list[int] = []
     max_tokens: int | None = None
     thinking: bool | None = None
 

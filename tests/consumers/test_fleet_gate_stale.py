@@ -10,9 +10,9 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumers.fleet_gate import FleetGate, MemberLoad
+from consumers.fleet_gate import FleetGate
 from streams.config import Settings
-from streams.control import GATE_KEY, ControlLog, GateRecord, decode_control, read_control
+from streams.control import GATE_KEY, ControlLog, GateRecord, MemberLoad, decode_control, read_control
 from streams.kafka import KafkaOutage, consumer_kwargs
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import wait_for
