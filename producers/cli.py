@@ -38,7 +38,7 @@ from streams.cli import (
 )
 from streams.config import KeyBy
 from streams.errors import ConfigError, ExitCode, StorageError, UnavailableError
-from streams.inputs import LAST_TURN_RULES, InputMapping, LastTurn, resolve_inputs
+from streams.inputs import LAST_TURN_RULES, FormatName, InputMapping, LastTurn, MappingOptions, resolve_inputs
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
 
@@ -97,17 +97,16 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         skip_unreadable: bool,
         **kwargs: Any,
     ) -> Any:
-        mapping = InputMapping(
-            format_,
-            prompt_field,
-            id_field,
-            system,
-            keep_field,
-            tag,
-            key_by,
+        rows = MappingOptions(
+            format=FormatName(format_),  # a click.Choice of the names
+            prompt_field=prompt_field,
+            id_field=id_field,
+            system=system,
+            keep_fields=keep_field,
+            tags=tag,
             last_turn=last_turn,
-            skip_unreadable=skip_unreadable,
         )
+        mapping = InputMapping(rows, key_by=key_by, skip_unreadable=skip_unreadable)
         return command(*args, mapping=mapping, **kwargs)
 
     decorators = [

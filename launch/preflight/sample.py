@@ -3,7 +3,7 @@ them, drawn evenly over its beginning.
 
 The producer's reader (:class:`producers.reader.InputReader`) and record maker
 (:class:`producers.maker.RecordMaker`) turn the input lines into records with the run's mapping
-options (:class:`producers.cli.InputMapping`), so the sample is exactly what the run would
+options (:class:`streams.inputs.InputMapping`), so the sample is exactly what the run would
 publish (same prompt field, system prompt, tools, per-record ``params``; bad lines are left out
 here, the producer reports them). A seeded reservoir (Vitter's algorithm R) over the first
 ``scan`` good records picks ``size`` of them: spread over the input's beginning, not its first

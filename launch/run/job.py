@@ -169,8 +169,7 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
 
     Raises:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`);
-            llama.cpp is to be started for a URL that is not ``127.0.0.1:<port>``; the mapping
-            options do not fit together (:meth:`producers.cli.InputMapping.options`); ``--serve``
+            llama.cpp is to be started for a URL that is not ``127.0.0.1:<port>``; ``--serve``
             with ``--server`` or ``--local-llm``; no server at all (``KAFKAGEN_SERVERS='[]'``), or
             the same server twice (``http://h:1`` and ``http://h:1/``).
     """
@@ -185,7 +184,6 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
             check_server_url(url)
         except ValueError as exc:
             raise ConfigError(f"--server {exc}") from None
-    options.mapping.options(run)  # raises ConfigError now, not once the stack is up
     embedded = options.serve is None and embedded_llm(settings, options.servers, local_llm=options.local_llm)
     servers = options.serve.urls if options.serve else list(options.servers) or settings.servers
     if not servers:
@@ -236,7 +234,7 @@ def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
     """The ``python -m producers.prompts`` arguments for ``options``: the prompt inputs (default the
     demo file), the mapping options, and :data:`DEMO_KEEP_FIELDS` unless ``--keep-field`` is given."""
     mapping = options.mapping
-    keep = [] if mapping.keep_fields else [a for f in DEMO_KEEP_FIELDS for a in ("--keep-field", f)]
+    keep = [] if mapping.rows.keep_fields else [a for f in DEMO_KEEP_FIELDS for a in ("--keep-field", f)]
     return [
         *(options.prompts or (str(DEMO_FILE),)),
         *mapping.argv(),

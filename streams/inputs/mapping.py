@@ -1,12 +1,13 @@
 """The input mapping options, parsed once (by ``kafkagen produce``, ``run`` and ``preflight``) into
-one frozen object: how rows become prompt records and which partition each goes to."""
+one frozen object: how rows become prompt records (:class:`streams.inputs.MappingOptions`, checked
+when it is made) and which partition each goes to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 from streams.config import KeyBy
-from streams.inputs.answers import LastTurn
 from streams.inputs.formats import FormatName, MappingOptions
 
 __all__ = ["InputMapping"]
@@ -14,58 +15,43 @@ __all__ = ["InputMapping"]
 
 @dataclass(frozen=True)
 class InputMapping:
-    """The values of the input mapping options (:func:`mapping_options`): how rows become prompt
-    records and which partition each goes to. ``None`` and ``()`` mean "not given"."""
+    """The values of the input mapping options (``producers.cli.mapping_options``).
 
-    format: str = FormatName.AUTO.value
-    prompt_field: str | None = None
-    id_field: str | None = None
-    system: str | None = None
-    keep_fields: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
+    Attributes:
+        rows: how rows become prompt records; its ``run_id`` is left None (:meth:`options` sets it).
+        key_by: how records are keyed to partitions; None: the producer's setting.
+        skip_unreadable: a folder input's files that are not prompt files are left out, not refused.
+    """
+
+    rows: MappingOptions = field(default_factory=MappingOptions)
     key_by: KeyBy | None = None
-    last_turn: LastTurn = "auto"
     skip_unreadable: bool = False
-    """a folder input's files that are not prompt files are left out, not refused."""
 
     def options(self, run_id: str | None) -> MappingOptions:
-        """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``.
-
-        Raises:
-            ConfigError: the combination is invalid (e.g. ``--format dataset`` without
-                ``--prompt-field``; :class:`MappingOptions` says which).
-        """
-        return MappingOptions(
-            format=FormatName(self.format),
-            prompt_field=self.prompt_field,
-            id_field=self.id_field,
-            system=self.system,
-            keep_fields=self.keep_fields,
-            tags=self.tags,
-            run_id=run_id,
-            last_turn=self.last_turn,
-        )
+        """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``."""
+        return dataclasses.replace(self.rows, run_id=run_id)
 
     def argv(self) -> list[str]:
         """The same options as ``kafkagen produce`` flags, for a command line that runs the
         producer (the main job); options not given are left out."""
+        rows = self.rows
         args: list[str] = []
-        if self.format != FormatName.AUTO.value:
-            args += ["--format", self.format]
-        if self.last_turn != "auto":
-            args += ["--last-turn", self.last_turn]
+        if rows.format != FormatName.AUTO:
+            args += ["--format", rows.format.value]
+        if rows.last_turn != "auto":
+            args += ["--last-turn", rows.last_turn]
         if self.skip_unreadable:
             args.append("--skip-unreadable")
         for flag, value in (
-            ("--prompt-field", self.prompt_field),
-            ("--id-field", self.id_field),
-            ("--system", self.system),
+            ("--prompt-field", rows.prompt_field),
+            ("--id-field", rows.id_field),
+            ("--system", rows.system),
             ("--key-by", self.key_by),
         ):
             if value is not None:
                 args += [flag, value]
-        for name in self.keep_fields:
+        for name in rows.keep_fields:
             args += ["--keep-field", name]
-        for tag in self.tags:
+        for tag in rows.tags:
             args += ["--tag", tag]
         return args

@@ -35,12 +35,12 @@ from launch.stack.process import wait_until
 from streams.config import GenerationSettings, Settings
 from streams.control import Breach
 from streams.errors import PreflightError, UnavailableError
-from streams.inputs import InputMapping
+from streams.inputs import InputMapping, MappingOptions
 from streams.kafka import end_offsets
 from tests.helpers import REPO_ROOT, partitions_of, unused_port
 
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
-QUESTION = InputMapping(prompt_field="question")
+QUESTION = InputMapping(MappingOptions(prompt_field="question"))
 
 
 def _generation(max_tokens: int, thinking: bool) -> GenerationSettings:
@@ -125,7 +125,7 @@ def test_the_sample_is_seeded_spread_mapped_and_skips_bad_lines(tmp_path: Path) 
     lines = [json.dumps({"q": f"question {i}", "id": f"r{i}"}) for i in range(1000)]
     lines[3] = "{not json"
     rows.write_text("\n".join(lines) + "\n")
-    mapping = InputMapping(prompt_field="q", id_field="id")
+    mapping = InputMapping(MappingOptions(prompt_field="q", id_field="id"))
     settings = Settings()
     first = read_sample([str(rows)], mapping, settings, size=32)
     assert first == read_sample([str(rows)], mapping, settings, size=32), "seeded"
@@ -148,7 +148,9 @@ def test_an_id_repeated_in_the_input_is_sampled_once(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     lines = [json.dumps({"q": f"question {i % 5}", "id": f"r{i % 5}"}) for i in range(12)]
     rows.write_text("\n".join(lines) + "\n")
-    sample = read_sample([str(rows)], InputMapping(prompt_field="q", id_field="id"), Settings(), size=32)
+    sample = read_sample(
+        [str(rows)], InputMapping(MappingOptions(prompt_field="q", id_field="id")), Settings(), size=32
+    )
     assert sorted(p.id for p in sample.prompts) == [f"r{i}" for i in range(5)]
     assert sample.scanned == 5 and sample.repeated == 7
     assert "5 good records; 7 with an id seen before left out" in sample.describe()

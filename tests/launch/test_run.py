@@ -18,7 +18,7 @@ from launch.run.servers import embedded_llm, servers_set_by_user
 from producers.cli import MAPPING_OPTIONS
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError
-from streams.inputs import InputMapping
+from streams.inputs import FormatName, InputMapping, MappingOptions
 from tests.helpers import unused_port
 
 
@@ -136,15 +136,15 @@ def test_the_producer_gets_the_mapping_options_and_the_demo_fields_only_by_defau
     default = producer_argv(RunOptions(), report)
     assert default[0].endswith("data/prompts/demo.jsonl")
     assert default[1:] == ["--keep-field", "source", "--keep-field", "reference", "--bad-lines", str(report)]
-    mapping = InputMapping(
-        format="dataset",
+    rows = MappingOptions(
+        format=FormatName.DATASET,
         prompt_field="question",
         id_field="qid",
         system="Be brief.",
         keep_fields=("answer",),
         tags=("gsm8k", "test"),
-        key_by="id",
     )
+    mapping = InputMapping(rows, key_by="id")
     argv = producer_argv(
         RunOptions(prompts=("a.jsonl", "s3://b/k.jsonl"), mapping=mapping, progress=False), report
     )
