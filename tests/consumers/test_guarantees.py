@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from consumers.generate import GenerationConsumer, group_id
@@ -518,3 +519,23 @@ async def test_joining_a_group_takes_one_generation_per_membership_change(cs: Se
             for worker in (first, second):
                 worker.stop()
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+
+
+@pytest.mark.parametrize("brokers", [pytest.param(3, id="3brokers")])
+async def test_consumers_started_while_a_broker_is_down_generate_every_prompt(
+    cs: Settings, sim: SimulatedServer, fleet: Fleet, kafka_cluster_stack: LocalStack
+) -> None:
+    """Two consumers start the moment one of 3 brokers is SIGKILLed, while the metadata still
+    lists it: they wait the partial cluster out and generate every prompt, neither exits (one
+    exited 3 on NodeNotReadyError, node 2, with brokers 1 and 3 up; fault audit seed 31337)."""
+    prompts = [make_prompt(i) for i in range(80)]
+    await publish(cs, prompts)
+    assert kafka_cluster_stack.kill("kafka-2")
+    try:
+        fleet.start("c0", sim.url)
+        fleet.start("c1", sim.url)
+        done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+        assert not failed and set(done) == {p.id for p in prompts}
+        fleet.assert_alive()
+    finally:
+        await asyncio.to_thread(kafka_cluster_stack.up, ["kafka-2"])
