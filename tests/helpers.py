@@ -12,11 +12,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, TypeVar
 
 import pytest
+from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -268,3 +270,18 @@ def start_simulator(log: Path, *args: str, port: int = 0) -> tuple[subprocess.Po
         proc.kill()
         raise AssertionError(f"the simulator printed {line!r}; see {log}")
     return proc, match.group(0)
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """``app`` served on 127.0.0.1, on a port the OS picks, until the block ends; yields its base
+    URL (``http://127.0.0.1:<port>``)."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

@@ -45,11 +45,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import msgspec
-
-from launch.status.shape import GateView, Observation, PromptCounts, gate_view, report_is_live, shape
+from launch.status.shape import (
+    GateView,
+    Observation,
+    PromptCounts,
+    export_view,
+    gate_view,
+    report_is_live,
+    shape,
+)
 from streams import naming
-from streams.control import ControlState, ExportReport, RunRecord
+from streams.control import ControlState, RunRecord
 
 __all__ = [
     "LIVE_INTERVALS",
@@ -288,15 +294,6 @@ def run_state(
     return "idle"
 
 
-def _export(report: ExportReport | None) -> dict[str, Any] | None:
-    if report is None:
-        return None
-    data = msgspec.to_builtins(report)
-    assert isinstance(data, dict)
-    data.pop("kind", None)
-    return data
-
-
 def _params(control: ControlState) -> tuple[dict[str, Any], Literal["run_record", "member_report"] | None]:
     """The run's generation parameters: its run record's, else what its latest member report says
     (``model``, ``max_tokens``, ``thinking``), else none."""
@@ -393,7 +390,7 @@ def shape_run(facts: RunFacts, *, at: float, live_s: float) -> RunRow:
         lag=lag,
         members={"reported": len(control.members), "live": live},
         gate=gate_view(control),
-        export=_export(control.export),
+        export=export_view(control.export),
         regenerations=len(control.regenerations),
         regenerated_prompts=sum(r.ids for r in control.regenerations.values()),
         s3_folder=facts.s3_folder,

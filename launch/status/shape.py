@@ -67,6 +67,7 @@ __all__ = [
     "ServerProbe",
     "ServerView",
     "SinkLag",
+    "export_view",
     "gate_view",
     "occupancy",
     "report_is_live",
@@ -351,7 +352,8 @@ def gate_view(control: ControlState) -> GateView:
     )
 
 
-def _export(report: ExportReport | None) -> dict[str, Any] | None:
+def export_view(report: ExportReport | None) -> dict[str, Any] | None:
+    """The run's latest export report as plain data (without its record tag), or None."""
     if report is None:
         return None
     data = msgspec.to_builtins(report)
@@ -452,5 +454,5 @@ def shape(obs: Observation) -> RunStatus:
         servers=views,
         quality=quality,
         gate=gate_view(control),
-        export=_export(export),
+        export=export_view(export),
     )

@@ -24,7 +24,7 @@ from consumers.servers.sglang import SGLang, sglang_running_limit
 from consumers.window import WindowConfig, WindowPolicy
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError
-from tests.helpers import make_prompt
+from tests.helpers import make_prompt, serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 VERSIONS = ("0.5.20", "0.5.23")
@@ -66,15 +66,8 @@ async def sglang_fixture_server(version: str, chat: Callable[[], web.Response]) 
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health_generate", health)
     app.router.add_post("/v1/chat/completions", chat_handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 def chat_fixture(version: str, name: str, status: int = 200) -> Callable[[], web.Response]:

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from consumers.servers import ServerClient
+from consumers.servers import ChatResult, ServerClient
 from consumers.servers.base import ServerKind
 from consumers.servers.registry import FALLBACK, KINDS
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError
-from tests.helpers import make_prompt
+from tests.helpers import make_prompt, serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -116,15 +116,8 @@ async def fixture_server(folder: Path, *, kind: ServerKind, chat: Path | None = 
     app = web.Application()
     app.router.add_get("/{tail:.*}", on_get)
     app.router.add_post("/v1/chat/completions", on_chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 def expected_info(kind: ServerKind, folder: Path) -> dict[str, Any]:
@@ -224,6 +217,18 @@ def test_the_recorded_load_is_not_idle() -> None:
                 assert all(series_sum(text, name) > 0 for name in LOAD_SERIES[kind.name]), folder
 
 
+async def chat_once(folder: Path, kind: ServerKind, answer: Path) -> ChatResult:
+    """One chat completion through a discovered :class:`ServerClient`, answered with ``answer``.
+    Raises what the client raises for it."""
+    async with fixture_server(folder, kind=kind, chat=answer) as url:
+        client = ServerClient(url, GenerationSettings())
+        try:
+            await client.discover(wait_s=10)
+            return await client.chat(client.request_body(make_prompt(1), "kg-test"))
+        finally:
+            await client.aclose()
+
+
 CHATS = [(kind, folder, chat) for kind, folder in CASES for chat in answers(folder, "chat")]
 
 
@@ -231,13 +236,7 @@ CHATS = [(kind, folder, chat) for kind, folder in CASES for chat in answers(fold
 async def test_chat_answers_parse_into_what_the_server_said(
     kind: ServerKind, folder: Path, chat: Path
 ) -> None:
-    async with fixture_server(folder, kind=kind, chat=chat) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            await client.discover(wait_s=10)
-            result = await client.chat(client.request_body(make_prompt(1), "kg-test"))
-        finally:
-            await client.aclose()
+    result = await chat_once(folder, kind, chat)
     said = load(chat)
     choice = said["choices"][0]
     assert result.finish_reason == choice["finish_reason"]
@@ -255,12 +254,6 @@ async def test_a_prompt_over_the_context_is_fatal_not_retried(
     kind: ServerKind, folder: Path, error: Path
 ) -> None:
     """Sending it again cannot fit it: the consumer dead-letters it at once."""
-    async with fixture_server(folder, kind=kind, chat=error) as url:
-        client = ServerClient(url, GenerationSettings())
-        try:
-            await client.discover(wait_s=10)
-            with pytest.raises(FatalRequestError) as caught:
-                await client.chat(client.request_body(make_prompt(1), "kg-test"))
-        finally:
-            await client.aclose()
+    with pytest.raises(FatalRequestError) as caught:
+        await chat_once(folder, kind, error)
     assert caught.value.status == 400
