@@ -34,6 +34,7 @@ def group_consumer(
         **consumer_kwargs(settings.kafka, group_id=group),
         group_instance_id=instance_id,
         session_timeout_ms=cfg.session_timeout_ms,
+        rebalance_timeout_ms=cfg.rebalance_ms,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         max_poll_records=cfg.max_in_flight,
         # Partitions added to the prompts topic (kafkagen scale --partitions) are noticed at a

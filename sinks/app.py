@@ -136,7 +136,7 @@ def create_app(settings: Settings) -> tuple[faust.App, SinkService]:
         web_enabled=False,
         autodiscover=False,
         broker_session_timeout=sink.session_timeout_ms / 1000,
-        broker_rebalance_timeout=sink.rebalance_timeout_ms / 1000,
+        broker_rebalance_timeout=sink.rebalance_ms / 1000,
         broker_heartbeat_interval=sink.heartbeat_interval_ms / 1000,
         worker_redirect_stdouts=False,
     )

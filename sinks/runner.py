@@ -131,7 +131,7 @@ class SinkRunner:
         kwargs.update(
             client_id=f"{self.settings.kafka.client_id}-sink",
             session_timeout_ms=sink.session_timeout_ms,
-            rebalance_timeout_ms=sink.rebalance_timeout_ms,
+            rebalance_timeout_ms=sink.rebalance_ms,
             heartbeat_interval_ms=sink.heartbeat_interval_ms,
             group_instance_id=sink.instance_id,
         )
@@ -537,7 +537,7 @@ class SinkRunner:
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         """Rebalance listener: give uploads in flight a bounded time, then drop the partitions."""
         parts = [p for tp in revoked if (p := self._parts.get(tp)) is not None]
-        await self._close(parts, min(10.0, self.settings.sink.rebalance_timeout_ms / 2000))
+        await self._close(parts, min(10.0, self.settings.sink.rebalance_ms / 2000))
 
     async def _close(self, parts: list[PartitionState], wait_s: float) -> None:
         for part in parts:

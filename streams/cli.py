@@ -42,7 +42,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from streams import logs
-from streams.config import ENV_PREFIX, Settings, load_settings
+from streams.config import COMMON_SETTINGS, ENV_PREFIX, Settings, load_settings
 from streams.errors import ConfigError, ExitCode, KafkagenError
 from streams.inputs import FormatName
 
@@ -216,18 +216,33 @@ def _json(path: _Path, text: str) -> Any:
         raise click.BadParameter(f"{text!r} is not JSON ({exc.msg})", param_hint=_flag(path)) from None
 
 
+def _setting_lines(path: _Path, info: FieldInfo) -> list[str]:
+    default = info.get_default(call_default_factory=True)
+    flag = _flag(path)
+    if _kind(info.annotation) == "bool":
+        flag = f"{flag}/{_flag((*path[:-1], 'no_' + path[-1]))}"
+    lines = [f"  {flag}  {_env(path)}  (default: {default!r})"]
+    if info.description:
+        lines.append(f"      {info.description}")
+    return lines
+
+
 def _settings_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    lines = ["Settings (flag, environment variable, default: description):", ""]
-    for path, info in _fields(Settings):
-        default = info.get_default(call_default_factory=True)
-        flag = _flag(path)
-        if _kind(info.annotation) == "bool":
-            flag = f"{flag}/{_flag((*path[:-1], 'no_' + path[-1]))}"
-        lines.append(f"  {flag}  {_env(path)}  (default: {default!r})")
-        if info.description:
-            lines.append(f"      {info.description}")
+    fields = dict(_fields(Settings))
+    lines = ["Settings (flag, environment variable, default: description).", "", "Most runs set:"]
+    for dotted in COMMON_SETTINGS:
+        lines += _setting_lines(tuple(dotted.split(".")), fields[tuple(dotted.split("."))])
+    groups: dict[str, list[_Path]] = {}
+    for path in fields:
+        if ".".join(path) not in COMMON_SETTINGS:
+            groups.setdefault(path[0] if len(path) > 1 else "", []).append(path)
+    for group, paths in groups.items():
+        title = Settings.model_fields[group].description if group else "the rest of the run"
+        lines += ["", f"{group or 'run'}: {title}"]
+        for path in paths:
+            lines += _setting_lines(path, fields[path])
     lines += [
         "",
         'Lists take JSON (\'["a", "b"]\'), commas (a,b) or a repeated flag; dicts take JSON; null unsets',

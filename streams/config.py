@@ -15,9 +15,8 @@ Settings are parsed by pydantic-settings (https://docs.pydantic.dev/latest/conce
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import httpx
 from pydantic import (
@@ -36,10 +35,12 @@ from streams import naming
 from streams.errors import ConfigError
 
 __all__ = [
+    "COMMON_SETTINGS",
     "ENV_PREFIX",
     "ConsumerSettings",
     "GateSettings",
     "GenerationSettings",
+    "GroupMemberSettings",
     "KafkaSettings",
     "KeyBy",
     "ProducerSettings",
@@ -208,38 +209,28 @@ class ProducerSettings(BaseModel):
         return self
 
 
-_RENAMED_CONSUMER_SETTINGS: dict[str, str] = {
-    "backoff_initial_s": "retry_initial_s",
-    "backoff_max_s": "retry_max_s",
-}
-"""Consumer settings renamed in kafkagen 0.1 (one name for the consumer's and the sink's retry
-waits): the old names still work, with a warning."""
-
-
-class ConsumerSettings(BaseModel):
-    """Generation consumers (``python -m consumers.generate``): one per inference server."""
+class GroupMemberSettings(BaseModel):
+    """What the generation consumers and the sink share as members of a Kafka consumer group:
+    its session timings (milliseconds; Kafka's ``session.timeout.ms``, ``rebalance.timeout.ms``
+    and ``heartbeat.interval.ms``)."""
 
     model_config = _FROZEN
 
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_old_names(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not any(k in data for k in _RENAMED_CONSUMER_SETTINGS):
-            return data
-        data = dict(data)
-        for old, new in _RENAMED_CONSUMER_SETTINGS.items():
-            if old in data:
-                value = data.pop(old)
-                # the new name wins when it was set too (defaults are filled in before validation)
-                if data.get(new, cls.model_fields[new].default) == cls.model_fields[new].default:
-                    data[new] = value
-                warnings.warn(
-                    f"consumer.{old} is now consumer.{new} (KAFKAGEN_CONSUMER__{new.upper()}); "
-                    "the old name will stop working",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-        return data
+    session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
+    rebalance_timeout_ms: int | None = Field(
+        None, gt=0, description="Kafka group rebalance timeout (ms); unset: the session timeout"
+    )
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
+
+    @property
+    def rebalance_ms(self) -> int:
+        """The rebalance timeout in effect (ms): ``rebalance_timeout_ms``, else the session timeout
+        (aiokafka 0.14's own default, ``aiokafka/consumer/consumer.py``)."""
+        return self.rebalance_timeout_ms or self.session_timeout_ms
+
+
+class ConsumerSettings(GroupMemberSettings):
+    """Generation consumers (``python -m consumers.generate``): one per inference server."""
 
     group: str = Field("kafkagen-generate", description="consumer group id on the prompts topic")
     max_in_flight: int = Field(256, gt=0, description="hard cap on requests in flight per server")
@@ -291,11 +282,9 @@ class ConsumerSettings(BaseModel):
     watchdog_hold_s: float = Field(
         600.0, gt=0, description="seconds a consumer whose server collapsed stays out of the group"
     )
-    session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
-    heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
 
 
-class SinkSettings(BaseModel):
+class SinkSettings(GroupMemberSettings):
     """The S3 sink (``python -m sinks.s3``; design and guarantees in :mod:`sinks.s3`).
 
     The sink's Kafka consumer group is ``<group>.<run_id>``: its committed offsets must describe
@@ -327,9 +316,6 @@ class SinkSettings(BaseModel):
     instance_id: str | None = Field(
         None, description="static group membership id (Kafka KIP-345): a restart rejoins at once"
     )
-    session_timeout_ms: int = Field(30000, gt=0, description="Kafka group session timeout (ms)")
-    rebalance_timeout_ms: int = Field(30000, gt=0, description="Kafka group rebalance timeout (ms)")
-    heartbeat_interval_ms: int = Field(3000, gt=0, description="Kafka group heartbeat (ms)")
 
 
 class GateSettings(BaseModel):
@@ -405,6 +391,22 @@ class StackSettings(BaseModel):
     ready_timeout_s: float = Field(120.0, gt=0, description="seconds to wait for each service")
 
 
+COMMON_SETTINGS: Final[tuple[str, ...]] = (
+    "run_id",
+    "servers",
+    "kafka.bootstrap_servers",
+    "s3.endpoint_url",
+    "s3.bucket",
+    "generation.model",
+    "generation.max_tokens",
+    "generation.temperature",
+    "generation.chat_template_kwargs",
+    "topics.partitions",
+    "gate.enabled",
+)
+"""The settings most runs set (dotted paths), listed first by ``--settings-help``."""
+
+
 class Settings(BaseSettings):
     """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``;
     switch to another run id with :func:`streams.naming.for_run` (``model_copy`` runs no validator,
@@ -437,19 +439,23 @@ class Settings(BaseSettings):
         description="this run regenerates run REPLAY_OF's prompts (topic <REPLAY_OF>.prompts) under its own "
         "run id, completions and errors topics, groups and S3 folder (docs/runs.md)",
     )
-    kafka: KafkaSettings = KafkaSettings()
-    topics: TopicSettings = TopicSettings()
-    s3: S3Settings = S3Settings()
-    generation: GenerationSettings = GenerationSettings()
     servers: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
         description="inference server base URLs (SGLang, or llama.cpp locally), one consumer each",
     )
-    producer: ProducerSettings = ProducerSettings()
-    consumer: ConsumerSettings = ConsumerSettings()
-    sink: SinkSettings = SinkSettings()
-    gate: GateSettings = GateSettings()
-    stack: StackSettings = StackSettings()
+    kafka: KafkaSettings = Field(KafkaSettings(), description="how every Kafka client connects")
+    topics: TopicSettings = Field(TopicSettings(), description="topic names and partitions")
+    s3: S3Settings = Field(S3Settings(), description="where the sink writes")
+    generation: GenerationSettings = Field(
+        GenerationSettings(), description="sampling parameters sent with every request"
+    )
+    producer: ProducerSettings = Field(ProducerSettings(), description="the prompt producer")
+    consumer: ConsumerSettings = Field(ConsumerSettings(), description="the generation consumers")
+    sink: SinkSettings = Field(SinkSettings(), description="the S3 sink")
+    gate: GateSettings = Field(GateSettings(), description="the fleet-wide quality gate")
+    stack: StackSettings = Field(
+        StackSettings(), description="the local development stack (python -m launch.stack) only"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -514,9 +520,8 @@ def load_settings(
 
     Args:
         cls: :class:`Settings` or an entry point's subclass adding its own fields.
-        overrides: values that beat the environment, nested as the settings are
-            (``{"kafka": {"client_id": "x"}}``); merged field by field with the environment. The
-            command line's flags arrive this way (:mod:`streams.cli`).
+        overrides: values that beat the environment, nested (``{"kafka": {"client_id": "x"}}``),
+            merged field by field; the command line's flags arrive this way (:mod:`streams.cli`).
         argv: command-line arguments without the program name; ``None`` reads no flags.
         prog: program name shown in ``--help``.
 
@@ -549,7 +554,10 @@ def _describe(exc: ValidationError) -> str:
         path = [str(p) for p in err["loc"]]
         env = ENV_PREFIX + "__".join(p.upper() for p in path)
         flag = "--" + ".".join(p.replace("_", "-") for p in path)
-        lines.append(f"  {'.'.join(path)}: {err['msg']} (set {env} or {flag})")
+        if err["type"] == "extra_forbidden":  # e.g. a name of an older version
+            lines.append(f"  {'.'.join(path)}: no such setting (unset {env}; --settings-help lists them)")
+        else:
+            lines.append(f"  {'.'.join(path)}: {err['msg']} (set {env} or {flag})")
     return "\n".join(lines)
 
 
@@ -584,11 +592,8 @@ def settings_to_env(settings: BaseSettings, prefix: str = ENV_PREFIX) -> dict[st
 
 
 def aws_environment() -> dict[str, str]:
-    """Environment variables every process that talks to S3 gets.
-
-    ``AWS_EC2_METADATA_DISABLED=true`` stops botocore probing 169.254.169.254 for
-    credentials (docs/local-stack.md): no traffic may leave the machine.
-    """
+    """Environment variables every process that talks to S3 gets: ``AWS_EC2_METADATA_DISABLED``,
+    so botocore never probes 169.254.169.254 for credentials (docs/local-stack.md)."""
     return {"AWS_EC2_METADATA_DISABLED": "true"}
 
 

@@ -155,6 +155,7 @@ def audit_settings(
             "retry_max_s": 2.0,
             "shutdown_deadline_s": 10.0,
             "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 30000,
             "heartbeat_interval_ms": 1000,
         }
     )

@@ -65,31 +65,21 @@ _SAMPLE_OPTIONS: list[Callable[[F], F]] = [
         metavar="SECONDS",
         help="seconds one preflight request may take (the first after a server starts can be slow)",
     ),
-    click.option(
-        "--probe-timeout",
-        "probe_timeout_s",
-        type=click.FloatRange(min=0, min_open=True),
-        hidden=True,
-        help="the old name of --preflight-timeout",
-    ),
 ]
 
 
 def sample_options(command: F) -> F:
-    """Decorator: ``--preflight-sample``, ``--preflight-seed``, ``--preflight-timeout`` (and its
-    hidden old name ``--probe-timeout``), handed to the command as one ``preflight``
-    :class:`PreflightOptions` keyword argument."""
+    """Decorator: ``--preflight-sample``, ``--preflight-seed`` and ``--preflight-timeout``, handed
+    to the command as one ``preflight`` :class:`PreflightOptions` keyword argument."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        old_timeout, timeout = kwargs.pop("probe_timeout_s"), kwargs.pop("preflight_timeout_s")
-        skip = [kwargs.pop("no_preflight", False), kwargs.pop("no_probe", False)]
         options = PreflightOptions(
-            enabled=not any(skip),
+            enabled=not kwargs.pop("no_preflight", False),
             enforce=not kwargs.pop("ignore_preflight", False),
             sample=kwargs.pop("preflight_sample"),
             seed=kwargs.pop("preflight_seed"),
-            timeout_s=timeout if old_timeout is None else old_timeout,
+            timeout_s=kwargs.pop("preflight_timeout_s"),
         )
         return command(*args, preflight=options, **kwargs)
 
@@ -100,8 +90,8 @@ def sample_options(command: F) -> F:
 
 
 def preflight_options(command: F) -> F:
-    """Decorator: :func:`sample_options` plus ``--no-preflight`` (hidden old name ``--no-probe``)
-    and ``--ignore-preflight``, for the commands that go on to run something (``run``, ``serve up``)."""
+    """Decorator: :func:`sample_options` plus ``--no-preflight`` and ``--ignore-preflight``, for
+    the commands that go on to run something (``run``, ``serve up``)."""
     decorated: Any = sample_options(command)
     for option in reversed(
         [
@@ -111,7 +101,6 @@ def preflight_options(command: F) -> F:
                 help="skip the preflight: a sample of the input sent to every server at the run's "
                 "settings and judged by the quality gate before anything is published",
             ),
-            click.option("--no-probe", is_flag=True, hidden=True, help="the old name of --no-preflight"),
             click.option(
                 "--ignore-preflight",
                 is_flag=True,

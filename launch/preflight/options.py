@@ -22,11 +22,11 @@ class PreflightOptions:
     """The preflight options of ``run`` and ``serve up`` (:func:`preflight_options`).
 
     Attributes:
-        enabled: run it (``--no-preflight``, or its old name ``--no-probe``: skip).
+        enabled: run it (``--no-preflight``: skip).
         enforce: refuse the run when the gate trips (``--ignore-preflight``: report and go on).
         sample: prompts per preflight (``--preflight-sample``).
         seed: the sample's seed (``--preflight-seed``).
-        timeout_s: seconds one request may take (``--preflight-timeout``, old name ``--probe-timeout``).
+        timeout_s: seconds one request may take (``--preflight-timeout``).
         waiver: why the gate is not enforced, for the report (when ``enforce`` is off).
     """
 

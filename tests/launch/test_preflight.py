@@ -156,7 +156,7 @@ def test_an_id_repeated_in_the_input_is_sampled_once(tmp_path: Path) -> None:
     assert "5 good records; 7 with an id seen before left out" in sample.describe()
 
 
-def test_the_old_probe_flags_still_work() -> None:
+def test_the_preflight_flags_make_one_options_object_and_the_old_names_are_gone() -> None:
     seen: list[PreflightOptions] = []
 
     @click.command()
@@ -165,13 +165,16 @@ def test_the_old_probe_flags_still_work() -> None:
         seen.append(preflight)
 
     runner = CliRunner()
-    assert runner.invoke(command, ["--no-probe", "--probe-timeout", "5"]).exit_code == 0
+    assert runner.invoke(command, ["--no-preflight", "--preflight-timeout", "5"]).exit_code == 0
     assert runner.invoke(command, ["--ignore-preflight", "--preflight-sample", "8"]).exit_code == 0
     assert runner.invoke(command, []).exit_code == 0
     assert seen[0] == PreflightOptions(enabled=False, timeout_s=5.0)
     assert seen[1] == PreflightOptions(enforce=False, sample=8)
     assert seen[2] == PreflightOptions()
-    assert "--no-probe" not in runner.invoke(command, ["--help"]).output
+    for old in ("--no-probe", "--probe-timeout"):  # the 0.1.0 names: a usage error now
+        result = runner.invoke(command, [old])
+        assert result.exit_code == 2 and f"No such option: {old}" in result.output
+    assert len(seen) == 3
 
 
 # -- the simulator ---------------------------------------------------------------------------------

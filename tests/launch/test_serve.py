@@ -149,12 +149,12 @@ def test_up_runs_the_preflight_on_every_server_and_fails_with_the_fix_when_reaso
     # The servers stay up: the preflight again with a budget that leaves room for the answer passes.
     assert _serve("probe", "--max-tokens", "8192") == 0
     assert capsys.readouterr().out.count("\n  ok\n") == 2
-    # --ignore-preflight reports and goes on; --no-preflight (old name --no-probe) asks nothing.
+    # --ignore-preflight reports and goes on; --no-preflight asks nothing.
     assert _serve(*up, "--max-tokens", "512", "--ignore-preflight") == 0
     assert "running anyway (--ignore-preflight)" in capsys.readouterr().out
     assert _serve(*up, "--max-tokens", "512", "--no-preflight") == 0
     assert "preflight:" not in capsys.readouterr().out
-    assert _serve(*up, "--max-tokens", "512", "--no-probe") == 0
+    assert _serve(*up, "--max-tokens", "512", "--no-preflight") == 0
     assert "preflight:" not in capsys.readouterr().out
     # One server by URL, thinking off.
     assert _serve("probe", "--server", "http://127.0.0.1:27041", "--no-thinking", "--max-tokens", "512") == 0
@@ -164,7 +164,7 @@ def test_after_supervisord_is_sigkilled_down_stops_the_servers_it_left_and_up_wo
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     up = ["up", str(tmp_path), "--gpus", "2", "--port", "27150", "--server-command", SIMULATOR,
-          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+          "--ready-timeout", "120", "--no-preflight"]  # fmt: skip
     assert _serve(*up) == 0
     fleet = Fleet(home, "fleet")
     pids = _pids(fleet)
@@ -191,7 +191,7 @@ def test_down_stops_a_running_fleet_whose_record_is_corrupt(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     up = ["up", str(tmp_path), "--gpus", "1", "--port", "27160", "--server-command", SIMULATOR,
-          "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+          "--ready-timeout", "120", "--no-preflight"]  # fmt: skip
     assert _serve(*up) == 0
     fleet = Fleet(home, "fleet")
     fleet.record_path.write_text('{"name": ')
@@ -219,7 +219,7 @@ def test_two_ups_at_once_start_one_fleet_copied_once(home: Path, tmp_path: Path)
     model.mkdir(parents=True)
     (model / "w.bin").write_bytes(os.urandom(200_000_000))  # a copy that takes a moment
     up = [sys.executable, "-m", "launch.cli", "serve", "up", str(model), "--gpus", "2", "--port", "27180",
-          "--server-command", SIMULATOR, "--ready-timeout", "120", "--no-probe",
+          "--server-command", SIMULATOR, "--ready-timeout", "120", "--no-preflight",
           "--copy-model-to", str(tmp_path / "shm")]  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     first = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -239,7 +239,7 @@ def test_down_while_up_waits_says_it_was_stopped_not_that_it_failed_to_start(
 ) -> None:
     never = "{python} -m http.server {port} --bind 127.0.0.1"  # runs, never ready (404)
     up = [sys.executable, "-m", "launch.cli", "serve", "up", str(tmp_path), "--gpus", "1", "--port", "27185",
-          "--server-command", never, "--ready-timeout", "120", "--no-probe"]  # fmt: skip
+          "--server-command", never, "--ready-timeout", "120", "--no-preflight"]  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     waiting = subprocess.Popen(up, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fleet = Fleet(home, "fleet")

@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from streams import errors
 from streams.cli import command_settings, exit_code, flag_given, run_command, settings_options
-from streams.config import Settings
+from streams.config import COMMON_SETTINGS, Settings
 from streams.errors import (
     ConfigError,
     ExitCode,
@@ -85,8 +85,29 @@ def test_settings_help_lists_every_setting_and_help_only_the_shown_ones(
         ("--kafka.bootstrap-servers", "KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS"),
         ("--sink.retry-max-s", "KAFKAGEN_SINK__RETRY_MAX_S"),
         ("--consumer.retry-initial-s", "KAFKAGEN_CONSUMER__RETRY_INITIAL_S"),
+        ("--consumer.session-timeout-ms", "KAFKAGEN_CONSUMER__SESSION_TIMEOUT_MS"),
     ]:
-        assert f"{flag}  {env}" in listed
+        assert listed.count(f"{flag}  {env}") == 1, flag
+    # the settings most runs set come first, then one section per group, each setting once
+    common, _, groups = listed.partition("\n\nrun: ")
+    first = [line.split()[0].split("/")[0] for line in common.splitlines() if line.startswith("  --")]
+    assert first == ["--" + path.replace("_", "-") for path in COMMON_SETTINGS]
+    assert 8 <= len(first) <= 12 and "--run-id" not in groups
+    sections = re.findall(r"^(\w+): ", "run: " + groups, re.M)
+    groups_in_order = [
+        "run",
+        "kafka",
+        "topics",
+        "s3",
+        "generation",
+        "producer",
+        "consumer",
+        "sink",
+        "gate",
+        "stack",
+    ]
+    assert sections == groups_in_order
+    assert "stack: the local development stack" in listed
     assert run_command(probe, ["--help"], prog="probe") == 0
     shown = capsys.readouterr().out
     assert "--run-id" in shown and "--kafka.bootstrap-servers" not in shown and "--log-level" in shown
@@ -137,12 +158,17 @@ def test_null_unsets_a_setting_that_may_be_unset_and_old_spellings_still_work(
     assert seen[-1].run_id == "null"
 
 
-def test_renamed_consumer_settings_still_read_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_setting_of_an_old_name_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 0.1.0 names (``consumer.backoff_*``) are gone: a value under one is an error, not ignored."""
     monkeypatch.setenv("KAFKAGEN_CONSUMER__BACKOFF_INITIAL_S", "0.25")
     seen.clear()
-    with pytest.warns(FutureWarning, match="consumer.backoff_initial_s is now consumer.retry_initial_s"):
-        assert run_command(probe, [], prog="probe") == 0
-    assert seen[0].consumer.retry_initial_s == 0.25
+    assert run_command(probe, [], prog="probe") == 2
+    assert not seen
+    assert "consumer.backoff_initial_s: no such setting (unset KAFKAGEN_CONSUMER__BACKOFF_INITIAL_S" in (
+        capsys.readouterr().err
+    )
 
 
 def test_short_help(capsys: pytest.CaptureFixture[str]) -> None:
