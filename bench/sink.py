@@ -42,7 +42,6 @@ from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 from bench.children import python_argv, start  # noqa: E402
 from streams.config import Settings, settings_to_env  # noqa: E402
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs  # noqa: E402
-from streams.naming import sink_group as group_id  # noqa: E402
 from streams.records import (  # noqa: E402
     CompletionRecord,
     PromptMetadata,
@@ -52,6 +51,7 @@ from streams.records import (  # noqa: E402
     encode,
     key_of,
 )
+from streams.runs.naming import sink_group as group_id  # noqa: E402
 from streams.storage import s3_client  # noqa: E402
 from streams.topics import TopicSpec, ensure_topics  # noqa: E402
 

@@ -2,7 +2,7 @@
 ``--server URL [--group G] [--instance-id ID] [--metrics-port P]`` plus any settings flag.
 
 Joining a run by its id alone: ``kafkagen generate --run-id RUN --server URL`` on any host reads
-the run's record on its control topic (:mod:`streams.run_record`, written by the main job) and
+the run's record on its control topic (:mod:`streams.runs.record`, written by the main job) and
 generates with the run's generation settings and ``replay_of``; a setting given to this consumer
 (a flag or a ``KAFKAGEN_*`` variable) wins. A run without a record: the settings as given.
 
@@ -27,7 +27,7 @@ from streams.config import GateSettings, GenerationSettings, check_server_url
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
-from streams.run_record import (
+from streams.runs.record import (
     describe_join,
     gate_in_environment,
     generation_in_environment,

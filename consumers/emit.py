@@ -21,9 +21,9 @@ from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
 from consumers.dead_letters import DeadLetters, source_of
-from consumers.jobs import Job
 from consumers.metrics import ConsumerMetrics, ConsumerStats
-from consumers.quality import answer_flags
+from consumers.positions.jobs import Job
+from consumers.quality.flags import answer_flags
 from consumers.servers.answers import ChatResult
 from consumers.servers.requests import record_params
 from streams.audit_trace import audit_trace
@@ -59,7 +59,7 @@ def completion_record(
     consumer: str,
 ) -> CompletionRecord:
     """The completion of ``prompt`` (``job``'s record): the server's ``result`` for the request
-    ``body`` sent at ``sent_at`` (Unix seconds), with its quality flags (:mod:`consumers.quality`)
+    ``body`` sent at ``sent_at`` (Unix seconds), with its quality flags (:mod:`consumers.quality.flags`)
     and timings in seconds; ``consumer`` is the writer's instance id."""
     flags = answer_flags(prompt, body, result)
     return CompletionRecord(
@@ -101,7 +101,7 @@ class Emitter:
         finish: called once a job's result is acknowledged (its offset may be committed).
         counted: called with each acknowledged result before ``finish``: a completion's quality
             flags and usage, or ``(None, None)`` for a dead letter (the fleet's quality gate,
-            :meth:`consumers.fleet_gate.FleetGate.count`).
+            :meth:`consumers.quality.fleet_gate.FleetGate.count`).
 
     ``producer`` is set by the consumer once started.
     """

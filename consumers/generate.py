@@ -4,13 +4,13 @@ A member of the consumer group on the prompts topic. It keeps its server's slots
 adaptive in-flight window (:mod:`consumers.window`), writes a :class:`CompletionRecord` (or an
 :class:`ErrorRecord` on the dead-letter topic) per prompt through an idempotent producer
 (:mod:`consumers.emit`), and commits per partition only the contiguous prefix of finished
-prompts (:mod:`consumers.offsets`). Up to ``prefetch`` prompts are fetched ahead of the window,
+prompts (:mod:`consumers.positions.offsets`). Up to ``prefetch`` prompts are fetched ahead of the window,
 so the moment the server answers a request (before its result is written to Kafka) the next
 prompt is sent: a fast server is not left waiting on a Kafka fetch or a produce acknowledgement.
 This module is the loop that ties the parts together: group membership, fetching, starting,
-draining. The parts: the book of fetched and started prompts (:mod:`consumers.jobs`),
+draining. The parts: the book of fetched and started prompts (:mod:`consumers.positions.jobs`),
 one prompt's processing (:mod:`consumers.process`), the server's state (:mod:`consumers.server_watch`),
-the commits (:mod:`consumers.commits`), the metrics (:mod:`consumers.metrics`); the command
+the commits (:mod:`consumers.positions.commits`), the metrics (:mod:`consumers.metrics`); the command
 line is :mod:`consumers.cli`.
 
 Delivery: at-least-once. A prompt's offset is committed only after its completion or error
@@ -24,11 +24,11 @@ which is made every ``commit_interval_s`` and at once when a span is half full).
 in a completion or a dead letter: a result too large for a Kafka record, or any failure that
 escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.records.fit_error`).
 A partition with prompts but no committed offset (expired) on a run with results is recovered
-from the results before the consumer joins: what they answer is skipped (:mod:`consumers.recovery`).
+from the results before the consumer joins: what they answer is skipped (:mod:`consumers.positions.recovery`).
 
-Rebalances (:mod:`consumers.rebalance` says how aiokafka runs them): on revoke the contiguous
+Rebalances (:mod:`consumers.group.rebalance` says how aiokafka runs them): on revoke the contiguous
 prefix is committed and the started requests keep running as *orphans*, which the re-fetched
-records adopt if their partitions come back (:mod:`consumers.jobs`; such a partition is fetched
+records adopt if their partitions come back (:mod:`consumers.positions.jobs`; such a partition is fetched
 even when the buffer is full); on assign the partitions
 are registered before any ``await`` and the orphans of partitions that moved away are cancelled.
 
@@ -39,16 +39,16 @@ down for ``down_grace_s``, the consumer leaves the group with an explicit LeaveG
 ``session_timeout_ms`` expires), so its partitions move to the other members within seconds, and
 rejoins once the server is healthy again.
 
-Quality gate (:mod:`consumers.fleet_gate`, ``docs/gate.md``): before joining the group the
+Quality gate (:mod:`consumers.quality.fleet_gate`, ``docs/gate.md``): before joining the group the
 consumer reads the run's control topic; it counts the quality classes of every result Kafka
 acknowledged and reports them there every ``gate.report_interval_s``. When the fleet's share of a
 class passes its threshold, or another consumer (or ``kafkagen gate halt``) halted the run, no new
 prompt starts (fetching pauses once the prefetch buffer is full), while the requests in flight
 finish and are written and committed as usual; the process stays up, idle, until ``kafkagen gate resume``.
 
-Runs (``docs/runs.md``, :mod:`consumers.ownership`): the consumer reads ``<run id>.prompts``
+Runs (``docs/runs.md``, :mod:`consumers.group.ownership`): the consumer reads ``<run id>.prompts``
 (``<replay_of>.prompts`` for a replay) in group ``<consumer.group>.<run id>`` and writes
-``<run id>.completions`` and ``.errors`` (:mod:`streams.naming`); a prompts topic of another run
+``<run id>.completions`` and ``.errors`` (:mod:`streams.runs.naming`); a prompts topic of another run
 stops it with exit 2 before it joins the group, a prompt of another run is dead-lettered.
 
 Shutdown: SIGTERM/SIGINT stop fetching, wait up to ``shutdown_deadline_s`` for in-flight work,
@@ -70,19 +70,19 @@ from collections.abc import Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 
-from consumers.assignor import stable_sticky_assignor
-from consumers.commits import Committer
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
-from consumers.fleet_gate import FleetGate
-from consumers.jobs import Job, JobBook
-from consumers.membership import default_instance_id, group_consumer, group_id, stop_member
+from consumers.group.assignor import stable_sticky_assignor
+from consumers.group.membership import default_instance_id, group_consumer, group_id, stop_member
+from consumers.group.ownership import check_topic_owner
+from consumers.group.rebalance import RebalanceListener
 from consumers.metrics import ConsumerMetrics, ConsumerStats
-from consumers.offsets import OffsetTracker
-from consumers.ownership import check_topic_owner
+from consumers.positions.commits import Committer
+from consumers.positions.jobs import Job, JobBook
+from consumers.positions.offsets import OffsetTracker
+from consumers.positions.recovery import answered_prompts
 from consumers.process import PromptRunner
-from consumers.rebalance import RebalanceListener
-from consumers.recovery import answered_prompts
+from consumers.quality.fleet_gate import FleetGate
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient, ServerInfo
 from consumers.window import WindowConfig, WindowPolicy
@@ -105,7 +105,7 @@ class GenerationConsumer:
     Args:
         settings: all settings; ``settings.consumer`` tunes this class.
         server_url: the server's base URL.
-        group: consumer group id (default :func:`streams.naming.generate_group`:
+        group: consumer group id (default :func:`streams.runs.naming.generate_group`:
             ``<consumer.group>.<run_id>``).
         instance_id: static membership id (``group.instance.id``); stable per server, so a
             restarted consumer gets its partitions back without a fleet-wide rebalance.
@@ -209,7 +209,7 @@ class GenerationConsumer:
 
     @property
     def tracker(self) -> OffsetTracker:
-        """The offsets of the assigned partitions (:attr:`consumers.jobs.JobBook.tracker`)."""
+        """The offsets of the assigned partitions (:attr:`consumers.positions.jobs.JobBook.tracker`)."""
         return self.book.tracker
 
     async def run(self) -> None:
@@ -301,7 +301,7 @@ class GenerationConsumer:
 
     async def check_topic_owner(self) -> None:
         """Refuse a prompts topic that belongs to another run (``docs/runs.md``,
-        :func:`consumers.ownership.check_topic_owner`).
+        :func:`consumers.group.ownership.check_topic_owner`).
 
         Raises:
             ForeignRunError: the message names the topic, its owner and the fix.
@@ -380,7 +380,7 @@ class GenerationConsumer:
 
     async def _stop_consumer(self, *, leave: bool) -> None:
         """Stop the Kafka consumer; with ``leave``, also remove our static membership at once
-        (:func:`consumers.membership.stop_member`), so our partitions move within seconds."""
+        (:func:`consumers.group.membership.stop_member`), so our partitions move within seconds."""
         consumer, self._consumer = self._consumer, None
         if consumer is None:
             return
@@ -409,7 +409,7 @@ class GenerationConsumer:
         No ``await`` before the partitions are registered: aiokafka sets the assignment, and its
         fetcher may return records of it, before it calls this (aiokafka 0.14
         ``consumer/group_coordinator.py`` ``_on_join_complete``). A record of a partition not
-        registered yet registers it (:meth:`consumers.jobs.JobBook.accept`), so the order does
+        registered yet registers it (:meth:`consumers.positions.jobs.JobBook.accept`), so the order does
         not matter.
         """
         self._generation += 1
@@ -455,7 +455,7 @@ class GenerationConsumer:
 
     def _observe(self) -> None:
         """Set the gauges read from the loop's state: in flight, window, and per assigned
-        partition its committed offset (:meth:`consumers.offsets.OffsetTracker.base`) and the
+        partition its committed offset (:meth:`consumers.positions.offsets.OffsetTracker.base`) and the
         highwater aiokafka last fetched (:meth:`consumers.metrics.ConsumerMetrics.observe_partitions`)."""
         self.metrics.in_flight.set(self.in_flight)
         self.metrics.window.set(self.window.size)
@@ -477,8 +477,8 @@ class GenerationConsumer:
         nothing starts, so the buffer fills and every partition pauses by the same rule.
 
         Never paused: a partition whose orphans wait to be adopted
-        (:meth:`consumers.jobs.JobBook.adopting`). Its records fetched again adopt them
-        (:meth:`consumers.jobs.JobBook.accept`), so the results of requests in flight at a
+        (:meth:`consumers.positions.jobs.JobBook.adopting`). Its records fetched again adopt them
+        (:meth:`consumers.positions.jobs.JobBook.accept`), so the results of requests in flight at a
         rebalance are committed, even when the records of other partitions filled the buffer
         first (as they do while the run is halted), or the server is down, or the consumer stops.
         """
@@ -501,7 +501,7 @@ class GenerationConsumer:
             consumer.resume(*((paused & assignment) - want))
 
     def _start_buffered(self) -> None:
-        """Start queued records (:meth:`consumers.jobs.JobBook.start_buffered`) while the window
+        """Start queued records (:meth:`consumers.positions.jobs.JobBook.start_buffered`) while the window
         has room, the server is up, no rebalance is under way and the run is not halted by its
         quality gate."""
         if self.server.is_down or self._stopping.is_set() or self._rebalancing or self.gate.halted:

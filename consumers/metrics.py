@@ -54,7 +54,7 @@ class ConsumerMetrics:
             concurrent slots (requests; ``.set()``).
         server_up, kafka_up: 1 while the server is healthy / Kafka answers, else 0.
         output_rate: completion tokens per second over the watchdog window.
-        gate_halted, gate_epoch: the quality gate's state (:mod:`consumers.fleet_gate`).
+        gate_halted, gate_epoch: the quality gate's state (:mod:`consumers.quality.fleet_gate`).
     """
 
     def __init__(self, run: str, server: str, instance: str) -> None:
@@ -94,7 +94,7 @@ class ConsumerMetrics:
         self._committed = gauge("committed_offset", "the partition's committed offset", "partition")
         self._lag = gauge("lag_records", "highwater offset minus committed offset", "partition")
         self._partitions: set[str] = set()
-        # the fleet-wide quality gate (consumers/fleet_gate.py, docs/gate.md)
+        # the fleet-wide quality gate (consumers/quality/fleet_gate.py, docs/gate.md)
         self.gate_halted = gauge("gate_halted", "1 while the run's quality gate holds it halted").labels(
             **ids
         )
@@ -115,7 +115,7 @@ class ConsumerMetrics:
         flags: Sequence[str],
     ) -> None:
         """A completion record was written: its ``finish_reason``, its tokens, the request's
-        latency (seconds) and its quality flags (:mod:`consumers.quality`)."""
+        latency (seconds) and its quality flags (:mod:`consumers.quality.flags`)."""
         self._completions.labels(**self._ids, finish_reason=finish_reason).inc()
         self._tokens.inc(completion_tokens)
         self._reasoning.inc(reasoning_tokens)

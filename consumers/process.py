@@ -1,7 +1,7 @@
 """One prompt's processing, from its started record to its completion or dead letter.
 
 The record is decoded (an undecodable one is dead-lettered), checked to belong to this run
-(:mod:`consumers.ownership`), then sent to the server until it answers, at most
+(:mod:`consumers.group.ownership`), then sent to the server until it answers, at most
 ``max_attempts`` times by this consumer (outages included; a prompt fetched again after a
 rebalance, a leave or a crash counts anew). Retry decisions read the error's ``retriable``
 (:func:`streams.retry.retriable`): a retriable failure (:class:`RetriableServerError`: 408, 429,
@@ -25,9 +25,9 @@ from typing import Any
 
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
-from consumers.jobs import Job
+from consumers.group.ownership import foreign_prompt_reason
 from consumers.metrics import ConsumerMetrics, ConsumerStats
-from consumers.ownership import foreign_prompt_reason
+from consumers.positions.jobs import Job
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient
 from consumers.servers.answers import ChatResult

@@ -24,9 +24,9 @@ import click
 from aiokafka.errors import KafkaError, ProducerFenced
 from tqdm import tqdm
 
-from producers.badlines import BadLineReport
 from producers.metrics import ProducerMetrics
 from producers.publisher import publish
+from producers.reading.badlines import BadLineReport
 from producers.results import RunResult
 from producers.transactions import quiet_abandoned_kafka_futures
 from streams.cli import (

@@ -1,7 +1,7 @@
 """Which run the prompts topic belongs to, as the producer checks it before publishing.
 
 The prompts topic is ``<run id>.prompts`` unless ``--topics.prompts`` names another
-(:mod:`streams.naming`), and every record carries the run id. A prompts topic belongs to one run
+(:mod:`streams.runs.naming`), and every record carries the run id. A prompts topic belongs to one run
 (``docs/runs.md``): publishing into a topic whose records carry another run id is refused with
 exit 2 before anything is sent (to generate run A's prompts again under a new run id, start the
 consumers with ``--replay-of A`` instead). Publishing again under the same run id resumes.
@@ -9,17 +9,17 @@ consumers with ``--replay-of A`` instead). Publishing again under the same run i
 
 from __future__ import annotations
 
-from streams import naming
 from streams.config import Settings
 from streams.errors import ForeignRunError
-from streams.runs import describe_owners, foreign_owners, topic_owners
+from streams.runs import naming
+from streams.runs.ownership import describe_owners, foreign_owners, topic_owners
 
 __all__ = ["check_topic_owner"]
 
 
 async def check_topic_owner(settings: Settings) -> None:
     """Refuse to publish into a prompts topic that belongs to another run (``docs/runs.md``):
-    its first records carry another ``run_id`` (:func:`streams.runs.topic_owners`). A topic of
+    its first records carry another ``run_id`` (:func:`streams.runs.ownership.topic_owners`). A topic of
     this run id (a re-run: exactly-once resume), an empty one and one without run ids are fine.
 
     Raises:

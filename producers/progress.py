@@ -3,7 +3,7 @@ compacted ``topics.producer_progress`` topic, written in the same transaction as
 
 A resume point holds the last input line handled, the byte offset after it, a SHA-256 of the input
 bytes up to there, the count of records published and the mapping options
-(:func:`options_fingerprint`). Its key (:func:`streams.naming.progress_key`) is
+(:func:`options_fingerprint`). Its key (:func:`streams.runs.naming.progress_key`) is
 ``["<prompts topic>", "<run id>", "<input identity>"]`` (JSON): the identity is the resolved
 absolute path of a local file, the ``s3://bucket/key`` URI of an object, or ``stdin:<SHA-256 of its
 first 64 KiB>`` for stdin (which has no name; a stdin input shorter than 64 KiB that later grows is
@@ -45,12 +45,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from streams import naming
 from streams.config import Settings
 from streams.errors import InputChangedError
 from streams.inputs import MappingOptions
 from streams.kafka import consumer_kwargs
 from streams.records import ProgressRecord, RecordDecodeError, decode
+from streams.runs import naming
 
 __all__ = [
     "ProgressStore",
@@ -130,7 +130,7 @@ def take_progress(
     latest: dict[bytes, ProgressRecord], messages: Iterable[ConsumerRecord[bytes, bytes]], prefix: bytes
 ) -> None:
     """Apply progress-topic ``messages`` to ``latest`` (key → the latest resume point), keeping only
-    keys that start with ``prefix`` (one run's, :func:`streams.naming.progress_key_prefix`): a
+    keys that start with ``prefix`` (one run's, :func:`streams.runs.naming.progress_key_prefix`): a
     tombstone drops its key; a value that does not decode (not ours, or a future schema) leaves the
     previous resume point in force."""
     for message in messages:
@@ -148,7 +148,7 @@ class ProgressStore:
     run id, read from the progress topic (other keys are skipped, not kept).
 
     Reads with ``read_committed``, so only resume points of committed transactions count. Keys
-    are :func:`streams.naming.progress_key`; start it before use, stop it after.
+    are :func:`streams.runs.naming.progress_key`; start it before use, stop it after.
     """
 
     def __init__(self, settings: Settings) -> None:

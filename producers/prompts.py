@@ -17,18 +17,18 @@ module                         owns
 :mod:`producers.cli`           the command line: flags, settings, exit status, ``main``
 :mod:`producers.publisher`     publishing inputs in transactions, exactly once across crashes
 :mod:`producers.progress`      resume points: the progress topic, input identity and content checks
-:mod:`producers.reader`        the reader thread: chunks read and parsed ahead of the publisher
-:mod:`producers.maker`         input line → ``(id, key, value, partition)`` or a rejection
+:mod:`producers.reading.reader`        the reader thread: chunks read and parsed ahead of the publisher
+:mod:`producers.reading.maker`         input line → ``(id, key, value, partition)`` or a rejection
 :mod:`producers.partitioning`  which partition a record goes to (``--key-by``)
-:mod:`producers.limits`        how big a record and a line may be
-:mod:`producers.ids`           duplicate ids within one invocation
-:mod:`producers.badlines`      the bad-lines report
+:mod:`producers.reading.limits`        how big a record and a line may be
+:mod:`producers.reading.ids`           duplicate ids within one invocation
+:mod:`producers.reading.badlines`      the bad-lines report
 :mod:`producers.ownership`     refusing a prompts topic of another run
 :mod:`producers.transactions`  what aiokafka keeps private about a failed transaction
 :mod:`producers.results`       counts per input and the summary line
 :mod:`streams.inputs`          resolving, opening and reading inputs (JSON Lines, JSON arrays,
                                Parquet); rows → prompt records (formats)
-:mod:`streams.naming`          the progress key and the transactional id of an input
+:mod:`streams.runs.naming`          the progress key and the transactional id of an input
 =============================  ===============================================================
 
 The command line itself is :mod:`producers.cli` (``main``); this module only runs it.

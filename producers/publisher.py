@@ -1,7 +1,7 @@
 """Publishing inputs to the prompts topic exactly once, across crashes.
 
 Each input is published by a *transactional* producer (``transactional_id``:
-:func:`streams.naming.transactional_id` of its progress key, so stable per input). Records are
+:func:`streams.runs.naming.transactional_id` of its progress key, so stable per input). Records are
 sent in transactions of at most ``producer.checkpoint_every`` records or ``checkpoint_interval_s``
 seconds, whichever comes first: the age of the open transaction is checked after every record,
 while waiting for a slow input and while the rate limiter (``max_records_per_s``) sleeps, and
@@ -49,10 +49,6 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import IllegalOperation
 from tqdm import tqdm
 
-from producers.badlines import BadLineReport
-from producers.ids import IdIndex, pack_where, unpack_where
-from producers.limits import line_limit, record_limit
-from producers.maker import Made, RecordMaker, Rejected
 from producers.metrics import ProducerMetrics
 from producers.ownership import check_topic_owner
 from producers.progress import (
@@ -61,15 +57,19 @@ from producers.progress import (
     options_fingerprint,
     resume_note,
 )
-from producers.reader import Chunk, InputReader
+from producers.reading.badlines import BadLineReport
+from producers.reading.ids import IdIndex, pack_where, unpack_where
+from producers.reading.limits import line_limit, record_limit
+from producers.reading.maker import Made, RecordMaker, Rejected
+from producers.reading.reader import Chunk, InputReader
 from producers.results import InputStats, RunResult
 from producers.transactions import failed_transaction, transaction_failure
-from streams import naming
 from streams.config import Settings
 from streams.errors import InputChangedError
 from streams.inputs import InputSpec, MappingOptions
 from streams.kafka import producer_kwargs
 from streams.records import ProgressRecord, encode
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
 if TYPE_CHECKING:

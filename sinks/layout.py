@@ -31,8 +31,8 @@ from typing import Final, Literal
 import msgspec
 import zstandard
 
-from streams import naming
 from streams.errors import LayoutError
+from streams.runs import naming
 
 __all__ = [
     "FORMAT",

@@ -31,8 +31,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
-from streams import naming
 from streams.errors import ConfigError
+from streams.runs import naming
 
 __all__ = [
     "COMMON_SETTINGS",
@@ -85,11 +85,8 @@ class KafkaSettings(BaseModel):
 
 
 class TopicSettings(BaseModel):
-    """Topic names and layout. Topic configs themselves live in :mod:`streams.topics`.
-
-    The prompts, completions and errors names default to ``""``: derived from the run id by
-    :class:`Settings` (:mod:`streams.naming`, ``docs/runs.md``): ``<run>.prompts`` (``<replay_of>.prompts``
-    for a replay), ``<run>.completions``, ``<run>.errors``. A name set here wins."""
+    """Topic names and layout (their configs: :mod:`streams.topics`). A name left ``""`` is derived
+    from the run id (:mod:`streams.runs.naming`, ``docs/runs.md``); a name set here wins."""
 
     model_config = _FROZEN
 
@@ -319,14 +316,14 @@ class SinkSettings(GroupMemberSettings):
 
 
 class GateSettings(BaseModel):
-    """The fleet-wide quality gate (:mod:`consumers.gate`): the share of each quality class above
+    """The fleet-wide quality gate (:mod:`consumers.quality.gate`): the share of each quality class above
     which every consumer of the run stops sending prompts, and the preflight refuses the run.
 
     A share counts results (completions and dead letters): over the first ``warmup`` results of the
     run (or since the last resume), and then over the last ``window`` results. A class whose share
     passes its ``max_*`` halts the run; 1.0 turns that class off. The classes are the quality flags
-    (:mod:`consumers.quality`), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
-    completion unusable, :data:`consumers.quality.DEGENERATE_FLAGS`).
+    (:mod:`consumers.quality.flags`), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
+    completion unusable, :data:`consumers.quality.flags.DEGENERATE_FLAGS`).
     """
 
     model_config = _FROZEN
@@ -409,11 +406,11 @@ COMMON_SETTINGS: Final[tuple[str, ...]] = (
 
 class Settings(BaseSettings):
     """All of kafkagen's settings. Immutable: derive a changed copy with ``model_copy(update=...)``;
-    switch to another run id with :func:`streams.naming.for_run` (``model_copy`` runs no validator,
+    switch to another run id with :func:`streams.runs.naming.for_run` (``model_copy`` runs no validator,
     so it would keep the old run's derived topic names).
 
     Topic names left empty are derived from ``run_id`` and ``replay_of`` when the object is built
-    (:func:`streams.naming.fill_topic_names`; the rule: ``docs/runs.md``).
+    (:func:`streams.runs.naming.fill_topic_names`; the rule: ``docs/runs.md``).
 
     Raises:
         ConfigError: from :func:`load_settings` when a value is malformed.

@@ -76,7 +76,7 @@ REGENERATE_PREFIX = "regenerate:"
 
 class ClassCounts(msgspec.Struct, frozen=True, kw_only=True):
     """Results counted (completions plus dead letters) and, per quality class, how many of them
-    had it (:mod:`consumers.gate`: the quality flags, ``error``, ``degenerate``)."""
+    had it (:mod:`consumers.quality.gate`: the quality flags, ``error``, ``degenerate``)."""
 
     results: int = 0
     classes: dict[str, int] = {}
@@ -199,7 +199,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True, tag="run", tag_field=
     ``max_tokens`` in tokens, ``temperature``, ``top_p``, ``chat_template_kwargs``,
     ``separate_reasoning``) and ``gate`` its quality-gate settings (``streams.config.GateSettings``
     fields; empty in a record written before records held them), which a consumer started with
-    the run id alone takes (:func:`streams.run_record.join_settings`). Times are Unix epoch seconds."""
+    the run id alone takes (:func:`streams.runs.record.join_settings`). Times are Unix epoch seconds."""
 
     run_id: str
     parent: str | None = None

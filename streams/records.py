@@ -161,7 +161,7 @@ class CompletionRecord(_Record, frozen=True, kw_only=True):
 
     ``content`` is always a string (``""`` when empty, as SGLang returns it);
     ``reasoning_content`` is ``None`` when the server returned no reasoning.
-    ``quality`` lists the quality flags raised (see :mod:`consumers.quality`).
+    ``quality`` lists the quality flags raised (see :mod:`consumers.quality.flags`).
     """
 
     schema_version: int = SCHEMA_VERSION

@@ -156,3 +156,18 @@ def test_no_module_passes_one_sittings_read(package: str) -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+MAX_MODULES = 15
+"""Modules one folder may hold (``__init__`` and ``__main__`` not counted): past it, a concern
+inside the folder wants its own package (issue 27)."""
+
+
+@pytest.mark.parametrize("package", [*PRODUCT, "simulator", "bench"])
+def test_no_folder_holds_more_than_a_handful_of_modules(package: str) -> None:
+    crowded = {}
+    for folder in sorted({p.parent for p in _modules(package)}):
+        names = [p.name for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        if len(names) > MAX_MODULES:
+            crowded[str(folder.relative_to(ROOT))] = len(names)
+    assert not crowded, f"folders over {MAX_MODULES} modules: {crowded}"

@@ -24,7 +24,7 @@ from bench.chaos.audit import Sample
 from bench.chaos.readback import GroupReader
 from streams.config import Settings
 from streams.kafka import end_offsets
-from streams.naming import generate_group, sink_group
+from streams.runs.naming import generate_group, sink_group
 
 _UUID_TAIL: Final = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 

@@ -34,7 +34,7 @@ from launch.gate.control import change_gate
 from launch.stack import LocalStack
 from streams.audit_trace import PLANT_ENV, TRACE_ENV
 from streams.config import Settings, settings_to_env
-from streams.naming import derived_topics
+from streams.runs.naming import derived_topics
 from streams.topics import ensure_topics, topic_specs
 
 KAFKA_OFFSETS: Final = (0, 2, 4)

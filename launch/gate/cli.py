@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import click
 from aiokafka.errors import KafkaError
 
-from consumers.gate import GATE_CLASSES
+from consumers.quality.gate import GATE_CLASSES
 from launch.gate.control import change_gate
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings

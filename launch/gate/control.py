@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Literal
 
-from consumers.gate import breaches, halt_message
+from consumers.quality.gate import breaches, halt_message
 from streams.config import Settings
 from streams.control import ControlLog, GateRecord, read_control
 from streams.errors import ConfigError
@@ -152,7 +152,7 @@ async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
     """``(reason, fix)`` when run ``settings.run_id``, done, passes its quality gate's thresholds
     over the current epoch's results although its gate never halted it: the run had fewer results
     than ``gate.warmup``, whose early trip waits until the share is certain over a full warm-up
-    (``consumers.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
+    (``consumers.quality.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
     A run halted and done all the same (every prompt was in flight or buffered when the gate
     tripped: the status says ``done`` before ``halted``) gives its halt's reason and fix. None when
     the gate is off or the shares are within the thresholds.

@@ -16,13 +16,13 @@ configuration in a minute:
    SGLang captures CUDA graphs). A server that does not answer is :class:`UnavailableError`
    (exit 3), named;
 3. measured (:mod:`launch.preflight.stats`): per server and overall, the finish reasons, the
-   gate's classes (:func:`consumers.gate.result_classes` over the consumers' quality flags), the
+   gate's classes (:func:`consumers.quality.gate.result_classes` over the consumers' quality flags), the
    share with ``reasoning_content``, p50/p95/max of reasoning and answer tokens against
    ``max_tokens``, latency. Every answer cut off at ``max_tokens`` is sent once more with a
    larger budget to see what it needs, and the report recommends a ``max_tokens``;
 4. judged: the gate's thresholds (``settings.gate``, :class:`streams.config.GateSettings`) over
    each server's sample; a class above its share refuses the run with :class:`PreflightError`
-   (exit 2): the reason and the fix (:func:`consumers.gate.halt_message`) and the recommended
+   (exit 2): the reason and the fix (:func:`consumers.quality.gate.halt_message`) and the recommended
    ``--max-tokens``. ``--ignore-preflight`` runs anyway, ``--no-preflight`` skips it.
 
 ``kafkagen preflight`` (:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``,
@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from consumers.quality import answer_flags
+from consumers.quality.flags import answer_flags
 from consumers.servers import ServerClient, ServerInfo, request_id
 from launch.preflight.sample import Sample
 from launch.preflight.stats import (

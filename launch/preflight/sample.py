@@ -1,8 +1,8 @@
 """The preflight's sample: a few prompts of the run's own input, read the way the producer reads
 them, drawn evenly over its beginning.
 
-The producer's reader (:class:`producers.reader.InputReader`) and record maker
-(:class:`producers.maker.RecordMaker`) turn the input lines into records with the run's mapping
+The producer's reader (:class:`producers.reading.reader.InputReader`) and record maker
+(:class:`producers.reading.maker.RecordMaker`) turn the input lines into records with the run's mapping
 options (:class:`streams.inputs.InputMapping`), so the sample is exactly what the run would
 publish (same prompt field, system prompt, tools, per-record ``params``; bad lines are left out
 here, the producer reports them). A seeded reservoir (Vitter's algorithm R) over the first
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from producers.limits import line_limit
-from producers.maker import RecordMaker, Rejected
-from producers.reader import InputReader
+from producers.reading.limits import line_limit
+from producers.reading.maker import RecordMaker, Rejected
+from producers.reading.reader import InputReader
 from producers.sample import DEMO_FILE
 from streams.config import Settings
 from streams.inputs import InputMapping, resolve_inputs

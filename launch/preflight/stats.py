@@ -2,7 +2,7 @@
 server's answers, the ``max_tokens`` they call for, and the gate's verdict on them.
 
 A sample answer (:class:`SampleAnswer`) is judged with the consumers' own quality flags and the
-gate's classes (:func:`consumers.gate.result_classes`), so the preflight and the run cannot
+gate's classes (:func:`consumers.quality.gate.result_classes`), so the preflight and the run cannot
 disagree on what "degenerate" means. Percentiles are nearest-rank (the smallest value with at
 least ``q`` of the values at or below it): with 32 samples the p95 is the second largest.
 
@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from consumers.gate import breaches, halt_message, result_classes, tally
-from consumers.quality import QualityFlag
+from consumers.quality.flags import QualityFlag
+from consumers.quality.gate import breaches, halt_message, result_classes, tally
 from streams.control import Breach, ClassCounts
 
 __all__ = [
@@ -65,7 +65,7 @@ class SampleAnswer:
             (completion includes reasoning; reasoning is 0 when the server does not count it).
         reasoning: whether ``reasoning_content`` came back non-empty.
         content_chars: characters of ``content``.
-        flags: the consumer's quality flags (:func:`consumers.quality.answer_flags`); None: failed.
+        flags: the consumer's quality flags (:func:`consumers.quality.flags.answer_flags`); None: failed.
         latency_s: seconds the chat completion took.
         error: the server's error or the transport failure, when there was no answer.
         error_retriable: the error may pass (a transport failure, a timeout, a 5xx: the consumer
@@ -258,7 +258,7 @@ def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
 
 
 def judge(counts: ClassCounts, thresholds: Mapping[str, float]) -> list[Breach]:
-    """The gate's classes (:func:`consumers.gate.breaches`) a sample's ``counts`` trip."""
+    """The gate's classes (:func:`consumers.quality.gate.breaches`) a sample's ``counts`` trip."""
     return breaches(counts, thresholds, "preflight")
 
 
@@ -271,7 +271,7 @@ _IGNORED_THINKING_OFF: Final = (
 
 def refusal(found: list[Breach], params: Mapping[str, Any]) -> tuple[str, str]:
     """``(reason, fix)`` for the classes ``found`` at ``params`` (``max_tokens``, ``thinking``):
-    :func:`consumers.gate.halt_message`, except that budget eaten by reasoning with thinking
+    :func:`consumers.quality.gate.halt_message`, except that budget eaten by reasoning with thinking
     already off is not told to turn thinking off."""
     reason, fix = halt_message(found, params)
     if not params.get("thinking") and any(b.cls == QualityFlag.REASONING_ATE_BUDGET for b in found):

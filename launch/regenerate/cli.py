@@ -23,12 +23,12 @@ from aiokafka.errors import KafkaError
 
 from launch.regenerate.plan import Plan, regenerate
 from launch.regenerate.select import Where, parse_where
-from streams import naming
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
 from streams.records import GenerationParams
+from streams.runs import naming
 
 __all__ = ["main", "regenerate_command"]
 

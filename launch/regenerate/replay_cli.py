@@ -28,12 +28,12 @@ import click
 from aiokafka.errors import KafkaError
 
 from launch.run.cli import run_main
-from streams import naming
 from streams.cli import run_command
 from streams.config import Settings
 from streams.control import RunRecord
 from streams.errors import ConfigError
-from streams.run_record import generation_in_environment, read_run_record
+from streams.runs import naming
+from streams.runs.record import generation_in_environment, read_run_record
 
 __all__ = ["inherited_flags", "main", "replay_argv", "replay_command"]
 

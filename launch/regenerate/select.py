@@ -5,7 +5,7 @@ A run's *result* for a prompt id is the record the export would keep for it
 then the earliest offset). A ``--where`` condition selects an id when its result matches it:
 
 ==================  ===========================================================================
-``quality=C,...``   the result has one of the classes ``C`` (:data:`consumers.gate.GATE_CLASSES`:
+``quality=C,...``   the result has one of the classes ``C`` (:data:`consumers.quality.gate.GATE_CLASSES`:
                     a quality flag such as ``reasoning_ate_budget``, ``degenerate`` for any flag
                     that makes a completion unusable, ``error`` for a dead letter)
 ``finish_reason=F``  a completion whose ``finish_reason`` is one of ``F`` (``length``, ``stop`` ...)
@@ -36,7 +36,7 @@ from typing import Final, get_args
 
 import msgspec
 
-from consumers.gate import GATE_CLASSES, result_classes
+from consumers.quality.gate import GATE_CLASSES, result_classes
 from sinks.export.sources import Rank, attempt_of, rank
 from streams.errors import ConfigError
 from streams.records import CompletionRecord, FinishReason, GenerationParams, PromptRecord

@@ -11,7 +11,7 @@ on real servers.
    every server with the run's generation settings and judged by the quality gate, which stops
    the job with the fix and a recommended ``--max-tokens`` when the answers are unusable
    (:mod:`launch.preflight.check`; ``--no-preflight`` skips it, ``--ignore-preflight`` goes on);
-2. writes the run's record and fleet on its control topic (:mod:`streams.run_record`,
+2. writes the run's record and fleet on its control topic (:mod:`streams.runs.record`,
    :mod:`launch.scale.policy`), starts one generation consumer per server of the fleet and the S3 sink
    as supervisord programs (:mod:`launch.supervise`: own process, own log, restarted if it dies,
    outliving the terminal), and from then on follows ``kafkagen scale``: consumers are started
@@ -27,7 +27,7 @@ on real servers.
    running: ``kafkagen stack down`` stops it).
 
 Each run has its own topics (``<run id>.prompts``, ``.completions``, ``.errors``), consumer groups
-and S3 folder (:mod:`streams.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
+and S3 folder (:mod:`streams.runs.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
 resumes or reports the run as done, and a new run id is an independent run. ``--replay-of RUN``
 makes the run a replay: it regenerates run RUN's prompts (topic ``RUN.prompts``) under its own
 run id and publishes nothing. Files of a run: ``<stack.home>/runs/<run id>/`` (supervisord
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from consumers.quality import DEGENERATE_FLAGS
+from consumers.quality.flags import DEGENERATE_FLAGS
 from launch.gate.control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight.options import PreflightOptions, run_preflight_for
 from launch.preflight.sample import read_sample
@@ -71,11 +71,11 @@ from launch.stack.llm import local_port
 from launch.stack.process import port_owner
 from launch.supervise import Program, Supervisor
 from producers.sample import DEMO_FILE
-from streams import naming
 from streams.config import Settings, check_server_url, settings_to_env
 from streams.errors import ConfigError, StackError
 from streams.inputs import InputMapping
 from streams.kafka import end_offsets
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -161,7 +161,7 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
     user set ``servers`` is read from them, :func:`launch.run.servers.servers_set_by_user`): per-run
     topics, servers, budget, thinking.
 
-    The topics are always the run's own (:func:`streams.naming.derived_topics`: ``<run>.prompts``,
+    The topics are always the run's own (:func:`streams.runs.naming.derived_topics`: ``<run>.prompts``,
     or ``<replay_of>.prompts`` for a replay, ``<run>.completions``, ``<run>.errors``), whatever
     ``topics.*`` says: the main job keeps every run apart (``docs/runs.md``). ``max_tokens``
     :data:`LOCAL_MAX_TOKENS` and thinking off are the defaults for the embedded llama.cpp servers

@@ -3,11 +3,11 @@ starts or is created, with the run's own Kafka settings."""
 
 from __future__ import annotations
 
-from streams import naming
 from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
-from streams.run_record import read_run_record
+from streams.runs import naming
+from streams.runs.record import read_run_record
 
 __all__ = ["check_replay"]
 

@@ -25,7 +25,7 @@ from streams.config import GenerationSettings, Settings
 from streams.control import ControlLog, FleetRecord, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import admin_call, topic_partitions
-from streams.run_record import note_partitions, publish_run_record
+from streams.runs.record import note_partitions, publish_run_record
 
 __all__ = [
     "TIMEOUT_S",

@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launch.supervise import Program
-from streams import naming
 from streams.config import Settings, check_server_url
 from streams.control import FleetRecord, RunRecord
 from streams.errors import ConfigError
+from streams.runs import naming
 
 __all__ = [
     "FleetChange",
@@ -56,7 +56,7 @@ def server_key(url: str) -> str:
 
 def program_name(url: str) -> str:
     """The supervisord program of ``url``'s consumer: ``generate-<host>-<port>[-<path>]-<hash>``
-    (:func:`streams.naming.server_slug`: one per URL)."""
+    (:func:`streams.runs.naming.server_slug`: one per URL)."""
     return f"generate-{naming.server_slug(url)}"
 
 

@@ -38,12 +38,12 @@ from launch.status.collect import Collector, quiet_kafka_logs
 from launch.status.dashboard import DEFAULT_PORT, serve_dashboard
 from launch.status.shape import RunStatus
 from launch.status.view import PLAIN_WIDTH, status_line, status_view
-from streams import naming
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import ExitCode, RunNotFoundError
 from streams.kafka import kafka_unavailable
-from streams.run_record import read_run_record
+from streams.runs import naming
+from streams.runs.record import read_run_record
 
 __all__ = ["main", "status_command"]
 

@@ -9,7 +9,7 @@ What is read (:mod:`launch.status.shape` turns it into a :class:`RunStatus`, the
   offsets; aiokafka 0.14 ``AIOKafkaConsumer.end_offsets``);
 * the generation and sink groups' committed offsets (admin OffsetFetch, no group is joined) and
   their members (DescribeGroups). A generation consumer's JoinGroup metadata carries its group
-  instance id and its assignment bytes its partitions (:mod:`consumers.assignor`; decoded with
+  instance id and its assignment bytes its partitions (:mod:`consumers.group.assignor`; decoded with
   aiokafka's ``ConsumerProtocolMemberMetadata`` / ``ConsumerProtocolMemberAssignment``);
 * the control topic (:class:`streams.control.ControlLog`: member reports, gate, export);
 * the producer's resume points on ``topics.producer_progress`` (:mod:`producers.progress`), read
@@ -45,11 +45,11 @@ from aiokafka.protocol.metadata import MetadataRequest
 from consumers.servers import ServerClient
 from launch.status.shape import GroupMember, Observation, RunStatus, ServerProbe, shape
 from producers.progress import take_progress
-from streams import naming
 from streams.config import Settings
 from streams.control import ControlLog, ControlState
 from streams.kafka import ask_brokers, client_kwargs, consumer_kwargs
 from streams.records import ProgressRecord
+from streams.runs import naming
 
 __all__ = ["Collector", "RunStatus", "collect", "quiet_kafka_logs"]
 

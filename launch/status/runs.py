@@ -49,11 +49,11 @@ from launch.status.runs_shape import (
     select_runs,
     shape_run,
 )
-from streams import naming
 from streams.config import S3Settings, Settings
 from streams.control import ControlState, decode_control
 from streams.errors import StorageError
 from streams.kafka import ask_brokers, client_kwargs, consumer_kwargs
+from streams.runs import naming
 from streams.storage import s3_client, storage_error
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def _base(prefix: str) -> str:
 
 def list_run_folders(settings: S3Settings) -> dict[str, str]:
     """Run id -> S3 run folder (``<prefix>/<run>/``) of every folder under ``settings.prefix`` in
-    ``settings.bucket`` whose name can be a run id (:func:`streams.naming.check_run_id`).
+    ``settings.bucket`` whose name can be a run id (:func:`streams.runs.naming.check_run_id`).
 
     Raises:
         streams.errors.StorageError: S3 could not be listed (a

@@ -1,7 +1,7 @@
 """The runs Kafka and S3 know, shaped from what was read (pure: no I/O; :mod:`launch.status.runs` reads).
 
 :func:`runs_of_topics` finds the runs in the cluster's topic names (``<run>.prompts``,
-``.completions``, ``.errors``, ``.control``: :mod:`streams.naming`); the S3 run folders
+``.completions``, ``.errors``, ``.control``: :mod:`streams.runs.naming`); the S3 run folders
 (``<s3.prefix>/<run>/``) add the runs whose topics are gone. For each run :class:`RunFacts` holds
 what one collection read, and :func:`shape_run` turns it into a :class:`RunRow`; the counts are
 ``kafkagen status``'s (:func:`launch.status.shape.shape`: prompts and records, not offsets).
@@ -54,8 +54,8 @@ from launch.status.shape import (
     report_is_live,
     shape,
 )
-from streams import naming
 from streams.control import ControlState, RunRecord
+from streams.runs import naming
 
 __all__ = [
     "LIVE_INTERVALS",
@@ -95,8 +95,8 @@ def live_seconds(report_interval_s: float) -> float:
 # -- finding runs ---------------------------------------------------------------------------------
 def runs_of_topics(topics: Iterable[str]) -> dict[str, set[str]]:
     """Run id -> the roles (``prompts``, ``completions``, ``errors``, ``control``) of its own topics
-    found in ``topics``: every name :func:`streams.naming.derived_topics` gives some run (a valid
-    run id, :func:`streams.naming.check_run_id`). Other topics (the producer-progress topic,
+    found in ``topics``: every name :func:`streams.runs.naming.derived_topics` gives some run (a valid
+    run id, :func:`streams.runs.naming.check_run_id`). Other topics (the producer-progress topic,
     Kafka's and faust's own) are left out."""
     runs: dict[str, set[str]] = {}
     for topic in topics:

@@ -232,7 +232,7 @@ class ServerView:
 @dataclass(frozen=True)
 class Quality:
     """Results counted by the members (completions and dead letters, all gate epochs) and how many
-    had each quality class (:mod:`consumers.gate`)."""
+    had each quality class (:mod:`consumers.quality.gate`)."""
 
     results: int
     classes: dict[str, int]

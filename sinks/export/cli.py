@@ -22,7 +22,6 @@ from sinks.export.formats import FORMATS, REASONING_MODES, ReasoningMode, parse_
 from sinks.export.manifest import summary
 from sinks.export.report import export_report, publish_export_report, regenerations_of
 from sinks.export.sources import KEEPS, Keep
-from streams import naming
 from streams.cli import (
     command_settings,
     input_format_option,
@@ -33,6 +32,7 @@ from streams.cli import (
 from streams.errors import ConfigError
 from streams.inputs import FormatName, MappingOptions
 from streams.kafka import kafka_unavailable
+from streams.runs import naming
 from streams.storage import s3_client, storage_error
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def export_command(
         raise click.UsageError("--prompts-topic and --input are alternatives: give one")
     settings = command_settings(ctx)
     if run and run != settings.run_id:
-        try:  # the run's own names: <run>.prompts ... unless set explicitly (streams.naming)
+        try:  # the run's own names: <run>.prompts ... unless set explicitly (streams.runs.naming)
             settings = naming.for_run(settings, run)
         except ValueError as exc:
             raise ConfigError(f"--run: {exc}") from None

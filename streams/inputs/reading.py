@@ -1,6 +1,6 @@
 """The rows of an opened input, whatever holds them: JSON Lines, a JSON array or Parquet.
 
-One reader for the producer (:class:`producers.reader.InputReader`) and the export's expected ids
+One reader for the producer (:class:`producers.reading.reader.InputReader`) and the export's expected ids
 (:func:`sinks.export.expected.prompt_ids_from_inputs`), so both see the same rows with the same
 numbers. :func:`streams.inputs.opening.open_input` tells which container an input is
 (:data:`streams.inputs.opening.Container`); :func:`read_rows` yields its rows in order, each a

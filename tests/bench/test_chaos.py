@@ -516,7 +516,7 @@ def test_the_product_traces_events_and_refuses_an_unknown_plant(tmp_path: Path) 
 
 def test_a_prompt_a_recovering_consumer_found_answered_is_durable_from_then() -> None:
     """A consumer that lost its committed offsets skips prompts whose result it read in Kafka
-    (consumers/recovery.py) and commits past them: reading it there is the evidence."""
+    (consumers/positions/recovery.py) and commits past them: reading it there is the evidence."""
     d = _clean()
     d.traces[0].events = [e for e in d.traces[0].events if not (e["e"] == "ack" and e["src"] == [0, 2])]
     d.traces[0].events.insert(1, {"t": M0 + 0.2, "e": "answered", "src": [0, 2]})

@@ -7,7 +7,7 @@ from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitio
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.structs import TopicPartition
 
-from consumers.assignor import StableStickyAssignor, stable_sticky_assignor
+from consumers.group.assignor import StableStickyAssignor, stable_sticky_assignor
 
 TOPIC = "run.prompts"
 

@@ -8,7 +8,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLead
 
 from consumers.dead_letters import FOREIGN_RUN_PROMPT, DeadLetters
 from consumers.emit import completion_record
-from consumers.jobs import Job
+from consumers.positions.jobs import Job
 from consumers.servers.answers import ChatResult
 from consumers.servers.requests import chat_request_body
 from streams.config import GenerationSettings

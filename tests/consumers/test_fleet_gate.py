@@ -1,4 +1,4 @@
-"""The fleet-wide quality gate end to end (issue 13; consumers/fleet_gate.py, docs/gate.md): three
+"""The fleet-wide quality gate end to end (issue 13; consumers/quality/fleet_gate.py, docs/gate.md): three
 generation consumers (real processes) on three SGLang-API simulators (real processes) over the
 bundled GSM8K at max_tokens 512 with thinking on. The simulator's Qwen3 profile reasons for a
 median of ~1,350 tokens, so nearly every answer is empty: the run must halt by itself within its

@@ -10,7 +10,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumers.fleet_gate import FleetGate
+from consumers.quality.fleet_gate import FleetGate
 from streams.config import Settings
 from streams.control import GATE_KEY, ControlLog, GateRecord, MemberLoad, decode_control, read_control
 from streams.kafka import KafkaOutage, consumer_kwargs

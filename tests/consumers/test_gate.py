@@ -1,4 +1,4 @@
-"""The quality gate's rules (consumers/gate.py, docs/gate.md), pure: classes of a result, shares
+"""The quality gate's rules (consumers/quality/gate.py, docs/gate.md), pure: classes of a result, shares
 against thresholds, the warm-up's early-but-certain decision, the rolling window, the message."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from consumers.gate import (
+from consumers.quality.flags import QualityFlag
+from consumers.quality.gate import (
     DEGENERATE_CLASS,
     ERROR_CLASS,
     GATE_CLASSES,
@@ -17,7 +18,6 @@ from consumers.gate import (
     result_classes,
     tally,
 )
-from consumers.quality import QualityFlag
 from streams.config import GateSettings
 from streams.control import Breach, ClassCounts
 

@@ -1,4 +1,4 @@
-"""The consumer's book of work (consumers.jobs): pure bookkeeping, no Kafka."""
+"""The consumer's book of work (consumers.positions.jobs): pure bookkeeping, no Kafka."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 from aiokafka import ConsumerRecord
 
-from consumers.jobs import Job, JobBook
-from consumers.recovery import Answered
+from consumers.positions.jobs import Job, JobBook
+from consumers.positions.recovery import Answered
 
 
 def record(partition: int, offset: int) -> ConsumerRecord[bytes, bytes]:
@@ -133,7 +133,7 @@ def test_clear_forgets_all_work_and_reset_the_offsets() -> None:
 
 
 def test_records_a_result_answers_are_skipped_and_committed_past() -> None:
-    """The group's committed offsets expired (consumers.recovery): a record whose result is in
+    """The group's committed offsets expired (consumers.positions.recovery): a record whose result is in
     Kafka is not started, and the commit position moves past it; the others start."""
     book = JobBook(max_uncommitted=100)
     book.answered = Answered({0: {0: "k", 1: "k", 3: "k", 4: "another id"}, 1: {}})

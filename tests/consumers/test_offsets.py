@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from consumers.offsets import OffsetTracker
+from consumers.positions.offsets import OffsetTracker
 
 
 def _tracker(*partitions: int) -> OffsetTracker:

@@ -1,13 +1,13 @@
 """Partitions added to a running run's prompts topic (``kafkagen scale --partitions``) reach the
 consumer group by themselves: a real consumer process notices them at its metadata refresh
-(``consumers.membership.METADATA_MAX_AGE_MS``), the group rebalances, and the prompts published
+(``consumers.group.membership.METADATA_MAX_AGE_MS``), the group rebalances, and the prompts published
 to the new partitions are generated from their start."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from consumers.membership import METADATA_MAX_AGE_MS
+from consumers.group.membership import METADATA_MAX_AGE_MS
 from launch.scale.control import raise_partitions
 from simulator import SimulatedServer
 from streams.config import Settings

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from consumers.quality import (
+from consumers.quality.flags import (
     DEGENERATE_FLAGS,
     QualityConfig,
     QualityFlag,

@@ -18,10 +18,10 @@ import msgspec
 import pytest
 
 from simulator import SimulatedServer
-from streams import naming
 from streams.config import Settings, settings_to_env
 from streams.kafka import end_offsets as kafka_end_offsets
 from streams.records import CompletionRecord, PromptRecord
+from streams.runs import naming
 from tests.consumers.support import completions, errors, wait_all_done
 from tests.helpers import REPO_ROOT, committed, make_prompt, publish, read_topic, spawn
 

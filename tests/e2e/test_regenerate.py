@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from launch.stack import LocalStack
-from streams import naming
 from streams.config import Settings
 from streams.control import read_control
 from streams.kafka import end_offsets, topic_partitions
 from streams.records import CompletionRecord
+from streams.runs import naming
 from tests.e2e.test_main_job_servers import GSM8K, _dataset
 from tests.helpers import REPO_ROOT, read_topic
 

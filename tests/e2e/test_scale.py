@@ -27,9 +27,9 @@ import pytest
 
 from launch.scale.policy import program_name
 from launch.supervise import Supervisor
-from streams import naming
 from streams.config import Settings
 from streams.control import ControlState, read_control
+from streams.runs import naming
 from tests.e2e.test_main_job_servers import GSM8K, _dataset
 from tests.helpers import REPO_ROOT, start_simulator
 

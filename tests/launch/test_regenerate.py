@@ -17,7 +17,6 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams import naming
 from streams.config import Settings, settings_to_env
 from streams.control import (
     ControlRecord,
@@ -39,6 +38,7 @@ from streams.records import (
     encode,
     key_of,
 )
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import REPO_ROOT, broker_shapes, make_prompt, read_topic
 

@@ -11,11 +11,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from launch.run.replays import check_replay
-from streams import naming
 from streams.config import Settings
 from streams.control import RunRecord, encode_control, key_of_control
 from streams.errors import ConfigError
 from streams.kafka import producer_kwargs, topic_partitions
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import make_prompt, publish
 

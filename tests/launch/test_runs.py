@@ -19,7 +19,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from launch.cli import main as cli_main
 from launch.status.runs import _list_offsets, _topics
-from streams import naming
 from streams.config import Settings
 from streams.control import (
     ControlLog,
@@ -32,6 +31,7 @@ from streams.control import (
 )
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs, topic_partitions
 from streams.records import ProgressRecord, encode
+from streams.runs import naming
 from streams.storage import s3_client
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import make_prompt, publish, unused_port, wait_for

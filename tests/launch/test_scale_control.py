@@ -21,7 +21,7 @@ from launch.scale.control import publish_fleet
 from streams.config import Settings, settings_to_env
 from streams.control import ControlState, FleetRecord, read_control
 from streams.kafka import topic_partitions
-from streams.run_record import publish_run_record
+from streams.runs.record import publish_run_record
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import REPO_ROOT, unused_port
 

@@ -18,9 +18,9 @@ import pytest
 from launch.cli import main as cli_main
 from launch.run.progress import wait_until_done
 from launch.status.collect import collect
-from streams import naming
 from streams.config import Settings
 from streams.control import ClassCounts, ControlLog, ExportReport, GateRecord, MemberReport, RunRecord
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import make_prompt, publish, start_simulator, unused_port
 

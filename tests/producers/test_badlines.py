@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from producers.badlines import BadLineReport, id_of_bad_row
+from producers.reading.badlines import BadLineReport, id_of_bad_row
 from streams.inputs import MappingOptions
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.ids import IdIndex, pack_where, unpack_where
+from producers.reading.ids import IdIndex, pack_where, unpack_where
 
 
 def test_id_index_remembers_where_each_id_was_first_seen_across_growth() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from producers.limits import RECORD_OVERHEAD_BYTES, record_size
-from producers.maker import Made, RecordMaker, Rejected
 from producers.partitioning import input_salt, partition_for
+from producers.reading.limits import RECORD_OVERHEAD_BYTES, record_size
+from producers.reading.maker import Made, RecordMaker, Rejected
 from streams.config import KeyBy
 from streams.inputs import MappingOptions, parse_line
 from streams.records import PromptRecord, decode, key_of

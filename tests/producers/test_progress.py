@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from producers.progress import changed_error, options_fingerprint, resume_note
-from streams import naming
 from streams.errors import InputChangedError
 from streams.inputs import FormatName, InputMapping, MappingOptions
 from streams.records import ProgressRecord
+from streams.runs import naming
 
 
 def test_progress_key_and_transactional_id_are_stable() -> None:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from producers.maker import Parsed, RecordMaker, Rejected
 from producers.partitioning import input_salt
-from producers.reader import Chunk, InputReader
+from producers.reading.maker import Parsed, RecordMaker, Rejected
+from producers.reading.reader import Chunk, InputReader
 from streams.errors import InputError
 from streams.inputs import InputSpec, MappingOptions
 

@@ -19,7 +19,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from launch.stack import LocalStack, cluster_beside
 from launch.stack.__main__ import main as stack_main
 from launch.stack.kafka import cluster_id_of, kafka_nodes, server_properties
-from producers.limits import topic_max_message_bytes
+from producers.reading.limits import topic_max_message_bytes
 from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, topic_partitions

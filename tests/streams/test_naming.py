@@ -1,4 +1,4 @@
-"""The names a run derives from its run id (``streams.naming``, docs/runs.md): pure, no services."""
+"""The names a run derives from its run id (``streams.runs.naming``, docs/runs.md): pure, no services."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from consumers.generate import group_id as generate_group_id
 from sinks.layout import run_prefix
 from sinks.s3 import group_id as sink_group_id
-from streams import naming
 from streams.config import Settings, TopicSettings, load_settings, settings_to_env
 from streams.errors import ConfigError
+from streams.runs import naming
 
 
 @pytest.fixture(autouse=True)

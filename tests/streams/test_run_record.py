@@ -8,11 +8,11 @@ import os
 import msgspec
 import pytest
 
-from streams import naming
 from streams.config import GateSettings, Settings, load_settings
 from streams.control import RunRecord
 from streams.errors import ConfigError
-from streams.run_record import (
+from streams.runs import naming
+from streams.runs.record import (
     gate_in_environment,
     generation_in_environment,
     join_settings,

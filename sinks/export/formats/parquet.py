@@ -116,7 +116,11 @@ COMPLETION_COLUMNS: Final = (
     Column("server", pa.string(), "base URL of the inference server"),
     Column("model", pa.string(), "served model name as the server reported it"),
     Column("params", pa.string(), "generation parameters sent (JSON object as a string)"),
-    Column("quality", pa.list_(pa.string()), "quality flags raised (consumers/quality.py); empty when clean"),
+    Column(
+        "quality",
+        pa.list_(pa.string()),
+        "quality flags raised (consumers/quality/flags.py); empty when clean",
+    ),
     *_SOURCE,
     Column("consumer", pa.string(), "the consumer instance that generated it", True),
     *_METADATA,

@@ -26,11 +26,11 @@ from sinks.export.cli import main
 from sinks.export.destination import EXPORT_DIR
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
 from sinks.store import ObjectStore
-from streams import naming
 from streams.config import Settings, settings_to_env
 from streams.control import read_control
 from streams.kafka import producer_kwargs
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of
+from streams.runs import naming
 from tests.sinks.export.support import export_argv, input_rows, produce_values
 from tests.sinks.support import (
     REPO_ROOT,

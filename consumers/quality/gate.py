@@ -2,7 +2,7 @@
 when their shares say the run must stop.
 
 Every result of a run (a completion, or a dead letter) gets its classes (:func:`result_classes`):
-its quality flags (:mod:`consumers.quality`), ``degenerate`` when any of them makes the completion
+its quality flags (:mod:`consumers.quality.flags`), ``degenerate`` when any of them makes the completion
 unusable, or ``error`` for a dead letter. The fleet's counts are sums of every consumer's counts
 (:class:`streams.control.ClassCounts`, shared on the control topic). :class:`QualityGate` judges
 them:
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-from consumers.quality import QualityFlag, degenerate
+from consumers.quality.flags import QualityFlag, degenerate
 from streams.config import GateSettings
 from streams.control import Breach, ClassCounts
 

@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 import msgspec
 from pydantic import BaseModel
 
-from streams import naming
 from streams.config import ENV_PREFIX, GateSettings, GenerationSettings, Settings
 from streams.control import ControlLog, RunRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
+from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = [
@@ -172,7 +172,7 @@ def join_settings(
 ) -> Settings:
     """``settings`` of a process joining the run ``record`` describes (a generation consumer
     started with ``--run-id`` and ``--server`` only): the record's generation settings and its
-    ``parent`` as ``replay_of`` (with the topic names re-derived: :func:`streams.naming.for_run`),
+    ``parent`` as ``replay_of`` (with the topic names re-derived: :func:`streams.runs.naming.for_run`),
     except what the user set, which wins: ``replay_of`` when set (a flag or ``KAFKAGEN_REPLAY_OF``:
     pydantic's ``model_fields_set``), the generation fields named in ``given`` and the gate
     fields named in ``given_gate`` (the command line's flags and the environment's variables;

@@ -5,7 +5,7 @@ Every input is streamed row by row, never loaded whole (:func:`streams.inputs.op
 a Parquet file): a reader thread reads and parses chunks of about 1 MiB
 (:data:`streams.inputs.CHUNK_BYTES`), at most :data:`CHUNKS_AHEAD` ahead of the publisher, so
 parsing goes on while a transaction commits and while the event loop compresses batches. A row
-longer than the line limit (:func:`producers.limits.line_limit`) is skipped (reported bad) without
+longer than the line limit (:func:`producers.reading.limits.line_limit`) is skipped (reported bad) without
 being held in memory.
 Memory is bounded: the chunks ahead with their encoded records (about 12 MiB). The thread matters
 for throughput, and so does the short GIL switch interval ``python -m producers.prompts`` sets.
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from producers.maker import Parsed, RecordMaker, Rejected
 from producers.partitioning import input_salt
+from producers.reading.maker import Parsed, RecordMaker, Rejected
 from streams.errors import InputError, KafkagenError, StorageError
 from streams.inputs import CHUNK_BYTES, Container, CountingRaw, InputSpec, Row, open_input, read_rows
 
@@ -73,7 +73,7 @@ class InputReader:
     Args:
         spec: the input.
         make: turns each non-blank line into a record; its ``salt`` is set from the input's identity.
-        line_limit: bytes a line may have (:func:`producers.limits.line_limit`).
+        line_limit: bytes a line may have (:func:`producers.reading.limits.line_limit`).
         s3: returns the S3 client (called only for an ``s3://`` input).
     """
 

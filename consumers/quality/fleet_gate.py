@@ -1,15 +1,15 @@
 """The generation consumer's part in the run's fleet-wide quality gate (docs/gate.md).
 
 Every consumer of a run counts the quality classes of the results it wrote
-(:func:`consumers.gate.result_classes`: its completions' quality flags, ``error`` for a dead
+(:func:`consumers.quality.gate.result_classes`: its completions' quality flags, ``error`` for a dead
 letter), counted once Kafka acknowledged the record (:meth:`FleetGate.count`, called by
 :class:`consumers.emit.Emitter`). Every ``gate.report_interval_s`` it publishes its
 :class:`streams.control.MemberReport` on the run's control topic (:mod:`streams.control`) and
 reads the others'. The fleet's counts of the current
 gate epoch (the others' latest reports plus this consumer's own counts, up to date) are judged by
-:class:`consumers.gate.QualityGate` at each result counted and at each report read; when a class
+:class:`consumers.quality.gate.QualityGate` at each result counted and at each report read; when a class
 passes its threshold, this consumer publishes ``GateRecord(state="halted")`` with the cause and the
-fix (:func:`consumers.gate.halt_message`), unless the run is halted already.
+fix (:func:`consumers.quality.gate.halt_message`), unless the run is halted already.
 
 While the run is halted (:attr:`FleetGate.halted`: a halt record of the current epoch, or this
 consumer's own trip not yet written) the consumer starts no new prompt (it fetches only until
@@ -46,8 +46,8 @@ from typing import Any, Literal
 import msgspec
 from aiokafka.errors import KafkaError
 
-from consumers.gate import QualityGate, halt_message, result_classes, tally
 from consumers.metrics import ConsumerMetrics
+from consumers.quality.gate import QualityGate, halt_message, result_classes, tally
 from streams.config import Settings
 from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberLoad, MemberReport
 from streams.kafka import KafkaOutage

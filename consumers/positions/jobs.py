@@ -6,7 +6,7 @@ request runs or its result is being written to Kafka), then done (its result is 
 the commit position may pass it). Across a revoke a started job becomes an *orphan*: its request
 keeps running, and when its partition comes back the re-fetched record adopts it (no request is
 sent twice; an orphan that finished meanwhile is not generated again, ``finished_orphans``).
-The offsets themselves are :class:`consumers.offsets.OffsetTracker`'s.
+The offsets themselves are :class:`consumers.positions.offsets.OffsetTracker`'s.
 
 Nothing fetched is dropped unaccounted for: a record leaves the book only when it is done, or
 when its partition is forgotten (revoked or moved away), and then nothing was committed past
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from aiokafka import ConsumerRecord
 
-from consumers.offsets import OffsetTracker
-from consumers.recovery import Answered
+from consumers.positions.offsets import OffsetTracker
+from consumers.positions.recovery import Answered
 from streams.audit_trace import audit_trace
 
 __all__ = ["Job", "JobBook", "JobKey"]
@@ -76,7 +76,7 @@ class JobBook:
         """per partition, offsets done but not committed yet (a lower offset is pending)."""
         self.answered: Answered | None = None
         """prompt records answered before the group's committed offsets were lost: skipped
-        (:mod:`consumers.recovery`)."""
+        (:mod:`consumers.positions.recovery`)."""
 
     @property
     def in_flight(self) -> int:

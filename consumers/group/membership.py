@@ -9,10 +9,10 @@ import socket
 
 from aiokafka import AIOKafkaConsumer
 
-from consumers.assignor import StableStickyAssignor
-from streams import naming
+from consumers.group.assignor import StableStickyAssignor
 from streams.config import KafkaSettings, Settings
 from streams.kafka import consumer_kwargs, remove_group_member
+from streams.runs import naming
 
 __all__ = ["METADATA_MAX_AGE_MS", "default_instance_id", "group_consumer", "group_id", "stop_member"]
 
@@ -27,7 +27,7 @@ def group_consumer(
     """A (not started) consumer of ``group`` with static membership ``instance_id``
     (``group.instance.id``), the ``settings.consumer`` session timings (milliseconds), at most
     ``max_in_flight`` records a poll, and ``assignor`` as its only assignor
-    (:func:`consumers.assignor.stable_sticky_assignor`; the same class across rejoins: it
+    (:func:`consumers.group.assignor.stable_sticky_assignor`; the same class across rejoins: it
     remembers the group's last assignment)."""
     cfg = settings.consumer
     return AIOKafkaConsumer(
@@ -41,7 +41,7 @@ def group_consumer(
         # metadata refresh, which then rejoins the group: every 30 s, not aiokafka's 5 min.
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
         # One assignor only: aiokafka 0.14 sends one JoinGroup per listed assignor, each with
-        # a longer protocol list, which feeds rebalance storms (consumers/assignor.py).
+        # a longer protocol list, which feeds rebalance storms (consumers/group/assignor.py).
         partition_assignment_strategy=(assignor,),
     )
 
@@ -58,10 +58,10 @@ async def stop_member(consumer: AIOKafkaConsumer, kafka: KafkaSettings, group: s
 
 
 group_id = naming.generate_group
-"""The generation consumers' group id (:func:`streams.naming.generate_group`)."""
+"""The generation consumers' group id (:func:`streams.runs.naming.generate_group`)."""
 
 
 def default_instance_id(server_url: str) -> str:
     """A static-membership id stable per host and server URL: ``<hostname>-<server slug>``
-    (:func:`streams.naming.server_slug`)."""
+    (:func:`streams.runs.naming.server_slug`)."""
     return f"{socket.gethostname()}-{naming.server_slug(server_url)}"

@@ -7,11 +7,11 @@ Prompts without a run id (published by hand) are generated.
 
 from __future__ import annotations
 
-from streams import naming
 from streams.config import Settings
 from streams.errors import ForeignRunError
 from streams.records import PromptRecord
-from streams.runs import describe_owners, foreign_owners, topic_owners
+from streams.runs import naming
+from streams.runs.ownership import describe_owners, foreign_owners, topic_owners
 
 __all__ = ["check_topic_owner", "foreign_prompt_reason"]
 

@@ -1,5 +1,5 @@
 """When and what the consumer commits: per partition, the contiguous prefix of finished prompts
-(:meth:`consumers.jobs.JobBook.committable`), every ``commit_interval_s`` seconds and at once when
+(:meth:`consumers.positions.jobs.JobBook.committable`), every ``commit_interval_s`` seconds and at once when
 a partition's uncommitted span is half full, so the span limit does not throttle a fast partition.
 
 A commit that meets a rebalance is deferred to the next turn (aiokafka raises
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from consumers.jobs import JobBook
+from consumers.positions.jobs import JobBook
 from streams.audit_trace import audit_trace
 from streams.bounded import within
 from streams.kafka import KAFKA_STEP_S, KafkaOutage
@@ -62,7 +62,7 @@ class Committer:
 
     async def maybe_commit(self) -> None:
         """Commit every ``interval_s``, and at once when a partition's uncommitted span is half
-        of ``max_uncommitted`` (:meth:`consumers.jobs.JobBook.commit_urgent`)."""
+        of ``max_uncommitted`` (:meth:`consumers.positions.jobs.JobBook.commit_urgent`)."""
         due = time.monotonic() - self.last_commit >= self.interval_s
         if due or self.book.commit_urgent():
             await self.commit()

@@ -1,14 +1,14 @@
 """Making records from input lines: parse (:func:`streams.inputs.parse_line`), encode, check the
-size (:mod:`producers.limits`) and choose the partition (:mod:`producers.partitioning`).
+size (:mod:`producers.reading.limits`) and choose the partition (:mod:`producers.partitioning`).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from producers.badlines import id_of_bad_row
-from producers.limits import record_size
 from producers.partitioning import input_salt, partition_for
+from producers.reading.badlines import id_of_bad_row
+from producers.reading.limits import record_size
 from streams.config import KeyBy
 from streams.errors import InputError
 from streams.inputs import MappingOptions, parse_line
@@ -39,7 +39,7 @@ class RecordMaker:
         options: how rows become records.
         partitions: the prompts topic's partition count.
         key_by: how the partition is chosen (:mod:`producers.partitioning`).
-        record_limit: bytes a record may take in a batch (:func:`producers.limits.record_limit`).
+        record_limit: bytes a record may take in a batch (:func:`producers.reading.limits.record_limit`).
 
     Attributes:
         salt: :func:`producers.partitioning.input_salt` of the input's identity; the reader sets it

@@ -4,8 +4,8 @@ and truncated, only when a line is bad) as ``{"file", "line", "id"?, "reason"}``
 
 A line is bad for invalid JSON, bytes that are not UTF-8, missing or mistyped fields, empty
 messages (:mod:`streams.inputs.formats`), a line over the length limit or a record whose encoding
-exceeds the prompts topic's ``max.message.bytes`` (:mod:`producers.limits`), and a record id
-already seen in this invocation (:mod:`producers.ids`). In a JSON array or a Parquet file, a
+exceeds the prompts topic's ``max.message.bytes`` (:mod:`producers.reading.limits`), and a record id
+already seen in this invocation (:mod:`producers.reading.ids`). In a JSON array or a Parquet file, a
 "line" is a record: ``line`` is its 1-based number in the file (:func:`streams.inputs.read_rows`).
 """
 

@@ -7,7 +7,7 @@ every prompt of the run again. So before it joins the group a consumer asks for 
 committed offsets (:func:`answered_prompts`). When a partition of the prompts topic holding
 records has none while the run's completions or dead-letter topics hold results, it reads those
 results' ``source`` (the topic, partition and offset of the prompt record each answers) and skips,
-as answered, every prompt record one of them names (:meth:`consumers.jobs.JobBook.accept`); the
+as answered, every prompt record one of them names (:meth:`consumers.positions.jobs.JobBook.accept`); the
 others are generated. It logs what it found and did. What exists is generated again only when
 asked: ``kafkagen regenerate`` and ``kafkagen replay`` publish new records or use another group.
 

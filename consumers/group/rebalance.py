@@ -3,7 +3,7 @@
 aiokafka is eager: every rebalance revokes every partition (docs/kafka.md), and its callbacks
 run in its coordinator task, concurrently with the fetch loop (aiokafka 0.14
 ``consumer/group_coordinator.py`` ``_on_join_prepare``, ``_on_join_complete``). The assignment
-is sticky (:mod:`consumers.assignor`): a member's loss moves only its partitions.
+is sticky (:mod:`consumers.group.assignor`): a member's loss moves only its partitions.
 
 What the generation consumer does (:meth:`consumers.generate.GenerationConsumer.on_revoked`,
 :meth:`~consumers.generate.GenerationConsumer.on_assigned`): on revoke it commits what is
