@@ -1,14 +1,12 @@
 """The generation consumer's command line: ``kafkagen generate`` (``python -m consumers.generate``)
 ``--server URL [--group G] [--instance-id ID] [--metrics-port P]`` plus any settings flag.
 
-Joining a run by its id alone: ``kafkagen generate --run-id RUN --server URL`` on any host reads
-the run's record on its control topic (:mod:`streams.runs.record`, written by the main job) and
-generates with the run's generation settings and ``replay_of``; a setting given to this consumer
-(a flag or a ``KAFKAGEN_*`` variable) wins. A run without a record: the settings as given.
+``--run-id RUN`` alone joins a run with its run record's generation settings
+(:mod:`streams.runs.record`); a setting given to this consumer wins. Exit status
+(:mod:`streams.cli`): 0 after a graceful stop, 1 on a fatal error, 2 on bad settings or a prompts
+topic of another run, 3 when Kafka cannot be reached at start.
 
-Exit status (:mod:`streams.cli`): 0 after a graceful stop (SIGTERM, SIGINT), 1 on a fatal error,
-2 on bad settings or a prompts topic of another run (``docs/runs.md``), 3 when Kafka cannot be
-reached at start (later outages are waited out).
+Design: docs/consumer.md, "Command line".
 """
 
 from __future__ import annotations
@@ -96,5 +94,5 @@ def generate(
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m consumers.generate") -> int:
-    """Run one generation consumer until SIGTERM/SIGINT; returns the exit status (module docstring)."""
+    """Run one generation consumer until SIGTERM/SIGINT; returns the exit status (docs/consumer.md)."""
     return run_command(generate, argv, prog=prog)

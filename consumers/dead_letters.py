@@ -1,11 +1,9 @@
 """Every dead letter the generation consumer writes: the :class:`ErrorRecord` of a prompt that
 could not be generated, built in one place (:func:`error_record`) for each way a prompt fails.
 
-Ids: a dead letter carries the prompt's id; when the prompt is not available (its bytes do not
-decode, or the consumer failed before reading it) the record's key, else
-``<topic>+<partition>+<offset>`` (:func:`streams.deadletter.source_id`). An undecodable record's
-dead letter is :func:`streams.deadletter.undecodable`'s, the same as the sink's. The sink and
-the replay read them back (``docs/runs.md``).
+Its id is the prompt's, else the record's key, else ``<topic>+<partition>+<offset>``; an
+undecodable record's dead letter is :func:`streams.deadletter.undecodable`'s, the same as the
+sink's. Design: docs/consumer.md, "Dead letters".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Writing a prompt's result: its :class:`CompletionRecord` on the completions topic or its
 :class:`ErrorRecord` on the dead-letter topic, through the consumer's idempotent producer.
 
-Each write waits for the broker's acknowledgement (acks=all) and is retried through Kafka
-outages for as long as they last: the record is never dropped, and its prompt's offset is not
-committed meanwhile (the caller's ``finish`` runs only after the acknowledgement). A result too
-large for a Kafka record (``kafka.max_message_bytes``) becomes a dead letter instead; a dead
-letter is trimmed to fit (:func:`streams.records.fit_error`).
+Each write waits for the broker's acknowledgement (acks=all) and is retried through Kafka outages
+for as long as they last; only then may the prompt's offset be committed. A result too large for a
+Kafka record becomes a dead letter, trimmed to fit. Design: docs/consumer.md, "Writing a result".
 """
 
 from __future__ import annotations
@@ -239,10 +237,9 @@ class Emitter:
         self, topic: str, record_id: str, value: bytes, *, source: list[int] | None = None
     ) -> RecordMetadata:
         """Send and wait for the broker's acknowledgement (acks=all); returns where the record is.
-        Waits out Kafka outages (:func:`streams.retry.kafka_outage`) forever with backoff: the
-        record is never dropped and its offset is not committed meanwhile. The outage is one
-        warning, a reminder every 30 s, the ``kafkagen_generate_kafka_up`` gauge and the status line
-        (:class:`streams.kafka.KafkaOutage`), not a line per record.
+        Waits out Kafka outages (:func:`streams.retry.kafka_outage`) forever with backoff; an outage
+        is one warning, a reminder every 30 s, the ``kafkagen_generate_kafka_up`` gauge and the
+        status line (:class:`streams.kafka.KafkaOutage`), not a line per record.
 
         Raises:
             MessageSizeTooLargeError: the record is over the producer's or the broker's limit.

@@ -1,60 +1,12 @@
 """The generation consumer: ``python -m consumers.generate --server URL``, one per inference server.
 
-A member of the consumer group on the prompts topic. It keeps its server's slots busy with an
-adaptive in-flight window (:mod:`consumers.window`), writes a :class:`CompletionRecord` (or an
-:class:`ErrorRecord` on the dead-letter topic) per prompt through an idempotent producer
-(:mod:`consumers.emit`), and commits per partition only the contiguous prefix of finished
-prompts (:mod:`consumers.positions.offsets`). Up to ``prefetch`` prompts are fetched ahead of the window,
-so the moment the server answers a request (before its result is written to Kafka) the next
-prompt is sent: a fast server is not left waiting on a Kafka fetch or a produce acknowledgement.
-This module is the loop that ties the parts together: group membership, fetching, starting,
-draining. The parts: the book of fetched and started prompts (:mod:`consumers.positions.jobs`),
-one prompt's processing (:mod:`consumers.process`), the server's state (:mod:`consumers.server_watch`),
-the commits (:mod:`consumers.positions.commits`), the metrics (:mod:`consumers.metrics`); the command
-line is :mod:`consumers.cli`.
+A member of the consumer group on the run's prompts topic. It keeps its server's slots busy with an
+adaptive in-flight window (:mod:`consumers.window`), writes a completion or a dead letter per prompt
+(:mod:`consumers.emit`), and commits per partition only the contiguous prefix of finished prompts
+(:mod:`consumers.positions`). This module is the loop that ties the parts together: group
+membership, fetching, starting, draining; the command line is :mod:`consumers.cli`.
 
-Delivery: at-least-once. A prompt's offset is committed only after its completion or error
-record was acknowledged by Kafka (acks=all), so a SIGKILL loses nothing. Every fetched record is
-tracked at once and kept until it is started (a local queue per partition while the window is
-full or the server is down): nothing read from Kafka is dropped, whatever the schedule of
-rebalances. A prompt starts only if its offset is below its partition's committed offset plus
-``max_uncommitted``, so a SIGKILL re-generates at most ``max_uncommitted`` prompts per partition
-the consumer owned (in practice: the requests in flight plus what finished since the last commit,
-which is made every ``commit_interval_s`` and at once when a span is half full). Every prompt ends
-in a completion or a dead letter: a result too large for a Kafka record, or any failure that
-escapes a prompt's task, becomes a dead letter trimmed to fit (:func:`streams.records.fit_error`).
-A partition with prompts but no committed offset (expired) on a run with results is recovered
-from the results before the consumer joins: what they answer is skipped (:mod:`consumers.positions.recovery`).
-
-Rebalances (:mod:`consumers.group.rebalance` says how aiokafka runs them): on revoke the contiguous
-prefix is committed and the started requests keep running as *orphans*, which the re-fetched
-records adopt if their partitions come back (:mod:`consumers.positions.jobs`; such a partition is fetched
-even when the buffer is full); on assign the partitions
-are registered before any ``await`` and the orphans of partitions that moved away are cancelled.
-
-Server trouble (:mod:`consumers.server_watch`): while the server is down, nothing new is sent
-and fetching is paused (while still polling, keeping every record a poll returns). If it stays
-down for ``down_grace_s``, the consumer leaves the group with an explicit LeaveGroup
-(:func:`streams.kafka.remove_group_member`; a static member otherwise keeps its partitions until
-``session_timeout_ms`` expires), so its partitions move to the other members within seconds, and
-rejoins once the server is healthy again.
-
-Quality gate (:mod:`consumers.quality.fleet_gate`, ``docs/gate.md``): before joining the group the
-consumer reads the run's control topic; it counts the quality classes of every result Kafka
-acknowledged and reports them there every ``gate.report_interval_s``. When the fleet's share of a
-class passes its threshold, or another consumer (or ``kafkagen gate halt``) halted the run, no new
-prompt starts (fetching pauses once the prefetch buffer is full), while the requests in flight
-finish and are written and committed as usual; the process stays up, idle, until ``kafkagen gate resume``.
-
-Runs (``docs/runs.md``, :mod:`consumers.group.ownership`): the consumer reads ``<run id>.prompts``
-(``<replay_of>.prompts`` for a replay) in group ``<consumer.group>.<run id>`` and writes
-``<run id>.completions`` and ``.errors`` (:mod:`streams.runs.naming`); a prompts topic of another run
-stops it with exit 2 before it joins the group, a prompt of another run is dead-lettered.
-
-Shutdown: SIGTERM/SIGINT stop fetching, wait up to ``shutdown_deadline_s`` for in-flight work,
-commit, leave the group (so a scale-down hands the partitions over at once) and exit 0. A
-SIGKILLed member keeps its partitions until ``session_timeout_ms``; a restart within it gets them
-back without a rebalance.
+Design: docs/consumer.md (the loop, commits, rebalances, server trouble, shutdown, recovery).
 """
 
 from __future__ import annotations
@@ -406,11 +358,9 @@ class GenerationConsumer:
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         """Register the new assignment, then cancel orphans of partitions that moved away.
 
-        No ``await`` before the partitions are registered: aiokafka sets the assignment, and its
-        fetcher may return records of it, before it calls this (aiokafka 0.14
-        ``consumer/group_coordinator.py`` ``_on_join_complete``). A record of a partition not
-        registered yet registers it (:meth:`consumers.positions.jobs.JobBook.accept`), so the order does
-        not matter.
+        No ``await`` before the partitions are registered: aiokafka may return records of the
+        assignment before it calls this (aiokafka 0.14 ``consumer/group_coordinator.py``
+        ``_on_join_complete``; docs/consumer.md, "Rebalances").
         """
         self._generation += 1
         self._rebalancing = False
@@ -468,20 +418,10 @@ class GenerationConsumer:
         self.metrics.observe_partitions(offsets)
 
     def _apply_pauses(self, consumer: AIOKafkaConsumer, room: int) -> None:
-        """Fetch only partitions that can take more work now.
-
-        Paused: every partition while the window and the prefetch buffer are full or the server
-        is down; else a partition holding its share of the buffer (``(window + prefetch) /
-        partitions``), or whose uncommitted span reached ``max_uncommitted``. A pause only stops
-        fetching: records already returned are kept. While the run is halted by its quality gate
-        nothing starts, so the buffer fills and every partition pauses by the same rule.
-
-        Never paused: a partition whose orphans wait to be adopted
-        (:meth:`consumers.positions.jobs.JobBook.adopting`). Its records fetched again adopt them
-        (:meth:`consumers.positions.jobs.JobBook.accept`), so the results of requests in flight at a
-        rebalance are committed, even when the records of other partitions filled the buffer
-        first (as they do while the run is halted), or the server is down, or the consumer stops.
-        """
+        """Fetch only partitions that can take more work now (``room``: records); a pause only stops
+        fetching. A partition whose orphans wait to be adopted
+        (:meth:`consumers.positions.jobs.JobBook.adopting`) is never paused (docs/consumer.md,
+        "Fetching and pauses")."""
         assignment = consumer.assignment()
         if room <= 0 or self.server.is_down or self._stopping.is_set():
             want = set(assignment)

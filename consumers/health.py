@@ -1,24 +1,12 @@
 """Server health verdicts: pure policy, no I/O. (The retry backoff is :class:`streams.retry.Backoff`.)
 
-A consumer owns one server. It must stop sending when that server is down or hung (so
-prompts do not burn their bounded retries on a dead server), keep watching it, resume when
-it can generate again, and give its partitions to healthy consumers if it stays down past a
-grace period. The verdicts:
+:class:`ServerHealth` says whether one server is **down** (consecutive retriable failures, or
+marked), **hung** (requests in flight and none finished for ``hang_timeout_s``) or down long
+enough to **leave** the group (``down_grace_s``); a failure of a request sent before the server was
+last marked up is stale evidence and counts for nothing. Times are seconds from any monotonic
+clock, passed in by the caller.
 
-* **down**: ``down_after_failures`` consecutive retriable failures (connection refused,
-  timeouts, 5xx), or an explicit :meth:`ServerHealth.mark_down` (e.g. hung);
-* **hung**: requests in flight and none finished (success or failure) for ``hang_timeout_s``
-  seconds, unless the server showed since that it is generating (:meth:`ServerHealth.record_progress`,
-  after a passed generation probe: long generations are not a hang). SGLang can keep answering
-  ``/health`` while nothing completes (docs/sglang.md, "Failure modes");
-* **leave**: down for longer than ``down_grace_s`` seconds.
-
-Stale evidence does not count: a failure of a request sent before the server was last marked
-up (e.g. the read timeouts of requests queued behind a slow server that a health probe has
-since found able to generate) says nothing about the server now, so it cannot mark it down
-again. Without this rule a slow server flaps down/up once per timed-out request.
-
-Times are seconds from any monotonic clock, passed in by the caller.
+Design: docs/consumer.md, "Server trouble".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """One prompt's processing, from its started record to its completion or dead letter.
 
-The record is decoded (an undecodable one is dead-lettered), checked to belong to this run
-(:mod:`consumers.group.ownership`), then sent to the server until it answers, at most
-``max_attempts`` times by this consumer (outages included; a prompt fetched again after a
-rebalance, a leave or a crash counts anew). Retry decisions read the error's ``retriable``
-(:func:`streams.retry.retriable`): a retriable failure (:class:`RetriableServerError`: 408, 429,
-5xx, abort, transport) is sent again after a backoff; a fatal one (:class:`FatalRequestError`)
-is dead-lettered at once, except SGLang's "Duplicate request ID" (our earlier send of the same
-rid still runs there: docs/sglang.md), which is retried. Requests wait while the server is down,
-and are abandoned, as retriable failures, when it is declared hung (:mod:`consumers.server_watch`).
-Every prompt ends in a completion or a dead letter: whatever escapes the processing becomes one
-too, or its partition's commits would stop at it.
+The record is decoded, checked to belong to this run (:mod:`consumers.group.ownership`), then sent
+to the server until it answers, at most ``max_attempts`` times: a retriable failure is sent again
+after a backoff, a fatal one is dead-lettered at once (SGLang's "Duplicate request ID" aside).
+Every prompt ends in a completion or a dead letter.
+
+Design: docs/consumer.md, "One prompt".
 """
 
 from __future__ import annotations

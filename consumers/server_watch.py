@@ -1,17 +1,12 @@
 """The consumer's view of its inference server: up or down, hung or generating, collapsed or
 not, and its load, which sizes the in-flight window.
 
-Server trouble (:mod:`consumers.health` gives the verdicts): after ``down_after_failures``
-consecutive retriable failures, or when requests are in flight and none finishes for
-``hang_timeout_s`` and the server's own generation probe fails too, the server is *down*:
-nothing new is sent, in-flight requests of a hung server are abandoned (:attr:`ServerWatch.abandon`)
-and retried later, and a health probe runs every few seconds in the background. When a probe
-passes, work resumes. A lasting collapse of the output rate (:mod:`consumers.watchdog`) marks it
-down too, and gives up the partitions at once for ``watchdog_hold_s``. A server down for
-``down_grace_s`` makes the consumer leave its group (:meth:`ServerWatch.poll_down` says when).
+:class:`ServerWatch` acts on the verdicts of :mod:`consumers.health` and :mod:`consumers.watchdog`:
+a server down sends nothing new and is probed in the background until it passes; a hung one's
+requests are abandoned; one down for ``down_grace_s``, or collapsed, makes the consumer leave its
+group. Times are monotonic seconds.
 
-Times are monotonic seconds; the probes are background tasks, so the fetch loop keeps polling
-Kafka meanwhile (``max.poll.interval`` never expires).
+Design: docs/consumer.md, "Server trouble".
 """
 
 from __future__ import annotations
@@ -116,14 +111,12 @@ class ServerWatch:
         self.watchdog.observe(now, completion_tokens)
 
     def check_hung(self, in_flight: int) -> None:
-        """Requests in flight and none finished for ``hang_timeout_s``: long generations, or a
-        wedged engine? The server's own generation probe tells them apart before anything is
-        abandoned. SGLang's ``/health_generate`` passes when the engine sent any output since the
-        probe began, and it sends the output of every running non-streaming request each 50
-        tokens (sglang 0.5 ``entrypoints/http_server.py`` ``health_generate``,
-        ``managers/scheduler_output_processor_mixin.py`` ``DEFAULT_FORCE_STREAM_INTERVAL``), so
-        it passes under a full batch of long generations and fails on a hung engine. Passed: the
-        in-flight requests count as progressing. Failed: the server is hung (marked down)."""
+        """Requests in flight and none finished for ``hang_timeout_s``: the server's generation
+        probe tells long generations (passed: they count as progressing) from a wedged engine
+        (failed: marked down). SGLang's ``/health_generate`` passes under a full batch of long
+        generations (sglang 0.5 ``entrypoints/http_server.py`` ``health_generate``,
+        ``managers/scheduler_output_processor_mixin.py`` ``DEFAULT_FORCE_STREAM_INTERVAL``;
+        docs/consumer.md, "Server trouble")."""
         now = time.monotonic()
         if self.health.is_down or not self.health.hung(now, in_flight):
             if self._hang_probe is not None:  # its verdict is about a moment that has passed

@@ -1,23 +1,11 @@
 """Output-rate watchdog: notices a server whose throughput collapses while it still answers.
 
-SGLang can keep answering health checks and finishing requests after its throughput collapses
-(KV-cache retraction, a degraded GPU: public reports of ~14x slower decoding), so neither the
-failure count nor the hang detector of :mod:`consumers.health` fires: the server's partitions just
-crawl while other servers idle. The watchdog compares the server's output rate with its own recent
-peak:
+:class:`ThroughputWatchdog` compares the server's output rate (completion tokens per second over
+``window_s``) with its own recent saturated peak: saturated and below ``baseline / factor`` for
+``collapse_s`` seconds on end is a collapse, on which the consumer gives up its partitions. Pure
+and deterministic: the caller passes the time (``now``, seconds, any monotonic clock).
 
-* **output rate**: completion tokens of the requests that finished in the last ``window_s``
-  seconds, per second;
-* **saturated**: the rate says something about the server only while it had work the whole
-  window: at every check of the window at least ``min_in_flight`` requests were in flight (the
-  tail of a run, or an empty prompts topic, is not a collapse);
-* **baseline**: the highest rate of a saturated window in the last ``baseline_s`` seconds;
-* **collapsed**: saturated and below ``baseline / factor`` for ``collapse_s`` seconds on end.
-
-The consumer exports the rate as a metric, warns when the rate first falls below the threshold,
-and gives up its partitions when the collapse lasts (see :mod:`consumers.generate`).
-
-Pure and deterministic: the caller passes the time (``now``, seconds, any monotonic clock).
+Design: docs/consumer.md, "Collapsed output rate".
 """
 
 from __future__ import annotations

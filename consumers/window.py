@@ -1,39 +1,11 @@
 """How many requests a generation consumer keeps in flight against its one inference server.
 
-Policy, and why:
+:class:`WindowPolicy` fills every slot plus a small standing queue, never more: it follows the
+server's gauges (running and queued requests, KV-cache usage) when it reports them, and adapts by
+AIMD from completions and overloads when it does not. Pure and deterministic: the caller passes
+the time (``now``, seconds, any monotonic clock).
 
-* **Fill every slot, plus a small standing queue.** A server runs at most
-  ``max_running_requests`` requests at once (SGLang ``/server_info``; llama.cpp's slot count).
-  A free slot is idle GPU time, so the window starts at ``max_running + target_queue``; SGLang's
-  tuning guide likewise aims for a small ``#queue-req`` > 0. The real job's fixed concurrency of
-  48 over 7 servers × 16 slots (112 slots) left GPUs idle.
-* **Never more.** SGLang's waiting queue is unbounded by default, so a larger window buys no
-  throughput: queued requests only add latency, and every in-flight request is work that is
-  duplicated after a SIGKILL (its offset is not committed yet). With ``max_running`` known the
-  window is capped at ``max_running + target_queue`` as well as at ``max_size``.
-* **Follow the server's gauges when it reports them** (``sglang:num_running_reqs``,
-  ``sglang:num_queue_reqs``, ``sglang:token_usage``). The target is ``running + free slots +
-  target_queue``: a queue longer than ``target_queue``, or a KV cache fuller than
-  ``max_token_usage``, sets the window to ``running + target_queue`` (the server is KV-cache
-  bound below its slot count: SGLang's automatic ``max_running_requests`` is in the thousands,
-  so the KV cache, not the slot count, is what limits it; docs/sglang.md, "Discovery"); a
-  shorter queue while our window is full grows it like TCP slow start, to ``running + free +
-  target_queue`` with ``free`` = the slots left (``max_running - running``, when known) but at
-  most ``running``: at most a doubling per reading, so a server that runs everything it is sent is
-  filled within a few readings, not minutes, and one whose KV cache binds far below its slot
-  count (SGLang's automatic limit is in the thousands) is not flooded back to the cap by a
-  momentary short queue. All rules read the gauges, not the window, so
-  they are idempotent: the same reading twice (SGLang refreshes its gauges only every
-  ``decode_log_interval`` decode steps) moves the window once. A window we are not filling
-  (the input is the bottleneck) is not grown: that reading says nothing about capacity. This
-  assumes one consumer per server, as kafkagen deploys it: other clients' requests would count
-  as ours.
-* **AIMD without gauges**: +``increase_step`` per window's worth of completions (one step per
-  round trip, as TCP congestion avoidance), and on overload (HTTP 503/429, queue full, timeouts,
-  or mean latency above ``max_latency_s``) multiply by ``decrease_factor``, at most once per
-  ``cooldown_s``: one decrease per congestion episode, and no growth during it.
-
-Pure and deterministic: the caller passes the time (``now``, seconds, any monotonic clock).
+Design: docs/consumer.md, "The in-flight window".
 """
 
 from __future__ import annotations
@@ -137,11 +109,9 @@ class WindowPolicy:
         token_usage: float | None = None,
     ) -> None:
         """Steer by the server's gauges: running and waiting requests (summed over DP ranks) and
-        the KV-cache usage (fraction 0..1; None: not reported).
-
-        ``in_flight`` is how many requests this consumer has outstanding; when given and below
-        the window, a short queue does not grow the window. ``None`` gauges (server without
-        ``--enable-metrics``) are ignored.
+        the KV-cache usage (fraction 0..1; None: not reported). ``in_flight``: the requests this
+        consumer has outstanding; below the window, a short queue does not grow it. ``None``
+        gauges (a server without ``--enable-metrics``) are ignored.
 
         Raises:
             ValueError: a count is negative.

@@ -1,12 +1,11 @@
 """The ``kafkagen`` command line: one click group, a subcommand per job.
 
-Each subcommand lives with its concern (the map below, ``_COMMANDS``); ``kafkagen run``,
-``produce``, ``generate``, ``sink``, ``export`` and ``stack`` are also ``python -m launch.run``,
+Each subcommand lives with its concern (``_COMMANDS``); ``kafkagen run``, ``produce``,
+``generate``, ``sink``, ``export`` and ``stack`` are also ``python -m launch.run``,
 ``producers.prompts``, ``consumers.generate``, ``sinks.s3``, ``sinks.export`` and ``launch.stack``.
-
-Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and
-``kafkagen --help`` starts at once. Settings flags, the exit statuses and the logging set-up are
-the same for every command (:mod:`streams.cli`).
+Subcommands are imported when they run, so ``kafkagen produce`` does not load faust and ``kafkagen
+--help`` starts at once. Settings flags, exit statuses and logging are every command's
+(:mod:`streams.cli`).
 """
 
 from __future__ import annotations

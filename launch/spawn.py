@@ -1,12 +1,10 @@
 """Starting a child process: the one place kafkagen (and its benchmarks) calls ``Popen``.
 
-Two lifetimes, both with stdin closed and stdout and stderr appended to one log file:
-
-* ``detach=True`` (the local stack's services): a session of its own, so the process outlives
-  the terminal and the command that started it (``setsid``; stopped later by pid file).
-* ``detach=False`` (a benchmark's or a test harness's children): killed with its parent
-  (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, prctl(2)), so a crashed harness leaves nothing
-  running.
+Both lifetimes close stdin and append stdout and stderr to one log file. ``detach=True`` (the
+local stack's services): a session of its own (``setsid``), so the process outlives the terminal
+and the command that started it (stopped later by pid file). ``detach=False`` (a benchmark's or a
+test harness's children): killed with its parent (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``,
+prctl(2)), so a crashed harness leaves nothing running.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Supervision of the job's long-running processes (generation consumers, the sink) by supervisord.
 
-Each component runs as its own supervisord program: its own process (in its own process group),
-its own log file, restarted automatically when it dies (``autorestart=true``), stopped with
-SIGTERM and a grace period long enough for a consumer's drain. supervisord itself daemonizes, so
-the job keeps running if the terminal or SSH session that started it goes away (the old job's
-background runs died with the session). Control goes through supervisord's XML-RPC interface on a
-Unix socket (supervisor docs, "XML-RPC API Documentation").
+Each component is its own supervisord program (own process group, own log file, restarted when it
+dies, stopped with SIGTERM and a grace period for a consumer's drain); supervisord daemonizes, so
+the job outlives the terminal or SSH session that started it. Control goes through supervisord's
+XML-RPC interface on a Unix socket (supervisor docs, "XML-RPC API Documentation"). docs/main-job.md,
+"Supervision".
 """
 
 from __future__ import annotations
@@ -65,13 +64,9 @@ class Program:
 def command_line(argv: Sequence[str]) -> str:
     """supervisord's ``command=`` value for ``argv``: read back by supervisord as ``argv`` exactly.
 
-    supervisord expands ``%(name)s`` in the value (so ``%`` is doubled), splits it with POSIX
-    ``shlex`` (``supervisor/process.py`` ``get_execv_args``), and reads its config with
-    ``inline_comment_prefixes=(';', '#')`` (``supervisor/options.py`` ``UnhosedConfigParser``,
-    supervisor 4.3.0): a ``;`` or ``#`` after whitespace ends the value, even inside quotes. So
-    each word is ``shlex.quote``-d and such a ``;`` or ``#`` gets an empty ``''`` before it
-    (whitespace appears in a quoted word only inside single quotes, where ``''`` closes and
-    reopens them).
+    Each word is ``shlex.quote``-d, a ``;`` or ``#`` after whitespace gets an empty ``''`` before it
+    and ``%`` is doubled: supervisor 4.3.0 ``supervisor/process.py`` ``get_execv_args`` and
+    ``supervisor/options.py`` ``UnhosedConfigParser`` (why: docs/main-job.md, "Supervision").
 
     Raises:
         ConfigError: a word holds a newline (a config value is one line).
@@ -86,10 +81,8 @@ def command_line(argv: Sequence[str]) -> str:
 def environment_line(env: Sequence[tuple[str, str]]) -> str:
     """supervisord's ``environment=`` value for ``env``: ``KEY="value",...``.
 
-    supervisord splits it with a non-POSIX ``shlex`` (``supervisor/datatypes.py``
-    ``dict_of_key_value_pairs``, supervisor 4.3.0): a value is quoted with ``"`` (or ``'`` when it
-    holds a ``"``), there are no escapes, and the quotes at both ends are stripped; ``%`` is
-    doubled for supervisord's ``%(name)s`` expansion.
+    Quoted with ``"`` (``'`` when the value holds a ``"``), no escapes, ``%`` doubled: supervisor
+    4.3.0 ``supervisor/datatypes.py`` ``dict_of_key_value_pairs`` (docs/main-job.md, "Supervision").
 
     Raises:
         ConfigError: a name that is not an identifier, or a value holding both quote characters,

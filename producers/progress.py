@@ -1,38 +1,10 @@
 """The producer's resume points: one :class:`streams.records.ProgressRecord` per input, on the
 compacted ``topics.producer_progress`` topic, written in the same transaction as the records.
 
-A resume point holds the last input line handled, the byte offset after it, a SHA-256 of the input
-bytes up to there, the count of records published and the mapping options
-(:func:`options_fingerprint`). Its key (:func:`streams.runs.naming.progress_key`) is
-``["<prompts topic>", "<run id>", "<input identity>"]`` (JSON): the identity is the resolved
-absolute path of a local file, the ``s3://bucket/key`` URI of an object, or ``stdin:<SHA-256 of its
-first 64 KiB>`` for stdin (which has no name; a stdin input shorter than 64 KiB that later grows is
-therefore a new input, published again in full: give input that grows as a file). A new run id
-therefore publishes the file again, under that run; the same run id resumes or skips it
-(``skipped`` in the summary). Moving or renaming a file gives it a new identity: it is published
-again (``--run-id`` unchanged means its ids would then appear twice: keep paths stable).
-
-The input's content is checked, not its size or mtime: on resume the skipped lines must hash to
-the stored SHA-256 at the stored offset. A file that grew (lines appended) resumes and publishes
-the new lines; a file whose already-published part changed, or that got shorter, is refused
-(:class:`InputChangedError`, exit 2: restore it, or ``--from-scratch``, which ignores the stored
-progress and publishes everything again). Resuming with other mapping options (format, fields,
-system prompt, tags, last-turn rule) is refused the same way (:func:`resume_note`).
-
-The same resume point serves inputs without lines (:func:`streams.inputs.read_rows`), its
-``line`` being the 1-based row number (``metadata.line``):
-
-- a JSON array: the rows are its elements; ``offset`` is the byte offset in the (decompressed)
-  file just after element ``line``, and the digest covers the file's bytes up to there (the ``[``,
-  the separators and the elements), exactly as for JSON Lines. Elements appended before the
-  closing ``]`` resume; a changed element already published is refused.
-- a Parquet file: its bytes are not a sequence of rows, so the digest covers the rows' content
-  instead: the SHA-256 of each row's JSON text (:mod:`streams.inputs.parquet`) up to row ``line``,
-  and ``offset`` is the length of those texts. A file rewritten with the same rows (another
-  compression, other row groups) resumes; one whose first ``line`` rows changed is refused.
-
-A resume point is written only in the transaction that publishes the rows it counts, so after a
-SIGKILL the re-run starts after the last committed row and publishes each row at most once.
+Its key is :func:`streams.runs.naming.progress_key` (the input's identity: path, ``s3://`` URI or
+stdin digest); on resume the skipped rows must hash to the stored SHA-256 at the stored offset,
+and the mapping options must be the same, else :class:`InputChangedError` (exit 2). The rules:
+``docs/producer.md``, "Resume points".
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
 """Publishing inputs to the prompts topic exactly once, across crashes.
 
-Each input is published by a *transactional* producer (``transactional_id``:
-:func:`streams.runs.naming.transactional_id` of its progress key, so stable per input). Records are
-sent in transactions of at most ``producer.checkpoint_every`` records or ``checkpoint_interval_s``
-seconds, whichever comes first: the age of the open transaction is checked after every record,
-while waiting for a slow input and while the rate limiter (``max_records_per_s``) sleeps, and
-``checkpoint_interval_s`` must be below a third of ``producer.transaction_timeout_ms`` (60 s), so
-the broker never aborts a transaction of a live producer however slowly it publishes. Every
-transaction also writes the input's resume point (:mod:`producers.progress`) to the compacted
-``topics.producer_progress`` topic: records and resume point are committed atomically.
-
-A SIGKILL leaves the open transaction uncommitted: readers with ``isolation_level=read_committed``
-(as :func:`streams.kafka.consumer_kwargs` sets) never see its records, and the re-run's producer,
-with the same transactional id, fences the dead one and makes the broker abort that transaction
-(without a re-run the broker aborts it after the transaction timeout,
-``producer.transaction_timeout_ms``; until then read_committed consumers of the touched partitions
-wait). The re-run then reads the progress topic up to its high watermark (waiting for any open
-transaction of another producer to end) and skips every row at or before the committed one. So
-each record is committed exactly once, however often the producer is killed; records of aborted
-transactions stay in the log, invisible to read_committed readers. Rows are lines of JSON Lines,
-elements of a JSON array or rows of a Parquet file (:func:`streams.inputs.read_rows`): the resume
-point counts them all alike (:mod:`producers.progress`).
-
-Skipped lines are still parsed (not published), so a resumed run reports the same bad lines and
-the same duplicate ids as an uninterrupted one; that costs the CPU of parsing them (about 10 µs per
-1.7 KB line). Two producers on the same input fence each other: the older one stops
-(``ProducerFenced``, exit 3).
-
-Batches are built here (aiokafka's ``create_batch``/``send_batch``), one per partition, sent when
-full or :data:`LINGER_S` old: memory holds one batch of at most 1 MiB per partition queued and one
-request in flight. The prompts topic is created when missing with ``topics.partitions`` partitions
-and ``retention.ms=-1`` (kept for replays, see :mod:`streams.topics`); an existing topic keeps its
-partition count.
+Each input is published by a transactional producer (``transactional_id``:
+:func:`streams.runs.naming.transactional_id`, stable per input), in transactions of at most
+``producer.checkpoint_every`` records or ``checkpoint_interval_s`` seconds, each committing the
+records with the input's resume point (:mod:`producers.progress`). Batches are built here, one per
+partition, sent when full or :data:`LINGER_S` old. The protocol, what a SIGKILL leaves and why
+each record is committed once: ``docs/producer.md``, "Exactly once".
 """
 
 from __future__ import annotations
@@ -102,7 +76,7 @@ class PublishContext:
 
 
 class InputPublisher:
-    """Publishes one input in transactions; the protocol is the module docstring's."""
+    """Publishes one input in transactions (the protocol: ``docs/producer.md``, "Exactly once")."""
 
     def __init__(self, ctx: PublishContext, spec: InputSpec, file_index: int) -> None:
         self.ctx = ctx

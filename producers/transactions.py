@@ -17,12 +17,10 @@ def failed_transaction(producer: Any) -> BaseException | None:
     """The error that failed the producer's open transaction (for example ``ProducerFenced`` once
     a newer producer with the same transactional id started), or ``None``.
 
-    aiokafka then refuses sends with ``IllegalOperation`` and a commit or a new transaction with
-    an ``AssertionError``, and keeps the cause only in its transaction manager's private
-    ``_transaction_waiter`` future (aiokafka 0.14: ``AIOKafkaProducer._txn_manager`` in
-    ``aiokafka/producer/producer.py``, a ``TransactionManager`` whose ``_transaction_waiter`` is set
-    in ``aiokafka/producer/transaction_manager.py``): checked here so the cause is what gets raised.
-    Without those attributes (another aiokafka) it returns ``None``.
+    aiokafka keeps the cause only in a private future (aiokafka 0.14: ``AIOKafkaProducer._txn_manager``,
+    ``aiokafka/producer/producer.py``; its ``_transaction_waiter``,
+    ``aiokafka/producer/transaction_manager.py``; ``docs/producer.md``, "Exactly once"). Without
+    those attributes (another aiokafka) it returns ``None``.
     """
     waiter = getattr(getattr(producer, "_txn_manager", None), "_transaction_waiter", None)
     if isinstance(waiter, asyncio.Future) and waiter.done() and not waiter.cancelled():
@@ -42,10 +40,8 @@ def quiet_abandoned_kafka_futures(loop: asyncio.AbstractEventLoop, context: dict
     """Event-loop exception handler: drop asyncio's "Future exception was never retrieved" report
     for a Kafka error, pass everything else to the default handler.
 
-    When a transaction fails (fenced by a newer producer, broker gone), aiokafka sets the error on
-    futures of its own that nobody awaits any more; asyncio would print each with a traceback. The
-    error has already been raised to :func:`producers.cli.main`, which prints it as one line, and
-    the transaction was not committed, so these reports carry no information.
+    The futures aiokafka abandons with a failed transaction carry an error already raised to
+    :func:`producers.cli.main` (``docs/producer.md``, "Exactly once").
     """
     if isinstance(context.get("exception"), KafkaError) and "never retrieved" in context.get("message", ""):
         return

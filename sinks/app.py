@@ -1,31 +1,10 @@
 """The faust app that hosts the sink: worker lifecycle, logging, signals and exit codes.
 
-Why the sink runs its own aiokafka consumer inside the faust app
----------------------------------------------------------------
-The sink is a faust-streaming app, but reading faust-streaming 0.15.3's source, its agent path
-cannot carry rules 3 and 4 of :mod:`sinks.s3` without patching faust internals:
-
-* its worker consumer reads ``read_uncommitted`` unless ``processing_guarantee="exactly_once"``
-  (``AIOKafkaConsumerThread._create_worker_consumer``), so aborted transactional records would be
-  sunk; every other kafkagen consumer reads ``read_committed`` (:func:`streams.kafka.consumer_kwargs`);
-* ``Stream.__aiter__`` *acks* events it skips (flow control paused, or a message from an older
-  consumer generation during a rebalance), and ``take()`` acks when the agent raises: faust then
-  commits offsets that were never uploaded (docs/kafka.md);
-* after a forward seek (rule 4) ``Consumer._new_offset`` refuses to commit acked offsets that do not
-  follow the committed one (``min(acked) - committed > 1`` returns ``None``): commits would stall;
-* its seek from the agent runs on the consumer thread's aiokafka object from another thread, and
-  its consumer takes faust's own credentials, not the project's client factories.
-
-So the faust app (:class:`SinkApp`) is the process host: worker lifecycle, logging, SIGTERM/SIGINT
-handling and crash exit codes come from ``faust.Worker``; its own Kafka consumer, producer, web
-server and tables are switched off (``BootStrategy``), and :class:`sinks.runner.SinkRunner` owns
-one ``AIOKafkaConsumer``. Values arrive as raw bytes and are decoded by :mod:`sinks.lines`; no
-faust ack or commit exists. The faust app id and the consumer group are both
-:func:`sinks.topics.group_id`: ``<sink.group>.<run_id>``.
-
-aiokafka logs every failed connection (about 100 lines a second while Kafka is down): the worker's
-log handlers get :mod:`streams.logs`' filters, which pass one line per message kind every 10 s with
-a count of those held back.
+faust's own Kafka consumer, producer, web server and tables are switched off (``BootStrategy``):
+:class:`sinks.runner.SinkRunner` owns the sink's one ``AIOKafkaConsumer``, because faust-streaming
+0.15.3's agent path cannot carry rules 3 and 4 of docs/sink.md without patching faust internals (the
+four reasons: docs/sink.md, "Why the sink runs its own aiokafka consumer inside the faust app"). The
+faust app id and the consumer group are both :func:`sinks.topics.group_id`: ``<sink.group>.<run_id>``.
 """
 
 from __future__ import annotations
@@ -61,7 +40,7 @@ class _HostOnly(BootStrategy):
 
 
 class SinkApp(faust.App):
-    """The faust app hosting the sink (worker lifecycle, signals, logging; module docstring)."""
+    """The faust app hosting the sink (worker lifecycle, signals, logging; docs/sink.md)."""
 
     BootStrategy = _HostOnly
 

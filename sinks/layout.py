@@ -1,24 +1,13 @@
 """The sink's S3 object format in one place: keys, object metadata and the line format. Pure.
 
-Keys (Kafka Connect S3 sink layout, ``<topic>+<partition>+<start offset>``, under a run folder)::
+Keys (Kafka Connect S3 sink layout, under a run folder; the start offset zero-padded to
+:data:`OFFSET_WIDTH` digits, :data:`WIDE_OFFSET_WIDTH` from 10^10 on)::
 
     <prefix>/<run_id>/<topic>/partition=<p>/<topic>+<p>+<start offset>.jsonl.zst
 
-The start offset is the Kafka offset of the object's first record, zero-padded to 10 digits
-(Connect's ``filename.offset.zero.pad.width`` default); offsets of 10^10 and above are padded to 19
-digits, the width of the largest Kafka offset. No end offset and no time is in the key, so a replay
-of the same records writes the same key: with a conditional create (``If-None-Match: *``) a
-replay can never produce a second, overlapping object. The end offset lives in the object's
-metadata instead (the HDFS connector keeps it in its file names; S3 keys must stay replay-stable).
-
-Object metadata (S3 user metadata, ``x-amz-meta-<name>``): see :class:`ObjectMeta`.
-
-Body: JSON Lines compressed with zstd, one :class:`Line` per Kafka record, in offset order.
-``Line.value`` holds the record's value bytes verbatim (made single-line when the producer
-pretty-printed it), so fields this version does not know survive the trip.
-
-Topic names are Kafka's (``[a-zA-Z0-9._-]``, no ``+`` or ``/``) and run ids contain neither ``/``
-nor ``+`` (:class:`streams.config.Settings` validates them), so parsing a key is unambiguous.
+Metadata: :class:`ObjectMeta` (S3 user metadata). Body: zstd JSON Lines, one :class:`Line` per Kafka
+record, in offset order. Why no end offset or time is in the key, and why keys parse unambiguously:
+docs/sink.md, "Objects".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Where a partition resumes after an assignment: rule 4 of :mod:`sinks.s3`, "S3 wins". Pure.
+"""Where a partition resumes after an assignment: rule 4 of docs/sink.md, "S3 wins". Pure.
 
-The sink resumes after the end of the partition's last object in S3 (its first offset still in
-Kafka when the folder is empty or ends below it), whatever the group's committed offset says. A
-commit *ahead* of that means objects are gone from this destination (the folder was deleted, or
-the bucket, prefix or run id changed): those offsets are written again from Kafka. Offsets the
-objects end before but Kafka no longer holds (retention) cannot be written: the export reports
-the gap. The runner logs both cases and seeks and commits as :class:`Recovery` says.
+After the end of the partition's last object in S3 (its first offset still in Kafka when the folder is
+empty or ends below it), whatever the group's committed offset says. :class:`Recovery` also names the
+offsets of a commit ahead of S3 (written again from Kafka) and those Kafka no longer holds
+(retention: the export reports the gap); the runner logs both, then seeks and commits as it says.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The object store as the sink's event loop calls it: each call in a worker thread, transient
 failures retried forever, S3's health kept in the sink's stats.
 
-A transient failure (:class:`~streams.errors.StorageError`: S3 down, 5xx, timeouts, throttling)
-is retried by :func:`streams.retry.retry` with capped exponential backoff
+A :class:`~streams.errors.StorageError` is retried with capped exponential backoff
 (``sink.retry_initial_s`` .. ``sink.retry_max_s`` seconds) on top of botocore's own attempts; a
-permanent one (:class:`~streams.errors.PermanentStorageError`, or any other error whose
-``retriable`` is false) is raised at once. Each failure counts in
-:attr:`sinks.metrics.SinkStats.s3_failures` and marks S3 down until a call succeeds again (one
-``S3 answers again`` line). Once a stop was requested, a failure ends the operation
-(``asyncio.CancelledError``): its records are re-read at the next start.
+permanent error is raised at once; once a stop was requested, a failure ends the operation
+(``asyncio.CancelledError``). Failure counts and the ``S3 answers again`` line: docs/sink.md,
+"S3 errors and retries".
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """The sink's runner: consume the completions and dead-letter topics, batch, upload, then commit.
 
 One :class:`SinkRunner` per process owns one ``AIOKafkaConsumer`` built by
-:func:`streams.kafka.consumer_kwargs` (``read_committed``, manual commits, the project's security
-settings; :mod:`sinks.app` says why not faust's agent). It carries rules 1-4 of :mod:`sinks.s3`:
-deterministic objects (:class:`~sinks.batch.Batch` cut after ``flush_records`` records or
-``flush_bytes`` uncompressed bytes, or ``idle_flush_s`` seconds of silence), conditional creates
-(:class:`~sinks.store.ObjectStore`), upload then commit, and recovery from S3 on every assignment
-(:mod:`sinks.recovery`).
-
-A record is appended to a batch only when its offset is at or after the partition's next
-expected offset (the last appended + 1), so re-deliveries after a seek are dropped and the
-lines of an object are in strictly increasing offset order; and only when it comes from a fetch
-issued after the partition's latest seek: records fetched before it (which may lie beyond the new
-position) are dropped and the partition sought again, so no seek can open a gap.
-
-Backpressure and memory: S3 calls run in worker threads (:mod:`sinks.retrying`: transient
-failures retried forever, a permanent one stops the runner), one operation per partition at a
-time, while the next batch of that partition fills. Once the filling batch is full too, that
-partition is paused in the consumer (other partitions go on), and the consumer keeps polling so
-the group never expires it. Per assigned partition the runner holds at most two batches and at
-most ``2 * poll_records`` fetched records waiting for them. If the upload finds the key taken by
-an object with another end offset, the filling batch (which started after *our* end) is dropped
-and the partition re-read from the existing end.
-
-Rebalances and shutdown: on revocation, uploads in flight get up to ``rebalance_timeout_ms / 2``
-(capped at 10 s) to finish and commit; then they are cancelled and unsent batches discarded: the
-next owner re-reads them. A stop waits up to ``shutdown_deadline_s`` seconds for uploads in flight
-(one that fails while stopping is abandoned, not retried) and discards partial batches.
+:func:`streams.kafka.consumer_kwargs` (``read_committed``, manual commits) and carries rules 1-4 of
+docs/sink.md. Which records enter a batch, backpressure, the memory bound (two batches and
+``2 * poll_records`` records per partition), rebalances, shutdown and why not faust's agent:
+docs/sink.md.
 """
 
 from __future__ import annotations
@@ -79,7 +57,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class SinkRunner:
-    """The sink's consume → batch → upload → commit loop for one process (module docstring).
+    """The sink's consume → batch → upload → commit loop for one process (docs/sink.md, "The runner").
 
     Args:
         settings: topics, S3 location, run id, sink settings.
@@ -418,9 +396,10 @@ class SinkRunner:
 
     async def _recover(self, part: PartitionState) -> None:
         """Find where the partition's objects end in S3 and seek there: S3 wins over the group's
-        committed offset in both directions (rule 4). A commit beyond S3 means the objects behind
-        it are gone from this destination (folder deleted, bucket or prefix changed): they are
-        written again from Kafka, with a warning; the commit is moved to the new position."""
+        committed offset in both directions (rule 4 of docs/sink.md). A commit beyond S3 means the
+        objects behind it are gone from this destination (folder deleted, bucket or prefix
+        changed): they are written again from Kafka, with a warning; the commit is moved to the
+        new position."""
         s3 = self.settings.s3
         folder = partition_prefix(s3.prefix, self.settings.run_id, part.tp.topic, part.tp.partition)
         last = await self.s3.last_object(folder)

@@ -1,16 +1,11 @@
 """The sink's object store: its S3 operations, and the one place botocore errors become kafkagen's.
 
-Every object is created with ``If-None-Match: *`` (``PutObject``, or ``CompleteMultipartUpload``
-at or above the multipart threshold; AWS S3 conditional writes, honoured by SeaweedFS,
-tests/streams/test_storage.py), so an existing object is never overwritten: a 412 answers with the
-existing object's metadata instead (:class:`PutOutcome`). The store also lists a partition's
-folder for its last object, aborts dangling multipart uploads and checks the bucket.
-
-Errors: every public method raises :class:`~streams.errors.StorageError` (retriable: network
-errors, 5xx, throttling, a 404 on a key, 409 races) or
-:class:`~streams.errors.PermanentStorageError` (access denied, no such bucket, bad credentials, a
-key of ours holding a foreign object; :func:`streams.storage.permanent_error`), never a botocore
-exception. The calls block (boto3): run them in worker threads.
+Every object is created with ``If-None-Match: *`` (rule 2 of docs/sink.md), so an existing object is
+never overwritten: a 412 answers with its metadata instead (:class:`PutOutcome`). The store also lists
+a partition's folder for its last object, aborts dangling multipart uploads and checks the bucket.
+Every public method raises :class:`~streams.errors.StorageError` (retriable) or
+:class:`~streams.errors.PermanentStorageError` (which errors are which: docs/sink.md, "S3 errors and
+retries"), never a botocore exception. The calls block (boto3): run them in worker threads.
 """
 
 from __future__ import annotations

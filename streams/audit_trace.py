@@ -2,12 +2,11 @@
 (``python -m bench.chaos``) to judge against Kafka and S3. Off unless configured.
 
 ``KAFKAGEN_AUDIT_TRACE=<folder>`` makes each process append one JSON object a line to its own
-``<folder>/<role>-<pid>-<start ns>.jsonl`` (a new file even when a pid is reused), written with
-one ``write(2)`` on an ``O_APPEND`` descriptor: a line is in the kernel before the traced step goes
-on, so it survives a SIGKILL right after. A write that fails (disk full) turns the trace off rather
-than failing the product; the audit then finds commits it cannot vouch for. Every
-line has ``t`` (``time.monotonic()``, seconds: Linux's ``CLOCK_MONOTONIC``, one clock for every
-process of the host) and ``e``, the event (docs/chaos.md lists them and their fields).
+``<folder>/<role>-<pid>-<start ns>.jsonl`` (a new file even when a pid is reused), one ``write(2)``
+on an ``O_APPEND`` descriptor a line; every line has ``t`` (``time.monotonic()``, seconds) and
+``e``, the event (why it survives a SIGKILL, the clock, the events and their fields: docs/chaos.md).
+A write that fails (disk full) turns the trace off rather than failing the product; the audit then
+finds commits it cannot vouch for.
 
 ``KAFKAGEN_AUDIT_PLANT=<name>[,<name>...]`` makes the product break one of its guarantees on
 purpose, so the audit can be seen to catch it (:data:`PLANTS`); only with the trace on (plants
@@ -41,7 +40,7 @@ class AuditTrace:
 
     Args:
         folder: where the trace goes (None: off).
-        role: ``generate`` or ``sink``: the file's name is ``<role>-<pid>.jsonl``.
+        role: ``generate`` or ``sink``: the file's name is ``<role>-<pid>-<start ns>.jsonl``.
         plants: planted violations (:data:`PLANTS`).
 
     Raises:

@@ -282,7 +282,7 @@ class ConsumerSettings(GroupMemberSettings):
 
 
 class SinkSettings(GroupMemberSettings):
-    """The S3 sink (``python -m sinks.s3``; design and guarantees in :mod:`sinks.s3`).
+    """The S3 sink (``python -m sinks.s3``; design and guarantees: docs/sink.md).
 
     The sink's Kafka consumer group is ``<group>.<run_id>``: its committed offsets must describe
     the same stream as the run's S3 folder, because the sink resumes from the further of the two.
@@ -322,7 +322,7 @@ class GateSettings(BaseModel):
     A share counts results (completions and dead letters): over the first ``warmup`` results of the
     run (or since the last resume), and then over the last ``window`` results. A class whose share
     passes its ``max_*`` halts the run; 1.0 turns that class off. The classes are the quality flags
-    (:mod:`consumers.quality.flags`), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
+    (docs/gate.md, "Quality flags"), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
     completion unusable, :data:`consumers.quality.flags.DEGENERATE_FLAGS`).
     """
 

@@ -1,31 +1,10 @@
 """A run's control topic, ``<run>.control``: the fleet-wide state every process of the run can read.
 
-One partition, compacted (:mod:`streams.topics`): the latest record of each key wins, so the topic
-stays small however long the run is, and a process that starts reads it from the beginning to
-know where the run stands. It carries:
-
-===================  ======================  ===============================================
-key                  value                   written by
-===================  ======================  ===============================================
-``gate``             :class:`GateRecord`     a consumer whose quality gate trips (``halted``), or
-                                             ``kafkagen gate resume`` / the main job (``resumed``)
-``member:<id>``      :class:`MemberReport`   each generation consumer, every
-                                             ``gate.report_interval_s`` (its counts, rates, load)
-``export``           :class:`ExportReport`   the export, after writing a dataset
-``run``              :class:`RunRecord`      the main job (``kafkagen run``, ``replay``) when it
-                                             starts: what the run is, its parent, its parameters
-``fleet``            :class:`FleetRecord`    ``kafkagen scale`` (and the main job at start): the
-                                             servers the run's main job keeps a consumer for
-``regenerate:<d>``   :class:`RegenerateRecord`  ``kafkagen regenerate``, in the transaction that
-                                             re-publishes the selection (``d``: its digest)
-===================  ======================  ===============================================
-
-Gate epochs: the run starts in epoch 0. A halt names the epoch it halts; a resume starts the next
-one. Consumers count the quality classes per epoch (:attr:`MemberReport.gate`), so the results of
-a halted configuration do not count against the fixed one.
-
-Values are msgspec JSON with a ``kind`` tag; a value that does not decode is skipped with a
-warning (an old or foreign record must not stop a consumer).
+One partition, compacted (:mod:`streams.topics`): the latest record of each key wins, and a process
+that starts reads it from the beginning. Keys (:func:`key_of_control`): ``gate``, ``member:<id>``,
+``export``, ``run``, ``fleet``, ``regenerate:<digest>``. Values are msgspec JSON with a ``kind``
+tag; one that does not decode is skipped with a warning. Who writes each key: ``docs/gate.md``,
+"The control topic"; the gate's epochs: its "Epochs and resume".
 """
 
 from __future__ import annotations
@@ -253,7 +232,7 @@ _decoder = msgspec.json.Decoder(ControlRecord)
 
 
 def key_of_control(record: ControlRecord) -> bytes:
-    """The key a control record is written under (the module's table)."""
+    """The key a control record is written under (``docs/gate.md``, "The control topic")."""
     if isinstance(record, MemberReport):
         return f"{MEMBER_PREFIX}{record.instance}".encode()
     if isinstance(record, GateRecord):

@@ -111,10 +111,8 @@ async def ask_brokers(what: str, call: Callable[[], Awaitable[T]], *, timeout_s:
     that timed out may have been).
 
     aiokafka 0.14's admin client sends each request to a random broker of its metadata
-    (``aiokafka/admin/client.py`` ``_send_request``, ``aiokafka/client.py`` ``get_random_node``).
-    Just after a broker died its metadata still lists it, until the controller fences it
-    (``broker.session.timeout.ms``), and a request sent there fails with ``NodeNotReadyError``
-    although the other brokers answer: the next attempt picks again.
+    (``aiokafka/admin/client.py`` ``_send_request``), which just after a broker died may be the
+    dead one (``NodeNotReadyError``): the next attempt picks again (``docs/kafka.md``, "aiokafka").
 
     Raises:
         aiokafka.errors.KafkaError: a non-retriable error, or the last retriable one once
@@ -260,13 +258,10 @@ async def remove_group_member(settings: KafkaSettings, group: str, member_id: st
     """Remove ``member_id`` from consumer group ``group`` now (a LeaveGroup request sent to the
     group's coordinator on the member's behalf); True when the broker accepted it.
 
-    For a static member (``group.instance.id``, KIP-345), whose client sends no LeaveGroup on close
-    (aiokafka 0.14 ``consumer/group_coordinator.py`` ``_maybe_leave_group``; the Java client
-    likewise), so that a restart within ``session.timeout.ms`` keeps its partitions. When the
-    member leaves for good (its server is dead, or it is scaled down) this moves its partitions at
-    once instead of after the session timeout. Call it after the member's consumer has stopped,
-    so it cannot rejoin meanwhile. Best effort: failures are logged, never raised; the broker still
-    expires the member after the session timeout.
+    For a static member (``group.instance.id``, KIP-345) that leaves for good: its client sends no
+    LeaveGroup on close (aiokafka 0.14 ``_maybe_leave_group``; ``docs/kafka.md``, "aiokafka"). Call
+    it after the member's consumer has stopped, so it cannot rejoin meanwhile. Best effort: failures
+    are logged, never raised; the broker still expires the member after the session timeout.
     """
     if not member_id:
         return False

@@ -1,24 +1,14 @@
 """Record schemas: the only definitions of what travels on kafkagen's topics.
 
 Every record is a :class:`msgspec.Struct` encoded as JSON (UTF-8), so any Kafka tool
-(``kafka-console-consumer``, kcat) can read it. Every record carries ``schema_version``
-and a stable ``id``: the prompt's id, shared by its completion and error records, which is
-also the Kafka message key. Readers ignore fields they do not know (forward compatible);
-``schema_version`` is bumped when a field changes meaning or is removed.
+(``kafka-console-consumer``, kcat) can read it. Every record carries ``schema_version`` and a stable
+``id``: the prompt's id, shared by its completion and error records, which is also the Kafka message
+key. Readers ignore fields they do not know (forward compatible); ``schema_version`` is bumped when
+a field changes meaning or is removed. Which topic carries which record: ``docs/kafka.md``, "Topics and
+their configs".
 
-Topics and their record types:
-
-=================  ====================  ==========================
-topic              key                   value
-=================  ====================  ==========================
-prompts            id (UTF-8)            :class:`PromptRecord`
-completions        id                    :class:`CompletionRecord`
-errors (DLT)       id                    :class:`ErrorRecord`
-producer progress  progress key (JSON)   :class:`ProgressRecord`
-=================  ====================  ==========================
-
-Units: token counts are tokens of the served model's tokenizer; times are seconds
-(``float``); timestamps are Unix epoch seconds (``float``, UTC).
+Units: token counts are tokens of the served model's tokenizer; times are seconds (``float``);
+timestamps are Unix epoch seconds (``float``, UTC).
 """
 
 from __future__ import annotations
@@ -161,7 +151,7 @@ class CompletionRecord(_Record, frozen=True, kw_only=True):
 
     ``content`` is always a string (``""`` when empty, as SGLang returns it);
     ``reasoning_content`` is ``None`` when the server returned no reasoning.
-    ``quality`` lists the quality flags raised (see :mod:`consumers.quality.flags`).
+    ``quality`` lists the quality flags raised (docs/gate.md, "Quality flags").
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -342,7 +332,7 @@ def prompt_identity(prompt: PromptRecord) -> str:
     ``messages``, ``tools`` and ``params``, encoded as JSON with sorted keys (so key order in the
     input does not matter). The id, run id, ``attempt`` and ``metadata`` are left out: a re-publish
     of the same prompt (a new attempt, another run) has the same identity; the same id with
-    other content is a conflict (:mod:`sinks.export`)."""
+    other content is a conflict (docs/export.md, "Deduplication")."""
     data = _identity_encoder.encode([prompt.messages, prompt.tools, prompt.params])
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 

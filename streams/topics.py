@@ -1,34 +1,10 @@
 """Topic names, layouts and configs, and the admin helper that creates them.
 
-The one place that says how each kafkagen topic is configured:
-
-================  ==========  ====================================================================
-topic             cleanup     why
-================  ==========  ====================================================================
-prompts           delete      ``retention.ms=-1`` (kept forever): prompts are replayed to re-generate
-                              under a new run or consumer group, so they must outlive any run.
-completions       delete      ``retention.ms=-1``: the sink can be re-run, and the export can be
-                              rebuilt from the topic; delete a topic explicitly when done.
-errors (DLT)      delete      ``retention.ms=-1``: dead letters are re-published after a fix.
-producer progress compact     one record per input file (key = file identity): the latest resume
-                              point wins; compaction keeps the topic small.
-control           compact     one partition; the run's state, one record per key (the quality
-                              gate's decision, each consumer's latest report): the latest wins
-                              (:mod:`streams.control`). ``segment.ms`` 10 min: the log cleaner
-                              compacts closed segments only.
-================  ==========  ====================================================================
-
-Every topic gets ``max.message.bytes`` from ``KafkaSettings.max_message_bytes`` (a prompt with
-tool schemas or a long completion with its reasoning can exceed Kafka's 1 MiB default).
-
-Replication is decided when a topic is created (:func:`ensure_topics`): ``topics.replication_factor``
-if set, else 3 on a cluster of 3 or more live brokers and the live broker count below that (1 on
-the one-broker local stack). ``min.insync.replicas`` is 2 from 3 replicas up (a write acked by
-``acks=all`` is then on at least two brokers, and one broker may be down), else 1. The topic's own
-``min.insync.replicas`` always overrides the broker default, so a topic of 1 replica still accepts
-writes on a cluster whose default is 2.
-Topic semantics: Apache Kafka topic configs reference (``retention.ms``, ``cleanup.policy``,
-``max.message.bytes``).
+The one place that says how each kafkagen topic is configured: prompts, completions and errors
+kept forever (``retention.ms=-1``), producer progress and control compacted, every topic with
+``max.message.bytes`` from ``KafkaSettings.max_message_bytes``, replication chosen from the live
+brokers at creation (:func:`replication_for`). Each config and why (Apache Kafka topic configs
+reference): ``docs/kafka.md``, "Topics and their configs".
 """
 
 from __future__ import annotations

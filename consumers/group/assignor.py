@@ -1,24 +1,12 @@
 """The generation consumers' partition assignor: sticky, with JoinGroup metadata that never changes.
 
-Why not aiokafka's own sticky assignor (``coordinator/assignors/sticky/sticky_assignor.py``,
-aiokafka 0.14): each member puts its current partitions into its JoinGroup metadata, so the
-metadata changes whenever the member's assignment does. Kafka's group coordinator starts a new
-rebalance when a member rejoins with changed metadata while the group is completing a rebalance
-or stable (Kafka 4.1 ``GroupMetadataManager.classicGroupJoinExistingMember``: "Updating metadata
-for member ... during CompletingRebalance"). Under churn (members killed and restarted, slow
-machines) that became a livelock: 9 static members on 7 partitions rebalanced about 10 times a
-second for minutes, generation 2 to 2,900, nothing generated (issue 9, finding F1; reproduced
-with the broker's group coordinator log at INFO). With round-robin, whose metadata is constant,
-the same storm produced no such rebalance. So this assignor's metadata is constant: the topic
-list and the member's group instance id, nothing else.
+aiokafka's own sticky assignor puts each member's partitions into its JoinGroup metadata, which
+changes with every assignment and, under churn, livelocked the group in rebalances (issue 9,
+finding F1). This one's metadata is constant (the topics and the member's group instance id); the
+leader writes the whole assignment into every member's SyncGroup answer instead, and the next
+leader hands it to aiokafka's sticky algorithm as each member's previous partitions.
 
-Stickiness travels in the SyncGroup answer instead, which no rebalance compares: the leader
-writes the whole assignment (group instance id -> partitions; instance ids survive restarts) into
-the user data of every member's assignment, so every member knows it, and whichever member leads
-the next rebalance hands it to aiokafka's sticky algorithm (``StickyAssignmentExecutor``) as each
-member's previous partitions. Losing a member, the leader included, moves only that member's
-partitions, and a new member takes only what balancing needs. A member with no such memory (a
-whole group restarted at once) keeps its own last partitions and balances the rest afresh.
+Design: docs/consumer.md, "The assignor" (the Kafka and aiokafka sources).
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ __all__ = ["StableStickyAssignor", "stable_sticky_assignor"]
 
 
 class StableStickyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """Sticky assignment with constant JoinGroup metadata (see the module docstring).
+    """Sticky assignment with constant JoinGroup metadata (docs/consumer.md, "The assignor").
 
     Use :func:`stable_sticky_assignor` for a class of one consumer's own: the memory lives in
     class attributes, because aiokafka calls assignors as classes.

@@ -1,22 +1,12 @@
 """The consumer's rebalance listener: aiokafka's callbacks, forwarded to the consumer.
 
-aiokafka is eager: every rebalance revokes every partition (docs/kafka.md), and its callbacks
-run in its coordinator task, concurrently with the fetch loop (aiokafka 0.14
-``consumer/group_coordinator.py`` ``_on_join_prepare``, ``_on_join_complete``). The assignment
-is sticky (:mod:`consumers.group.assignor`): a member's loss moves only its partitions.
+aiokafka is eager (every rebalance revokes every partition) and runs its callbacks in its
+coordinator task, concurrently with the fetch loop (aiokafka 0.14 ``consumer/group_coordinator.py``
+``_on_join_prepare``, ``_on_join_complete``). On revoke the consumer commits what is contiguous and
+keeps the requests running as orphans, which re-fetched records adopt; on assign it registers the
+partitions before any ``await`` and cancels the orphans of partitions that moved away.
 
-What the generation consumer does (:meth:`consumers.generate.GenerationConsumer.on_revoked`,
-:meth:`~consumers.generate.GenerationConsumer.on_assigned`): on revoke it commits what is
-contiguous, then keeps the revoked partitions' requests running as *orphans* instead of
-cancelling them. When a partition comes back to it (the common case with static membership and
-a sticky assignment) the re-fetched record adopts its orphan: no request is sent twice, and an
-orphan that finished meanwhile is not generated again. Orphans of partitions that went to
-another member are cancelled once the new assignment is known (the HTTP disconnect aborts them
-on the server); their prompts are generated again by the new owner. On assign the partitions
-are registered before any ``await``, and a record of a partition not registered yet registers
-it: aiokafka may return records of a new assignment before it calls ``on_partitions_assigned``
-(on a cluster of several brokers it usually does). No prompt starts between a revoke and the
-next assignment.
+Design: docs/consumer.md, "Rebalances".
 """
 
 from __future__ import annotations

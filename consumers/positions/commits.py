@@ -1,13 +1,10 @@
 """When and what the consumer commits: per partition, the contiguous prefix of finished prompts
-(:meth:`consumers.positions.jobs.JobBook.committable`), every ``commit_interval_s`` seconds and at once when
-a partition's uncommitted span is half full, so the span limit does not throttle a fast partition.
+(:meth:`consumers.positions.jobs.JobBook.committable`), every ``commit_interval_s`` seconds and at
+once when a partition's uncommitted span is half full. A commit never raises a Kafka error: one
+that meets a rebalance or an outage is made again later, and each waits at most
+:data:`streams.kafka.KAFKA_STEP_S`.
 
-A commit that meets a rebalance is deferred to the next turn (aiokafka raises
-``CommitFailedError`` or ``IllegalStateError``); one that meets a Kafka outage is too, and marks
-the outage. A commit waits at most :data:`streams.kafka.KAFKA_STEP_S` (aiokafka would look for
-the group coordinator forever, and the consumer's loop and its SIGTERM with it). A commit whose
-answer arrives after a rebalance callback ran says nothing about the new assignment, so only a
-revoke's own commit (of the revoked partitions) is applied then.
+Design: docs/consumer.md, "When commits are made".
 """
 
 from __future__ import annotations

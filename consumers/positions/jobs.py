@@ -1,20 +1,12 @@
 """The consumer's book of work: every prompt record it fetched, from the fetch to the commit.
 
-A record is, in turn: *buffered* (fetched and tracked, not started: the window is full, the
-server is down or the record lies past its partition's uncommitted span), a *job* (started: its
-request runs or its result is being written to Kafka), then done (its result is acknowledged;
-the commit position may pass it). Across a revoke a started job becomes an *orphan*: its request
-keeps running, and when its partition comes back the re-fetched record adopts it (no request is
-sent twice; an orphan that finished meanwhile is not generated again, ``finished_orphans``).
-The offsets themselves are :class:`consumers.positions.offsets.OffsetTracker`'s.
+A record is *buffered* (fetched, not started), then a *job* (started), then done (its result
+acknowledged); across a revoke a job becomes an *orphan* that the re-fetched record adopts. Nothing
+fetched is dropped unaccounted for. Counts are prompts; offsets are Kafka offsets
+(:class:`consumers.positions.offsets.OffsetTracker`'s). Not thread-safe: one event loop's state,
+no ``await`` inside.
 
-Nothing fetched is dropped unaccounted for: a record leaves the book only when it is done, or
-when its partition is forgotten (revoked or moved away), and then nothing was committed past
-it, so its next owner fetches it again.
-
-Counts are prompts; offsets are Kafka offsets. Not thread-safe: one event loop's state, no
-``await`` inside, so aiokafka's rebalance callbacks (run in its coordinator task) and the fetch
-loop see it whole.
+Design: docs/consumer.md, "The book of work".
 """
 
 from __future__ import annotations

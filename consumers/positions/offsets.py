@@ -1,40 +1,10 @@
 """Per-partition commit positions for out-of-order work: commit only the contiguous prefix.
 
-A generation consumer keeps many prompts in flight and their completions finish in any
-order. Kafka stores one committed offset per partition, meaning "every record below this
-one is done", so the offset we may commit is the lowest offset still in flight, never the
-highest finished one (docs/kafka.md: out-of-order completions, in-order
-commits; faust's acks get this wrong with ``concurrency > 1``).
+:class:`OffsetTracker` tracks the offsets in flight per assigned partition and says which offset
+may be committed: the lowest one in flight, else one past what was fetched, over offsets that need
+not be consecutive. Not thread-safe: one asyncio task's state (no awaits inside).
 
-Gaps. Offsets on a partition are not always consecutive: compaction removes records, and
-transaction markers (and aborted transactions) occupy offsets that are never returned to a
-consumer. The tracker therefore never assumes ``offset + 1`` follows ``offset``; it reasons
-only about what was *fetched*:
-
-* the fetched set is everything :meth:`OffsetTracker.track` was given, plus every offset
-  below a position declared with :meth:`OffsetTracker.advance` (the consumer's fetch
-  position, which moves past markers that produce no record);
-* the committable position of a partition is ``min(pending)`` while anything is pending,
-  else ``max(fetched) + 1`` (or the advanced position, if higher).
-
-Offsets in a gap below the lowest pending offset were never fetched because they do not
-exist as records, so committing past them loses nothing.
-
-Memory is O(in-flight): per partition the tracker keeps the sorted list of pending offsets
-and three integers; finished offsets are forgotten at once. Tracked offsets must increase
-per partition (Kafka returns them in order), so appending keeps the list sorted and
-:meth:`OffsetTracker.done` removes with a binary search.
-
-Life cycle, in the consumer's rebalance listener and fetch loop::
-
-    tracker.assign(p, committed=broker_committed_offset)   # on_partitions_assigned
-    tracker.track(p, record.offset)                        # fetched, sent to the server
-    tracker.done(p, record.offset)                         # completion/DLT record acked by Kafka
-    for p, offset in tracker.committable().items():        # periodically
-        await consumer.commit({tp(p): offset}); tracker.mark_committed(p, offset)
-    abandoned = tracker.revoke(revoked)                    # on_partitions_revoked
-
-Not thread-safe; meant for one asyncio task's state (no awaits inside).
+Design: docs/consumer.md, "Commits: the contiguous prefix" (gaps, memory, life cycle).
 """
 
 from __future__ import annotations
@@ -78,10 +48,8 @@ class OffsetTracker:
     # -- assignment -------------------------------------------------------------------------
 
     def assign(self, partition: int, committed: int | None = None) -> None:
-        """Start tracking ``partition``, whose broker-side committed offset is ``committed``.
-
-        Passing the committed offset (``None`` if the group has none) keeps
-        :meth:`committable` from re-committing the position the broker already holds.
+        """Start tracking ``partition``, whose committed offset in the group is ``committed``
+        (``None``: none), so :meth:`committable` does not commit that position again.
 
         Raises:
             ValueError: the partition is already assigned, or ``committed`` is negative.
@@ -93,13 +61,9 @@ class OffsetTracker:
         self._parts[partition] = _Partition(committed=committed)
 
     def revoke(self, partitions: Iterable[int]) -> dict[int, list[int]]:
-        """Stop tracking ``partitions``; return the offsets abandoned in flight, per partition.
-
-        Unassigned partitions are ignored (aiokafka's eager rebalance revokes everything, and
-        calling this twice is harmless). Only partitions with abandoned offsets appear in the
-        result; their lists are ascending. The abandoned records will be fetched again by the
-        partition's next owner, so their results may be produced twice (the dataset is
-        deduplicated by record id downstream).
+        """Stop tracking ``partitions`` (unassigned ones are ignored); return the offsets abandoned
+        in flight, ascending, per partition that has any. Their next owner fetches them again
+        (docs/consumer.md, "Commits: the contiguous prefix", revoked offsets).
         """
         abandoned: dict[int, list[int]] = {}
         for partition in partitions:
@@ -112,10 +76,9 @@ class OffsetTracker:
         return abandoned
 
     def reset(self, partition: int) -> list[int]:
-        """Forget the in-flight offsets and fetch position of ``partition``, e.g. after a seek.
-
-        The partition stays assigned and its committed offset is kept, so tracking restarts
-        at any offset ≥ the committed one. Returns the abandoned in-flight offsets, ascending.
+        """Forget the in-flight offsets and fetch position of ``partition`` (e.g. after a seek); it
+        stays assigned with its committed offset, so tracking restarts at any offset ≥ that one.
+        Returns the abandoned in-flight offsets, ascending.
 
         Raises:
             ValueError: the partition is not assigned.
@@ -136,9 +99,8 @@ class OffsetTracker:
     # -- records ----------------------------------------------------------------------------
 
     def track(self, partition: int, offset: int) -> None:
-        """Record that ``offset`` of ``partition`` was fetched and is now in flight.
-
-        Offsets must strictly increase per partition; gaps are allowed (see the module docs).
+        """Record that ``offset`` of ``partition`` was fetched and is now in flight. Offsets must
+        strictly increase per partition; gaps are allowed (docs/consumer.md, "Commits").
 
         Raises:
             ValueError: the partition is not assigned, the offset is negative, not above every
@@ -163,10 +125,8 @@ class OffsetTracker:
         self._total += 1
 
     def done(self, partition: int, offset: int) -> None:
-        """Record that the result of ``offset`` (completion or dead-letter record) is durably produced.
-
-        Call it only once the producer has acknowledged the result record: from then on the
-        offset may be committed past.
+        """Record that the result of ``offset`` (completion or dead-letter record) is durably
+        produced: acknowledged by the broker, so the offset may be committed past.
 
         Raises:
             ValueError: the partition is not assigned, or the offset is not in flight (never
@@ -182,11 +142,9 @@ class OffsetTracker:
 
     def advance(self, partition: int, position: int) -> None:
         """Declare the consumer's fetch position: every offset below ``position`` was fetched or is
-        not a record (compacted away, a transaction marker, an aborted transaction).
-
-        Optional. Without it the commit position stops at ``max(fetched) + 1``, which is correct
-        but leaves a permanent lag of 1 behind a final transaction marker; with it the commit
-        position can reach the log end. Positions below the current fetch position are ignored.
+        not a record (compacted away, a transaction marker, an aborted transaction). Optional: it
+        lets the commit position reach the log end (docs/consumer.md, "Commits"). Positions below
+        the current fetch position are ignored.
 
         Raises:
             ValueError: the partition is not assigned, or ``position`` is negative.
@@ -227,10 +185,8 @@ class OffsetTracker:
 
     def base(self, partition: int) -> int | None:
         """Where the partition's uncommitted span starts: the offset last marked committed, else
-        the lowest offset fetched since assignment; ``None`` before either exists.
-
-        A consumer that starts work only on offsets below ``base + limit`` re-generates at most
-        ``limit`` prompts of this partition after a crash: everything below ``base`` is committed.
+        the lowest offset fetched since assignment; ``None`` before either exists. Everything below
+        it is committed (docs/consumer.md, "max_uncommitted: what a SIGKILL regenerates").
 
         Raises:
             ValueError: the partition is not assigned.
@@ -251,10 +207,9 @@ class OffsetTracker:
     # -- commits ----------------------------------------------------------------------------
 
     def position(self, partition: int) -> int | None:
-        """The offset that may be committed for ``partition`` now (next offset to read).
-
-        ``min(pending)`` while anything is pending, else one past the highest fetched offset
-        (or the advanced position); ``None`` before anything was fetched.
+        """The offset that may be committed for ``partition`` now (next offset to read):
+        ``min(pending)`` while anything is pending, else one past the highest fetched offset (or
+        the advanced position); ``None`` before anything was fetched.
 
         Raises:
             ValueError: the partition is not assigned.
@@ -275,9 +230,8 @@ class OffsetTracker:
         return result
 
     def mark_committed(self, partition: int, offset: int) -> None:
-        """Record that ``offset`` was committed for ``partition``.
-
-        The highest value wins: a stale, lower offset is ignored.
+        """Record that ``offset`` was committed for ``partition``; the highest value wins (a stale,
+        lower offset is ignored).
 
         Raises:
             ValueError: the partition is not assigned, or ``offset`` is above the committable

@@ -1,19 +1,11 @@
 """Where a generation consumer resumes when its group's committed offsets are gone.
 
-Kafka deletes a consumer group's committed offsets once the group has been empty for
-``offsets.retention.minutes`` (default 10080, 7 days; KIP-211, Kafka 2.1+). A consumer of that
-group then starts each partition at its earliest offset (``auto_offset_reset``) and would generate
-every prompt of the run again. So before it joins the group a consumer asks for the group's
-committed offsets (:func:`answered_prompts`). When a partition of the prompts topic holding
-records has none while the run's completions or dead-letter topics hold results, it reads those
-results' ``source`` (the topic, partition and offset of the prompt record each answers) and skips,
-as answered, every prompt record one of them names (:meth:`consumers.positions.jobs.JobBook.accept`); the
-others are generated. It logs what it found and did. What exists is generated again only when
-asked: ``kafkagen regenerate`` and ``kafkagen replay`` publish new records or use another group.
+Kafka deletes an empty group's committed offsets after ``offsets.retention.minutes`` (KIP-211).
+Before it joins the group, a consumer that finds partitions holding prompts but no committed
+offset, while the run has results, reads the results topics once and skips every prompt record a
+result answers (:func:`answered_prompts`, :class:`Answered`); the others are generated.
 
-The cost is one read of the results topics, only on that path (also once for partitions added by
-``kafkagen scale --partitions``, or at a run's start, whose records no consumer has committed
-yet). Memory: 8 bytes per answered prompt of those partitions (a set while the results are read).
+Design: docs/consumer.md, "Recovery when committed offsets are gone".
 """
 
 from __future__ import annotations
@@ -93,9 +85,9 @@ class Answered:
 
 async def answered_prompts(settings: Settings, group: str, *, timeout_s: float = 60.0) -> Answered | None:
     """What the consumer of ``group`` must skip on the partitions of ``settings.topics.prompts``
-    that hold records but have no committed offset in ``group`` while the run has results (the
-    module docstring); None when there is no such partition. Logs what it found: a warning when no
-    partition has a committed offset (they expired), else at info level.
+    that hold records but have no committed offset in ``group`` while the run has results
+    (docs/consumer.md, "Recovery"); None when there is no such partition. Logs what it found: a
+    warning when no partition has a committed offset (they expired), else at info level.
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka could not be read (``timeout_s`` seconds

@@ -1,29 +1,10 @@
 """Quality flags: cheap, pure checks of one completion, recorded in ``CompletionRecord.quality``.
 
-A server can answer 200 with output that is useless: the Qwen3 reasoning parser puts a thought
-cut off by the token budget in ``reasoning_content`` and returns ``content == ""`` with
-``finish_reason == "length"`` (the degenerate run's signature, docs/sglang.md);
-speculative decoding and long runs can loop. These flags make such completions visible and
-countable per server, and :func:`degenerate` says which of them make a completion unusable.
+A server can answer 200 with useless output (a reasoning trace cut off by the token budget and no
+answer, a loop, a broken tool call). The flags (:class:`QualityFlag`) make such completions visible
+and countable per server; :func:`degenerate` says which of them make a completion unusable.
 
-Flags (stable names, :class:`QualityFlag`; a completion gets every flag that applies):
-
-``empty_content``
-    ``content`` is blank and there is no tool call.
-``reasoning_ate_budget``
-    ``finish_reason == "length"`` and the answer never started: ``content`` is blank, or (a
-    server without ``--reasoning-parser``) it opens a ``<think>`` block it never closes.
-``thinking_missing``
-    thinking was requested but ``reasoning_content`` is blank or absent.
-``truncated``
-    ``finish_reason == "length"``.
-``repetition_loop``
-    content or reasoning repeats itself; see :func:`repeated_ngram_ratio` and
-    :class:`QualityConfig`.
-``malformed_tool_call``
-    tools were offered and a tool call lacks ``function.name`` or its ``function.arguments`` is
-    not a string holding a JSON object; or ``content`` still holds a raw ``<tool_call>`` tag
-    (Hermes/Qwen format the server's tool-call parser could not parse).
+Design: docs/gate.md, "Quality flags" (what raises each flag, the repetition thresholds).
 """
 
 from __future__ import annotations
@@ -83,24 +64,8 @@ DEGENERATE_FLAGS: Final = frozenset(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QualityConfig:
-    """Thresholds of the repetition check. Lengths count :func:`tokenize` tokens.
-
-    Defaults, and why:
-
-    * ``ngram = 8``: short n-grams recur in any honest text ("one of the", ``= 0``, table
-      pipes), while an identical 8-token run is rare outside copying; any loop whose period is
-      shorter than the text repeats every one of its 8-grams, so loops score above 0.9.
-    * ``threshold = 0.5``: at least half the n-grams are copies, i.e. half the text (or its
-      tail) is the same material again. Measured on 4,178 local human-written documents
-      (CPython sources, docs and tests, package READMEs, Debian doc files): single-author prose,
-      changelogs and docstrings stayed below 0.13; the 35 (0.8%) at or above 0.5 all really repeat
-      themselves verbatim (one licence copied per file, generated lookup tables, templated API
-      sections). With ``ngram = 4`` the same prose reached 0.28 and source code 0.47.
-    * ``tail_tokens = 512``: degeneration usually starts late and runs to the token budget, so
-      a loop of period ≲ 250 tokens in the last 512 tokens is flagged even when the healthy
-      beginning keeps the whole-text ratio low.
-    * ``min_tokens = 64``: shorter texts are never flagged; a loop that short costs nothing
-      and a short answer ("Yes. Yes.") is not a loop.
+    """Thresholds of the repetition check. Lengths count :func:`tokenize` tokens; why these
+    defaults (measured on 4,178 human-written documents): docs/gate.md, "Repetition".
 
     Raises:
         ValueError: from the constructor when a value is out of range.
@@ -279,16 +244,8 @@ def answer_flags(prompt: PromptRecord, body: dict[str, Any], answer: ChatResult)
 
 
 def degenerate(flags: Iterable[str]) -> bool:
-    """Whether a completion with these flags is unusable: any of :data:`DEGENERATE_FLAGS`.
-
-    Unusable: no answer (``empty_content``, ``reasoning_ate_budget``), a looping answer or
-    reasoning trace (``repetition_loop``: the dataset keeps reasoning traces, and a looping
-    one is poison for training), a tool call nobody can execute (``malformed_tool_call``),
-    chat-template tokens in the answer (``template_leak``) or an answer that parrots the
-    question (``echoed_prompt``).
-    Still usable, only flagged: ``truncated`` with a non-empty answer (a long answer cut at
-    the budget may be complete enough and is the user's call) and ``thinking_missing`` (the
-    answer exists; the flag points at a server or template switch that is off). Unknown flag
-    names are not degenerate.
-    """
+    """Whether a completion with these flags is unusable: any of :data:`DEGENERATE_FLAGS` (no
+    answer, a loop, a tool call nobody can execute, template tokens, the question parroted).
+    ``truncated`` and ``thinking_missing`` alone, and unknown names, are not (docs/gate.md,
+    "Unusable: ``degenerate``")."""
     return any(flag in DEGENERATE_FLAGS for flag in flags)

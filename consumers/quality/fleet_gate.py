@@ -1,33 +1,11 @@
-"""The generation consumer's part in the run's fleet-wide quality gate (docs/gate.md).
+"""The generation consumer's part in the run's fleet-wide quality gate.
 
-Every consumer of a run counts the quality classes of the results it wrote
-(:func:`consumers.quality.gate.result_classes`: its completions' quality flags, ``error`` for a dead
-letter), counted once Kafka acknowledged the record (:meth:`FleetGate.count`, called by
-:class:`consumers.emit.Emitter`). Every ``gate.report_interval_s`` it publishes its
-:class:`streams.control.MemberReport` on the run's control topic (:mod:`streams.control`) and
-reads the others'. The fleet's counts of the current
-gate epoch (the others' latest reports plus this consumer's own counts, up to date) are judged by
-:class:`consumers.quality.gate.QualityGate` at each result counted and at each report read; when a class
-passes its threshold, this consumer publishes ``GateRecord(state="halted")`` with the cause and the
-fix (:func:`consumers.quality.gate.halt_message`), unless the run is halted already.
+:class:`FleetGate` counts the quality classes of the results this consumer wrote, reports them on
+the run's control topic and reads the other members' reports, judges the fleet's counts of the
+current epoch (:class:`consumers.quality.gate.QualityGate`), writes the halt when a class passes its
+threshold, and says whether the run is halted. Its loop never raises on a Kafka error.
 
-While the run is halted (:attr:`FleetGate.halted`: a halt record of the current epoch, or this
-consumer's own trip not yet written) the consumer starts no new prompt (it fetches only until
-its prefetch buffer is full, so that records fetched again after a rebalance still adopt their
-requests in flight); the requests in flight finish and are written and committed as usual. One
-error line says why, what to fix and how to resume (``kafkagen gate resume --run-id R``). The
-process stays alive and reports ``state="halted"``: a process supervisor would restart an
-exiting one anyway. A resume (``GateRecord(state="resumed", epoch=e + 1)``) starts epoch
-``e + 1``: counts from zero, a new gate, prompts start again.
-
-Counts are cumulative per instance id: a consumer restarted with the same ``--instance-id``
-continues them from its own last report (its epoch's counts only if the epoch is still the
-current one), so a SIGKILL and restart neither resets the gate nor its totals. Results written
-after the last report before a SIGKILL are not counted (at most ``report_interval_s`` of them).
-
-Kafka outages: the loop never raises on a Kafka error; it reports through the consumer's
-:class:`streams.kafka.KafkaOutage` (one warning, reminders) and tries again. A local trip holds
-even while the halt record cannot be written.
+Design: docs/gate.md ("What a halt does", "In each consumer", "Epochs and resume").
 """
 
 from __future__ import annotations
@@ -69,7 +47,7 @@ own trip, seconds."""
 
 
 class FleetGate:
-    """One consumer's participant in the run's quality gate (module docstring).
+    """One consumer's participant in the run's quality gate (docs/gate.md, "In each consumer").
 
     Args:
         settings: ``run_id``, ``gate``, ``generation`` (the parameters a halt names) and the

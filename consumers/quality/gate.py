@@ -1,20 +1,12 @@
 """The quality gate (a circuit breaker), pure: which quality classes a run's results have, and
 when their shares say the run must stop.
 
-Every result of a run (a completion, or a dead letter) gets its classes (:func:`result_classes`):
-its quality flags (:mod:`consumers.quality.flags`), ``degenerate`` when any of them makes the completion
-unusable, or ``error`` for a dead letter. The fleet's counts are sums of every consumer's counts
-(:class:`streams.control.ClassCounts`, shared on the control topic). :class:`QualityGate` judges
-them:
-
-* **warm-up**: the first ``gate.warmup`` results (200) of the run, or since a resume. A class
-  trips as soon as its count alone passes ``max_<class> × warmup``, so the decision is the one the
-  full warm-up would reach, taken as early as it is certain (94% empty answers trip
-  ``empty_content`` after about 50 results, not 200);
-* **window**: after the warm-up, the last ``gate.window`` results (1000), judged at each update.
-
-A share passes its threshold when it is strictly above it; a threshold of 1.0 turns a class off.
+Every result gets its classes (:func:`result_classes`: its quality flags, ``degenerate``, or
+``error`` for a dead letter). :class:`QualityGate` judges the fleet's counts over a warm-up, then a
+rolling window; a share trips when it is strictly above its threshold (1.0 turns a class off).
 :func:`halt_message` turns the tripped classes into the cause and the fix a user reads.
+
+Design: docs/gate.md, "Classes" and "When it trips".
 """
 
 from __future__ import annotations
@@ -87,7 +79,7 @@ def breaches(
 
 
 class QualityGate:
-    """Judges a fleet's cumulative counts of one gate epoch (the module's rules).
+    """Judges a fleet's cumulative counts of one gate epoch (docs/gate.md, "When it trips").
 
     Feed :meth:`judge` the fleet's counts whenever they change; counts only grow within an epoch.
     Start a new :class:`QualityGate` for a new epoch. Memory: the snapshots of the last window.

@@ -1,14 +1,8 @@
 """What a chat completion's answer means, for every server kind: the OpenAI shape that SGLang,
 llama.cpp and other OpenAI-compatible servers share. Pure parsing, no I/O.
 
-:func:`parse_chat_answer` classifies the error answers (docs/sglang.md, "Errors and overload"):
-
-==========================================  ============================================
-server answer                               class
-==========================================  ============================================
-400, 404, 413, 422                          :class:`FatalRequestError` (dead-letter at once)
-408, 429, 5xx (503 queue full, 500), abort  :class:`RetriableServerError` (backoff, retry)
-==========================================  ============================================
+:func:`parse_chat_answer` classifies the error answers: 400/404/413/422 are fatal (dead-letter at
+once), 408, 429, 5xx and an abort are retriable. Design: docs/servers.md, "Answers and errors".
 """
 
 from __future__ import annotations

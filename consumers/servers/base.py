@@ -2,11 +2,9 @@
 
 A kind (:class:`ServerKind`) says how to recognise a server, what it is (:class:`ServerInfo`),
 whether it can generate now, how loaded it is (:class:`ServerLoad`), and how a chat request and
-its answer look. The transport is :class:`consumers.servers.client.ServerClient`'s; a kind only
-reads through :class:`ServerHttp`. Adding a kind: one module subclassing :class:`ServerKind`,
-listed in :mod:`consumers.servers.registry`, with its recorded fixtures under ``tests/fixtures/``.
-Aborting a request is the same for every kind: the client drops the connection (SGLang aborts a
-request whose client disconnected; docs/sglang.md, "Errors and overload").
+its answer look; it reads its server only through :class:`ServerHttp`.
+
+Design: docs/servers.md ("What a kind provides", "Load", "Adding a kind").
 """
 
 from __future__ import annotations
@@ -156,15 +154,9 @@ def max_model_len(models: dict[str, Any]) -> int | None:
 
 def parse_load(text: str, series: tuple[LoadSeries, ...]) -> ServerLoad | None:
     """Running/queued requests and KV-cache usage from a ``/metrics`` body (Prometheus text),
-    read from the first of ``series`` present.
-
-    One series per scheduler is expected: labels ``dp_rank`` (data parallel; different
-    requests), other rank labels (the same requests, reported by several ranks) and ``priority``
-    (a per-priority breakdown beside the total under ``priority=""``). So per-priority series
-    are skipped, the ranks of one DP rank count once (their largest value), DP ranks are summed;
-    token usage is the largest over ranks (the bottleneck pool). SGLang 0.5.20
-    ``observability/metrics_collector.py`` (``_log_gauge_queue_count``, the scheduler
-    collector's labels).
+    read from the first of ``series`` present: DP ranks summed, other ranks counted once,
+    per-priority series skipped, token usage the fullest rank's (SGLang 0.5.20
+    ``observability/metrics_collector.py``; docs/servers.md, "Load").
 
     Returns None when the text is not Prometheus text or has none of these series.
     """

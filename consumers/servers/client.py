@@ -1,12 +1,11 @@
 """The inference-server client: one server's transport, with its kind (:mod:`consumers.servers.registry`)
 deciding discovery, health, load and the request and answer shapes.
 
-OpenAI-compatible ``POST /v1/chat/completions`` over an aiohttp keep-alive pool sized to the
-consumer's in-flight window. aiohttp, not httpx: httpcore 1.0's pool scans every connection on
-each request event (``AsyncConnectionPool._assign_requests_to_connections``), which took 71% of
-a consumer's CPU at 200 completions/s with 68 connections (py-spy; BENCHMARKS.md, "Rate matrix").
-Transport failures (connect/read errors, timeouts) are :class:`RetriableServerError` with
-``status=None``.
+``POST /v1/chat/completions`` over an aiohttp keep-alive pool sized to the consumer's in-flight
+window; aiohttp, not httpx: httpcore 1.0's pool took 71% of a consumer's CPU at 200 completions/s.
+Transport failures are :class:`RetriableServerError` with ``status=None``.
+
+Design: docs/servers.md, "Transport".
 """
 
 from __future__ import annotations
@@ -211,10 +210,8 @@ class ServerClient:
     def request_body(self, prompt: PromptRecord, rid: str) -> dict[str, Any]:
         """The ``/v1/chat/completions`` body as the server's kind builds it
         (:func:`consumers.servers.requests.chat_request_body`): configured defaults, then the
-        record's overrides, for the model discovery found.
-
-        ``rid`` is SGLang's request id (deterministic per prompt and attempt, so a retry after a
-        crash never collides with a request still running elsewhere); other servers ignore it.
+        record's overrides, for the model discovery found. ``rid``: SGLang's request id
+        (:func:`consumers.servers.requests.request_id`); other servers ignore it.
         """
         kind = self.kind or FALLBACK
         return kind.request_body(prompt, rid, self.generation, model=self.info.model if self.info else None)

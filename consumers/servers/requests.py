@@ -25,14 +25,8 @@ _NOT_PARAMS = ("messages", "tools", "rid", "stream")
 def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:
     """SGLang's request id (``rid``) for the ``send``-th send (1-based) of attempt ``attempt`` of
     prompt ``prompt_id`` in run ``run_id`` (``send`` < 2**32): ``kg-<40 hex digits>-<send as 8 hex
-    digits>``.
-
-    Deterministic, so a consumer restarted after a crash sends the same rid as its predecessor
-    and SGLang refuses a duplicate still in flight. Fixed length, so no rid is a prefix of
-    another: SGLang aborts every request whose rid *starts with* the rid it aborts, on
-    ``/abort_request`` and on a client disconnect (docs/sglang.md, "Errors and overload"); with
-    the raw id in the rid, aborting ``run-p1-0-1`` would also abort ``run-p1-0-10`` and
-    ``run-p1-0-1-0-1``.
+    digits>``. Deterministic, and fixed length so that no rid is a prefix of another (SGLang aborts
+    by rid prefix; docs/servers.md, "Request ids").
     """
     digest = hashlib.blake2b(msgspec.json.encode([run_id, prompt_id, attempt]), digest_size=20)
     return f"kg-{digest.hexdigest()}-{send:08x}"
@@ -46,9 +40,8 @@ def chat_request_body(
     defaults', not replacing them).
 
     ``model`` is the served model name discovery found (default: ``generation.model``); ``rid``
-    is SGLang's request id (:func:`request_id`: deterministic per prompt and attempt, so a retry
-    after a crash never collides with a request still running elsewhere); other servers ignore
-    it. ``max_tokens`` is in tokens.
+    is SGLang's request id (:func:`request_id`), which other servers ignore. ``max_tokens`` is in
+    tokens.
     """
     g = generation
     body: dict[str, Any] = {

@@ -1,16 +1,10 @@
 """``kafkagen gate status|halt|resume --run-id R``: the run's fleet-wide quality gate by hand
-(docs/gate.md).
+(docs/gate.md, "kafkagen gate").
 
-``status`` prints the gate's state (running, or halted with its cause and fix), its epoch, the
-fleet's counts of the epoch per quality class against their thresholds, and one line per
-generation consumer from its latest report on the run's control topic (:mod:`streams.control`).
-``halt --reason "..."`` halts the run now: every consumer stops starting prompts within a few
-seconds, its requests in flight finish. ``resume`` starts the next gate epoch
-(``GateRecord(state="resumed", epoch=e + 1)``): counts from zero, the consumers start prompts
-again; restart them with the fixed settings first.
-
-Exit status (:mod:`streams.cli`): 0 done (``status``: the run is not halted), 1 ``status`` found
-the run halted, 2 bad usage or settings, 3 Kafka cannot be reached.
+``status`` prints the gate's state, epoch, the fleet's counts per class against their thresholds
+and one line per consumer's latest report (:mod:`streams.control`); ``halt --reason`` halts the run
+now; ``resume`` starts the next gate epoch. Exit status (:mod:`streams.cli`): 0 done (``status``:
+not halted), 1 ``status`` found the run halted, 2 bad usage or settings, 3 Kafka unreachable.
 """
 
 from __future__ import annotations

@@ -149,13 +149,10 @@ def halt_lines(run_id: str, reason: str, fix: str) -> list[str]:
 
 
 async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
-    """``(reason, fix)`` when run ``settings.run_id``, done, passes its quality gate's thresholds
-    over the current epoch's results although its gate never halted it: the run had fewer results
-    than ``gate.warmup``, whose early trip waits until the share is certain over a full warm-up
-    (``consumers.quality.gate.QualityGate``), so a run of 45 prompts with 42 empty answers ends unjudged.
-    A run halted and done all the same (every prompt was in flight or buffered when the gate
-    tripped: the status says ``done`` before ``halted``) gives its halt's reason and fix. None when
-    the gate is off or the shares are within the thresholds.
+    """``(reason, fix)`` when run ``settings.run_id``, done with fewer results than ``gate.warmup``,
+    passes its quality gate's thresholds over the current epoch's results although its gate never
+    halted it; a run halted and done all the same gives its halt's reason and fix. None when the
+    gate is off or the shares are within the thresholds. Why: docs/main-job.md, "Halt and resume".
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.

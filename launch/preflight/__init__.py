@@ -1,5 +1,5 @@
 """The preflight, ``kafkagen preflight``: a sample of the input sent to every server and judged by
-the quality gate before a run (docs/quality.md).
+the quality gate before a run (docs/main-job.md, "The preflight").
 
 - :mod:`launch.preflight.sample`: the sample read from the input;
 - :mod:`launch.preflight.stats`: what the answers say;

@@ -1,32 +1,11 @@
 """The preflight: a sample of the run's input sent to every server with the run's generation
 settings, measured and judged by the quality gate, before anything is published.
 
-The run this project replaces had thinking on and ``max_tokens`` 512: the reasoning ate the
-budget, 94% of the answers were empty, and it was found days later. The preflight catches that
-configuration in a minute:
-
-1. the sample (:mod:`launch.preflight.sample`): ``--preflight-sample`` prompts (32) of the run's
-   own input, read by the producer's reader with the run's mapping options, drawn by a seeded
-   reservoir over its first 10,000 good records; without input (``serve up``, ``serve probe``)
-   the bundled demo prompts;
-2. sent to every server at once, each bounded by its slots (discovery's
-   ``max_running_requests``), with the run's generation settings exactly as the consumer sends
-   them (:meth:`consumers.servers.client.ServerClient.request_body`: the record's own ``params`` win),
-   each request within ``timeout_s`` (the first request after a server starts can take minutes:
-   SGLang captures CUDA graphs). A server that does not answer is :class:`UnavailableError`
-   (exit 3), named;
-3. measured (:mod:`launch.preflight.stats`): per server and overall, the finish reasons, the
-   gate's classes (:func:`consumers.quality.gate.result_classes` over the consumers' quality flags), the
-   share with ``reasoning_content``, p50/p95/max of reasoning and answer tokens against
-   ``max_tokens``, latency. Every answer cut off at ``max_tokens`` is sent once more with a
-   larger budget to see what it needs, and the report recommends a ``max_tokens``;
-4. judged: the gate's thresholds (``settings.gate``, :class:`streams.config.GateSettings`) over
-   each server's sample; a class above its share refuses the run with :class:`PreflightError`
-   (exit 2): the reason and the fix (:func:`consumers.quality.gate.halt_message`) and the recommended
-   ``--max-tokens``. ``--ignore-preflight`` runs anyway, ``--no-preflight`` skips it.
-
-``kafkagen preflight`` (:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``,
-``kafkagen serve up`` and ``kafkagen serve probe`` run it before anything else.
+Each server gets the sample at once, within its slots; a server that does not answer is
+:class:`UnavailableError` (exit 3), a class above its share refuses the run with
+:class:`PreflightError` (exit 2) with the fix and a recommended ``--max-tokens``. ``kafkagen
+preflight`` (:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``, ``kafkagen serve up`` and
+``kafkagen serve probe`` run it first. The steps and why: docs/main-job.md, "The preflight".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The preflight's sample: a few prompts of the run's own input, read the way the producer reads
-them, drawn evenly over its beginning.
-
-The producer's reader (:class:`producers.reading.reader.InputReader`) and record maker
-(:class:`producers.reading.maker.RecordMaker`) turn the input lines into records with the run's mapping
-options (:class:`streams.inputs.InputMapping`), so the sample is exactly what the run would
-publish (same prompt field, system prompt, tools, per-record ``params``; bad lines are left out
-here, the producer reports them). A seeded reservoir (Vitter's algorithm R) over the first
-``scan`` good records picks ``size`` of them: spread over the input's beginning, not its first
-lines only (a file sorted by source or length would otherwise sample one kind), without reading
-a file of millions of lines to its end. Standard input (``-``) is never read here: the producer
-reads it.
+them (its reader and record maker, the run's mapping options), drawn evenly over its beginning by a
+seeded reservoir. Bad lines are left out (the producer reports them); standard input (``-``) is
+never read here. Why and how: docs/main-job.md, "The preflight".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The preflight's measurements, pure: what one sample answer was, the distributions over a
-server's answers, the ``max_tokens`` they call for, and the gate's verdict on them.
+server's answers, the ``max_tokens`` they call for (:func:`recommend`), and the gate's verdict.
 
-A sample answer (:class:`SampleAnswer`) is judged with the consumers' own quality flags and the
-gate's classes (:func:`consumers.quality.gate.result_classes`), so the preflight and the run cannot
-disagree on what "degenerate" means. Percentiles are nearest-rank (the smallest value with at
-least ``q`` of the values at or below it): with 32 samples the p95 is the second largest.
-
-The recommendation (:func:`recommend`): every answer cut off at ``max_tokens`` is sent once more
-with a larger budget (:func:`retry_budget`) to see what it needs; the recommendation is the p95
-of the tokens the sample needed (reasoning + answer) × :data:`HEADROOM`, rounded up to
-:data:`ROUND_TO`. An answer still cut off at the larger budget needs *at least* that budget, and
-the recommendation says "at least".
+Answers are judged with the consumers' own quality flags and the gate's classes
+(:func:`consumers.quality.gate.result_classes`); percentiles are nearest-rank. The recommendation
+(p95 of the tokens needed × :data:`HEADROOM`, rounded up to :data:`ROUND_TO`): docs/main-job.md,
+"The preflight".
 """
 
 from __future__ import annotations
@@ -232,7 +226,7 @@ def _round_up(tokens: float) -> int:
 
 
 def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
-    """The ``max_tokens`` the answers' needs call for (module docstring); their ``needed`` and
+    """The ``max_tokens`` the answers' needs call for (docs/main-job.md); their ``needed`` and
     ``needed_at_least`` must be filled in (failed requests are left out)."""
     measured = [a for a in answers if a.needed is not None]
     needed = Distribution.of([a.needed or 0 for a in measured])

@@ -1,14 +1,8 @@
 """``kafkagen regenerate RUN --where ... [overrides]``: re-publish a selection of a run's prompts
 as new attempts of the same run (docs/runs.md, "Regenerating part of a run").
 
-The selection (:mod:`launch.regenerate.select`) reads the run's results in Kafka, so it works on
-a finished run and on a running one. The prompts go back on the run's prompts topic as
-``attempt`` + 1 with the overrides in their ``params``; the run's consumers generate them (a
-running main job picks them up; for a finished run, run the main job again with the same
-``--run-id``: it publishes nothing new, generates them and exports). The export keeps each id's
-latest attempt. The same command twice publishes once (:mod:`launch.regenerate.plan`).
-
-Exit status (:mod:`streams.cli`): 0 published (or nothing to publish, or published before), 2 bad
+Selection: :mod:`launch.regenerate.select`; publishing once: :mod:`launch.regenerate.plan`. Exit
+status (:mod:`streams.cli`): 0 published (or nothing to publish, or published before), 2 bad
 usage, settings or ``--where``, or the run is a replay or has no prompts topic, 3 Kafka cannot be
 reached.
 """

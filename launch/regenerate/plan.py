@@ -1,28 +1,11 @@
 """``kafkagen regenerate``'s Kafka side: read a run's results and prompts, re-publish a selection
 exactly once (:mod:`launch.regenerate.select` decides what).
 
-Exactly once, and one regeneration of a run at a time: the prompts and the run's
-:class:`streams.control.RegenerateRecord` (key ``regenerate:<digest>``, the command's digest) are
-written in one Kafka transaction by a producer whose ``transactional_id`` is the run's
-(:func:`regenerate_transactional_id`). Starting that producer fences any other regenerate of the
-run and lets the broker finish or abort its transaction (KIP-98, ``InitProducerId``); only then
-are the run's topics read and the selection made. So the same command run twice, one after the
-other, at the same time or after a SIGKILL, publishes once (the second's selection finds the
-first one's attempts pending), and two different commands never give one id
-the same new attempt: the one fenced fails before it commits (:class:`RegenerationFenced`). The
-digest names the selection too: the same command run later on a run still generating publishes
-the ids that matched since (:func:`launch.regenerate.select.command_digest`).
-
-The same transaction starts a new quality-gate epoch (``GateRecord(state="resumed")``, counts
-from zero, docs/gate.md) unless the run is halted: the new attempts run with other parameters and
-are judged on their own, not on the counts of the results they replace. A halted run stays
-halted; its main job run again with the fix resumes it. The gate is read again inside the
-transaction, after the prompts are sent and before its first control record (from then on the
-open transaction holds the control topic's last stable offset, hiding later records from a
-``read_committed`` read): when a gate record was written since the plan read it (a halt, or a
-resume), no new epoch is started, so a halt written while the topics were read is never undone. A
-halt written later than that re-read, within the commit's round trip, is ordered like any halt of
-an epoch that a resume has ended (stale: ``streams.control.ControlState.apply``).
+The prompts and the run's :class:`streams.control.RegenerateRecord` go in one Kafka transaction
+by a producer whose ``transactional_id`` is the run's (:func:`regenerate_transactional_id`), which
+fences any other regenerate of the run before the topics are read (KIP-98); the same transaction
+starts a new quality-gate epoch unless the run is halted. Why this publishes once and never undoes
+a halt: docs/runs.md, "Regenerating part of a run".
 """
 
 from __future__ import annotations
@@ -198,7 +181,7 @@ async def regenerate(
 ) -> tuple[Plan, RegenerateRecord | None]:
     """Plan the regeneration of run ``settings.run_id`` and, unless ``dry_run``, the same command
     was published before, or nothing matches, publish it: the selection re-published as new
-    attempts with ``overrides``, and its regenerate record, in one transaction (module docstring).
+    attempts with ``overrides``, and its regenerate record, in one transaction (docs/runs.md).
 
     Returns:
         the plan, and the record published (None: nothing was).

@@ -1,20 +1,11 @@
 """``kafkagen replay RUN --as NEW [overrides] [run options]``: generate every prompt of run ``RUN``
 again under the new run id ``NEW``, with new generation parameters, publishing nothing.
 
-It is the main job (:mod:`launch.run.job`) declared a replay (``--run-id NEW --replay-of RUN``,
-docs/runs.md): ``NEW``'s consumers read ``RUN.prompts`` in their own consumer group, from the first
-offset, and write ``NEW.completions`` / ``NEW.errors``; the sink writes ``runs/NEW/``; the export
-compares with ``RUN.prompts``. Every record of ``RUN.prompts`` is generated, including the attempts
-``kafkagen regenerate`` re-published (their ``params`` overrides still apply; the export keeps each
-id's latest attempt). Re-running the same command resumes ``NEW``.
-
-``NEW`` starts from ``RUN``'s generation settings (``max_tokens``, thinking, ``temperature``,
-``top_p`` from its :class:`streams.control.RunRecord`, :func:`inherited_flags`). The generation
+It is the main job (:mod:`launch.run.job`) as ``--run-id NEW --replay-of RUN``; ``NEW`` starts
+from ``RUN``'s generation settings (:func:`inherited_flags`, from its run record), which the
 overrides (``--max-tokens``, ``--thinking/--no-thinking``, ``--temperature``, ``--top-p``,
-``--model``) beat them; every other option is ``kafkagen run``'s
-(``--server URL`` for another model's servers, ``--to``, ``--timeout``, settings flags ...).
-Exit status: the main job's (2 also when ``RUN`` has no prompts topic, :func:`launch.run.job.run`,
-or ``NEW`` is ``RUN``).
+``--model``) beat. Exit status: the main job's (2 also when ``RUN`` has no prompts topic, or
+``NEW`` is ``RUN``). docs/runs.md, "Re-generating a run".
 """
 
 from __future__ import annotations

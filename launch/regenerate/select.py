@@ -1,29 +1,11 @@
 """Which prompts of a run ``kafkagen regenerate`` re-publishes, and as what: pure, no I/O.
 
-A run's *result* for a prompt id is the record the export would keep for it
-(:func:`sinks.export.sources.rank`: the latest attempt, then a completion before a dead letter,
-then the earliest offset). A ``--where`` condition selects an id when its result matches it:
-
-==================  ===========================================================================
-``quality=C,...``   the result has one of the classes ``C`` (:data:`consumers.quality.gate.GATE_CLASSES`:
-                    a quality flag such as ``reasoning_ate_budget``, ``degenerate`` for any flag
-                    that makes a completion unusable, ``error`` for a dead letter)
-``finish_reason=F``  a completion whose ``finish_reason`` is one of ``F`` (``length``, ``stop`` ...)
-``error_type=E``    a dead letter whose ``error_type`` is one of ``E`` (``FatalRequestError`` ...)
-``ids=FILE``        the id is listed in ``FILE`` (one id per line; ``#`` comments, blank lines)
-==================  ===========================================================================
-
-Several ``--where`` select the union. ``--next-turn`` (instead of ``--where``) selects the
-multi-turn prompts (MT-Bench: ``metadata.extra["turns"]``) whose result is a usable completion of
-turn k (``finish_reason`` ``stop``, a non-empty answer) and that have a turn k + 1: the prompt
-re-published is turn k's messages, the answer, then the user's turn k + 1
-(:func:`next_turn_prompt`), with ``metadata.extra["turn"]`` = k + 1.
-
-An id whose latest prompt attempt has no result yet (a
-regeneration still pending, or a prompt not generated yet) is never selected: it is counted as
-pending. A selected id is re-published as ``attempt`` = its latest prompt attempt + 1, from that
-prompt (same messages and tools, so the export sees the same prompt), with the overrides merged
-over its ``params``.
+An id's *result* is the record the export would keep for it (:func:`sinks.export.sources.rank`);
+``--where`` conditions (:func:`parse_where`: ``quality``, ``finish_reason``, ``error_type``,
+``ids``) select the ids whose result matches, ``--next-turn`` the multi-turn prompts with a next
+turn (:func:`next_turn_prompt`). An id whose latest attempt has no result yet is pending, never
+selected; a selected id is re-published as its latest attempt + 1 with the overrides merged over
+its ``params``. The rules: docs/runs.md, "Regenerating part of a run".
 """
 
 from __future__ import annotations
@@ -80,7 +62,7 @@ class PromptHead(msgspec.Struct):
 
 @dataclass(frozen=True)
 class Where:
-    """The ``--where`` conditions of one regeneration (module docstring); empty sets match nothing."""
+    """The ``--where`` conditions of one regeneration (docs/runs.md); empty sets match nothing."""
 
     classes: frozenset[str] = frozenset()
     finish_reasons: frozenset[str] = frozenset()
@@ -88,7 +70,7 @@ class Where:
     ids: frozenset[str] = frozenset()
     ids_file: str | None = None
     next_turn: bool = False
-    """select the multi-turn prompts with a next turn (module docstring) instead."""
+    """select the multi-turn prompts with a next turn (docs/runs.md, ``--next-turn``) instead."""
 
     def matches(self, kind: str, head: ResultHead) -> bool:
         """Whether the result ``head`` (``kind`` ``completion`` or ``error``) is selected."""
@@ -117,7 +99,7 @@ class Where:
 
 
 def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
-    """The :class:`Where` of ``--where KEY=VALUE[,VALUE...]`` conditions (module docstring).
+    """The :class:`Where` of ``--where KEY=VALUE[,VALUE...]`` conditions (docs/runs.md).
 
     Raises:
         ConfigError: no condition, a malformed one, an unknown key, class or finish reason, an ids
@@ -235,7 +217,7 @@ def command_digest(
 
 @dataclass
 class Selector:
-    """Feeds on a run's results, then its prompts, and says what to re-publish (module docstring).
+    """Feeds on a run's results, then its prompts, and says what to re-publish (docs/runs.md).
 
     Memory: about 300 bytes per id (300 MB for a million prompts), plus the selected ids' prompts.
     """

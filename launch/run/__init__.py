@@ -1,5 +1,5 @@
 """The main job, ``kafkagen run`` (``python -m launch.run``): stack, servers, consumers, sink,
-producer, progress, export (docs/runs.md).
+producer, progress, export (docs/main-job.md; a run's names: docs/runs.md).
 
 - :mod:`launch.run.job`: the job's steps (:func:`~launch.run.job.plan_run`, :func:`~launch.run.job.run`);
 - :mod:`launch.run.servers`: which servers it starts itself, waiting for the others;

@@ -1,42 +1,10 @@
 """The main job (``kafkagen run``, ``python -m launch.run``), end to end, on the local stack or
-on real servers.
+on real servers: the checks, the stack and the servers (``--serve``: a fleet), the preflight, the
+run's record and fleet, the consumers and the sink under supervisord, publishing, progress until
+every prompt is in S3, the export and its summary.
 
-0. checks what is cheap to check before starting anything: the ``--server`` URLs, the input
-   mapping options, that the prompt files exist and can be read;
-1. starts the local stack: Kafka, S3 and, for the embedded default or with ``--local-llm`` only,
-   llama.cpp servers (:mod:`launch.run.servers`). Any other server is used as it is, whatever its
-   address: the job waits until each one answers (``--server-timeout``) and prints what it found.
-   ``--serve MODEL --gpus N`` first launches a fleet of SGLang servers, one per GPU
-   (:mod:`launch.serve`), and uses it. Then the preflight: a sample of the run's input sent to
-   every server with the run's generation settings and judged by the quality gate, which stops
-   the job with the fix and a recommended ``--max-tokens`` when the answers are unusable
-   (:mod:`launch.preflight.check`; ``--no-preflight`` skips it, ``--ignore-preflight`` goes on);
-2. writes the run's record and fleet on its control topic (:mod:`streams.runs.record`,
-   :mod:`launch.scale.policy`), starts one generation consumer per server of the fleet and the S3 sink
-   as supervisord programs (:mod:`launch.supervise`: own process, own log, restarted if it dies,
-   outliving the terminal), and from then on follows ``kafkagen scale``: consumers are started
-   and stopped as the fleet changes (:mod:`launch.scale.watch`). The same command run again after
-   a scale starts the fleet as scaled; another ``--server`` list replaces it (docs/runs.md);
-3. publishes the prompt file(s) with ``producers.prompts`` (exactly once: a re-run skips what is
-   already published), with the producer's input mapping options (``--format``,
-   ``--prompt-field``, ``--keep-field``, ...: :func:`producers.cli.mapping_options`);
-4. shows progress until every prompt has a result in Kafka (the generation group's committed
-   offsets reach the prompts topic's end) and every result is in S3 (the sink group's committed
-   offsets reach the completions and errors topics' ends);
-5. runs ``sinks.export`` and prints a summary; stops the consumers and the sink (the stack keeps
-   running: ``kafkagen stack down`` stops it).
-
-Each run has its own topics (``<run id>.prompts``, ``.completions``, ``.errors``), consumer groups
-and S3 folder (:mod:`streams.runs.naming`, ``docs/runs.md``), so re-running with the same ``--run-id``
-resumes or reports the run as done, and a new run id is an independent run. ``--replay-of RUN``
-makes the run a replay: it regenerates run RUN's prompts (topic ``RUN.prompts``) under its own
-run id and publishes nothing. Files of a run: ``<stack.home>/runs/<run id>/`` (supervisord
-config, logs), the dataset in ``<stack.home>/datasets/<run id>/`` unless ``--to`` says otherwise.
-
-Local defaults (only for the llama.cpp servers the job starts itself, Gemma-3-270M on CPU):
-``max_tokens`` 128 and thinking off, so the bundled 100 prompts finish in a few minutes on 2 cores;
-for every other server the generation settings hold (production defaults: ``max_tokens`` 4096,
-thinking on) unless ``--max-tokens`` / ``--no-thinking`` say otherwise.
+:func:`plan_run` applies the run's choices to the settings, :func:`run` runs the steps. The steps,
+a run's files, the local defaults and halt/resume: docs/main-job.md.
 """
 
 from __future__ import annotations
@@ -159,13 +127,8 @@ class RunPlan:
 def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
     """Apply the run's choices to ``settings`` (as loaded, before any other change: whether the
     user set ``servers`` is read from them, :func:`launch.run.servers.servers_set_by_user`): per-run
-    topics, servers, budget, thinking.
-
-    The topics are always the run's own (:func:`streams.runs.naming.derived_topics`: ``<run>.prompts``,
-    or ``<replay_of>.prompts`` for a replay, ``<run>.completions``, ``<run>.errors``), whatever
-    ``topics.*`` says: the main job keeps every run apart (``docs/runs.md``). ``max_tokens``
-    :data:`LOCAL_MAX_TOKENS` and thinking off are the defaults for the embedded llama.cpp servers
-    only; other servers get ``settings.generation``'s unless ``options`` say otherwise.
+    topics (always the run's own, whatever ``topics.*`` says), servers, budget, thinking
+    (:data:`LOCAL_MAX_TOKENS` and off for the embedded llama.cpp servers only). docs/main-job.md.
 
     Raises:
         ConfigError: a ``--server`` value is not an http(s) URL (:func:`check_server_url`);
@@ -266,7 +229,7 @@ def summary(
     resumed: bool = False,
     after_halt: bool = False,
 ) -> str:
-    """The closing summary, from the export's ``manifest.json`` (see :mod:`sinks.export`).
+    """The closing summary, from the export's ``manifest.json`` (docs/export.md, "What an export checks").
     ``after_halt``: this invocation resumed a run its quality gate had halted; the results
     finished before the halt are kept (docs/gate.md), so unusable ones are named."""
     m = manifest
@@ -331,7 +294,7 @@ def _check_llm_ports(stack: LocalStack) -> None:
 
 
 def run(plan: RunPlan, options: RunOptions) -> int:
-    """Run the job (the steps in the module docstring) as :func:`plan_run` planned it; returns the
+    """Run the job (the steps: docs/main-job.md) as :func:`plan_run` planned it; returns the
     exit status (0 done, 1 publishing or the export failed).
 
     Raises:

@@ -1,15 +1,8 @@
 """The main job's progress, in prompts: collected (:mod:`launch.status.collect`) until the run is done.
 
-Shown counts are prompts and records, never Kafka offsets: "generated" is results written
-(completions and dead letters) out of the prompts published (the producer's resume points), "in
-S3" the results the sink committed out of those written. Done is decided on offsets, exactly:
-every offset of the prompts topic committed by the generation group (transaction markers
-included) and every offset of the completions and errors topics committed by the sink
-(:attr:`launch.status.shape.RunStatus.done`).
-
-On a terminal the progress is one live view (rich ``Progress`` bars with the fleet's load); when
-stdout is not a tty, one plain line every ``interval_s`` seconds (default 10) and a final line,
-nothing else: aiokafka's own log lines are kept out (:func:`launch.status.collect.quiet_kafka_logs`).
+Counts are prompts and records, never Kafka offsets; done is decided on offsets, exactly
+(:attr:`launch.status.shape.RunStatus.done`). A live view on a terminal, else one plain line every
+``interval_s`` seconds (default 10) and a final line: docs/main-job.md, "Progress".
 """
 
 from __future__ import annotations
@@ -171,7 +164,7 @@ async def wait_until_done(
     out: TextIO | None = None,
 ) -> Progress:
     """Collect every second until the run is done (or halted by its quality gate), showing the
-    progress in prompts on ``out`` (default stdout; the module docstring says how).
+    progress in prompts on ``out`` (default stdout; how: docs/main-job.md, "Progress").
 
     Returns:
         the last :class:`Progress`: done, or with ``halted`` set (the gate's reason and fix) when

@@ -1,6 +1,6 @@
 """The main job's inference servers: which ones it starts itself, and waiting for the others.
 
-The rule (``kafkagen run``, README "The main job"): the main job starts llama.cpp servers only for
+The rule (``kafkagen run``, docs/main-job.md "Servers"): the main job starts llama.cpp servers only for
 the **embedded default** (no ``--server`` and the ``servers`` setting not set by the user, neither
 ``KAFKAGEN_SERVERS`` nor ``--servers``) or when asked with ``--local-llm``. Every other server, any
 address (loopback included), is used as it is: :func:`wait_for_servers` waits until each one can
@@ -21,14 +21,9 @@ __all__ = ["describe_server", "embedded_llm", "servers_set_by_user", "wait_for_s
 
 def servers_set_by_user(settings: Settings) -> bool:
     """Whether the ``servers`` setting was given (``KAFKAGEN_SERVERS`` or ``--servers``) rather than
-    left at its default, the embedded llama.cpp servers.
-
-    pydantic records the fields passed to a model's constructor in ``model_fields_set``;
-    pydantic-settings passes every value it read from the environment that way, and so do our
-    flags (:func:`streams.config.load_settings` ``overrides``), while a default is not passed.
-    ``model_copy`` keeps the set (and adds the fields it updates), so ask before the main job
-    replaces ``servers`` (:func:`launch.run.job.plan_run` does). A variable set to the default's very
-    value still counts as set: the user said it.
+    left at its default, the embedded llama.cpp servers: ``"servers" in model_fields_set`` (pydantic),
+    so ask before the main job replaces ``servers`` (:func:`launch.run.job.plan_run` does). A value
+    equal to the default still counts as set. Why this works: docs/main-job.md "Servers".
     """
     return "servers" in settings.model_fields_set
 

@@ -1,15 +1,11 @@
 """``kafkagen scale --run-id RUN``: add or remove a running run's servers, or raise its partition
 count (docs/runs.md "Scaling a running run").
 
-``--add-server URL`` / ``--remove-server URL`` (each repeatable) or ``--servers URL,URL`` (the
-whole fleet: the ``servers`` setting's flag, so JSON and repeating it work too) write the run's
-next fleet record (:mod:`launch.scale.control`); the run's main job starts and stops one
-generation consumer per server to match within seconds (:mod:`launch.scale.watch`).
-``--partitions N`` raises the prompts topic's partition count.
-
-Exit status (:mod:`streams.cli`): 0 done (or nothing to change), 2 bad usage (a bad URL, a server
-not in the fleet, the last server removed, fewer partitions, a run that does not exist or has no
-main job's fleet), 3 Kafka or an added server cannot be reached.
+``--add-server`` / ``--remove-server`` / ``--servers`` write the run's next fleet record
+(:mod:`launch.scale.control`), which its main job follows (:mod:`launch.scale.watch`);
+``--partitions N`` raises the prompts topic's partition count. Exit status (:mod:`streams.cli`): 0
+done or nothing to change; 2 bad usage (a bad URL, a server not in the fleet, the last server, fewer
+partitions, no such run or no main job's fleet); 3 Kafka or an added server unreachable.
 """
 
 from __future__ import annotations

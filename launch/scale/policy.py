@@ -1,24 +1,10 @@
 """A running run's fleet: the servers its main job keeps one generation consumer for
 (:class:`streams.control.FleetRecord`, key ``fleet`` on ``<run>.control``), and what changes it.
 
-Who writes the fleet record:
-
-* the main job at start (:func:`fleet_at_start`): version 0 when the run has none yet; a new
-  version when its command names other servers than the run was last started with;
-* ``kafkagen scale`` (:func:`scale_fleet`): ``--add-server``, ``--remove-server`` or
-  ``--servers``, version + 1.
-
-The running main job follows the record (:mod:`launch.scale.watch`): it starts and stops its
-``consumers.generate`` programs to match within seconds. A record written while no main job runs
-takes effect when the main job starts again: the same command (the same ``--server`` list as the
-run's :class:`~streams.control.RunRecord` says it was started with) starts the fleet's current
-servers, not its own list; a command with another list is a new decision and replaces the
-fleet (docs/runs.md "Scaling a running run").
-
-Consumer names are per server URL, never per position (:func:`program_name`,
-:func:`instance_id`): a server keeps its program and its static group membership
-(``group.instance.id``) whatever is added or removed before it, and across restarts of the main
-job, so a restarted consumer gets its partitions back without a fleet-wide rebalance.
+The main job writes the record at start (:func:`fleet_at_start`), ``kafkagen scale`` its next
+version (:func:`scaled_servers`); the running main job follows it (:mod:`launch.scale.watch`).
+Consumer names are per server URL, never per position (:func:`program_name`, :func:`instance_id`),
+so a server keeps its program and static group membership. docs/runs.md, "Scaling a running run".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """The main job follows its run's fleet record: one ``consumers.generate`` program per server.
 
-:class:`FleetWatch` runs in a thread of the main job beside its progress wait. It reads the run's
-control topic (:class:`streams.control.ControlLog`, from the beginning, then every
-``interval_s``) and, on every turn, makes the supervisord programs match the latest
-:class:`streams.control.FleetRecord` (level-triggered: a change missed or half done is finished
-on the next turn, whatever happened in between):
-
-* a server in the fleet without a program: the program is added and started
-  (:meth:`launch.supervise.Supervisor.add`); its consumer joins the consumer group and the group
-  rebalances;
-* a program whose server left the fleet: stopped with SIGTERM (:meth:`Supervisor.stop_program`,
-  not waited for). The consumer stops fetching, lets its requests in flight finish for up to
-  ``consumer.shutdown_deadline_s``, commits, and leaves the group at once, so its partitions move
-  to the others within seconds; prompts still unfinished at the deadline are generated again by
-  their partitions' next owner (at-least-once; the export keeps one result per id). supervisord
-  SIGKILLs it after the program's ``stop_wait_s`` (75 s) if it hangs. Once stopped, the program
-  is removed from supervisord;
-* a server removed and added back while its program still stops: started again once stopped.
-
-Each change prints one line (``echo``). Programs are named per server URL
-(:func:`launch.scale.policy.program_name`), so the watch tells its programs by name; programs that are
-not consumers (the sink) are never touched.
+:class:`FleetWatch` runs in a thread of the main job beside its progress wait and, every
+``interval_s``, makes the supervisord programs match the latest
+:class:`streams.control.FleetRecord` (level-triggered): a program added and started per new server,
+one stopped with SIGTERM and then removed per server that left; the sink is never touched. The
+rules: docs/runs.md, "Scaling a running run".
 """
 
 from __future__ import annotations
@@ -137,7 +121,7 @@ class FleetWatch:
         self.urls.update(self.wanted)
 
     def turn(self) -> None:
-        """One reconciliation of the programs with :attr:`wanted` (the module docstring); a
+        """One reconciliation of the programs with :attr:`wanted` (docs/runs.md); a
         supervisord that does not answer is warned about and tried again next turn."""
         try:
             self._reconcile()

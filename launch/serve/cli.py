@@ -1,18 +1,10 @@
 """``kafkagen serve up|status|down|logs|probe``: a fleet of SGLang servers, one per GPU (docs/serve.md).
 
-``up MODEL_PATH --gpus N`` starts the servers detached under supervisord and waits until each
-answers its health path, then runs the preflight on them: a sample of the bundled demo prompts at
-the run's generation settings, judged by the quality gate (:mod:`launch.preflight.check`;
-``--no-preflight`` skips it); ``status``, ``down``, ``logs`` and ``probe`` (the preflight again)
-read the fleet record and need no options but ``--fleet`` (default ``fleet``). The fleet lives
-in ``<stack.home>/serve/<fleet>/`` (``KAFKAGEN_STACK__HOME``). Exit status (:mod:`streams.cli`):
-0 on success, 1 when ``status`` finds a server not ready, 2 on bad usage or settings (another
-spec already running, a template with an unknown placeholder, no room for the model copy, the
-preflight refuses), 3 when a server does not come up or answer.
-
-The spec options are one decorator, :func:`fleet_options`, so ``kafkagen run --serve MODEL
---gpus N`` can take the same options and build the same :class:`~launch.serve.spec.FleetSpec`
-with :func:`spec_from_options`.
+``up MODEL_PATH --gpus N`` starts the servers detached under supervisord, waits until each answers
+its health path, then runs the preflight (:mod:`launch.preflight.check`); ``status``, ``down``,
+``logs`` and ``probe`` read the fleet record and need no options but ``--fleet``. The spec options
+are one decorator, :func:`fleet_options`, so ``kafkagen run --serve MODEL --gpus N`` builds the same
+:class:`~launch.serve.spec.FleetSpec` with :func:`spec_from_options`. Exit statuses: docs/serve.md.
 """
 
 from __future__ import annotations

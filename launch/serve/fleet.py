@@ -1,14 +1,9 @@
 """A fleet of inference servers, one per GPU, running detached under supervisord.
 
-``<stack.home>/serve/<fleet name>/`` holds supervisord's files (config, socket, pid), one log per
-GPU (``logs/gpu-<i>.log``) and the fleet record ``fleet.json``: the spec, the model path the
-servers load, and per GPU its program, URL and log. ``serve status``, ``down``, ``logs`` (and the
-main job) read the record, so they need no options. supervisord daemonizes: logging out of SSH
-stops nothing (:mod:`launch.supervise`).
-
-Restart policy per server (supervisord ``startsecs`` / ``startretries``): a server that exits
-within :data:`START_SECS` seconds of a start failed to start; after :data:`START_RETRIES` such
-failures in a row it ends ``FATAL`` instead of looping. A server that dies later is restarted.
+``<stack.home>/serve/<fleet name>/`` holds supervisord's files, one log per GPU and the fleet record
+``fleet.json``, which ``serve status``, ``down``, ``logs`` and the main job read. A server that
+exits within :data:`START_SECS` seconds of a start failed to start; after :data:`START_RETRIES`
+such failures in a row it ends ``FATAL``. docs/serve.md, "Detached".
 """
 
 from __future__ import annotations
@@ -160,14 +155,10 @@ class Fleet:
     ) -> list[str]:
         """Start the fleet (idempotent), wait until every server is ready, then ``after_ready``.
 
-        The steps: (1) the same spec already running: report it, start again only programs that
-        ended (``FATAL``, ``EXITED``); another spec running: error; (2) copy the model
-        (``spec.copy_model_to``); (3) check the ports are free; (4) write the record and start
-        supervisord with one program per GPU (``CUDA_VISIBLE_DEVICES=<gpu>``); (5)
-        :meth:`wait_ready`; (6) ``after_ready(urls)``: the preflight step (a sample of prompts per
-        server, filled in by the command), skipped when None. Steps (1)-(4) hold a lock
-        (``up.lock`` in the fleet's folder): a second ``up`` at the same time waits for them, then
-        finds the fleet running.
+        Under the lock ``up.lock`` (a second ``up`` waits, then finds the fleet running): the same
+        spec running is reported (only programs that ended are started again), another is an
+        error; the model copy; the port check; the record and supervisord, one program per GPU.
+        Then :meth:`wait_ready` and ``after_ready(urls)`` (the preflight; skipped when None).
 
         Returns:
             The server URLs in GPU order.

@@ -1,18 +1,9 @@
 """Copy a model folder once to a RAM disk (``serve up --copy-model-to /dev/shm/models``).
 
-Seven servers loading their weights from a slow network mount took minutes per shard; from RAM
-they were all up in under a minute (issue 12). The copy is made once and reused:
-
-- it goes to ``DIR/<folder name>`` through a temporary sibling ``DIR/.<folder name>.partial-<pid>``
-  renamed at the end, so a crash never leaves a half copy under the final name; leftovers of an
-  earlier crash are removed before copying;
-- a marker file (:data:`MARKER`) written last, inside the copy, records every file's relative
-  path, size (bytes) and mtime (ns) in the source; a later call skips the copy when the source
-  still has exactly those files and the copy still has them at those sizes (no hashing of
-  hundreds of GB), and copies again otherwise;
-- free space is checked first (needed vs free, in bytes) with the fix in the message;
-- one copy at a time per target: a lock file ``DIR/.<folder name>.lock`` (``flock``) makes a
-  second copier wait, then find the copy complete.
+Servers loading their weights from a network mount took minutes per shard, from RAM under a minute
+(issue 12). The copy goes through a temporary sibling renamed at the end, is checked for free space
+first, is skipped when a marker file (:data:`MARKER`) says it is identical, and is locked per
+target. docs/serve.md, "Model copy".
 """
 
 from __future__ import annotations
@@ -128,7 +119,7 @@ def copy_model(
     out: TextIO | None = None,
 ) -> Path:
     """Copy the model folder ``source`` to ``dest_dir/<source name>`` unless an identical copy
-    is there (module docstring); return the copy's path.
+    is there (docs/serve.md, "Model copy"); return the copy's path.
 
     Args:
         source: the model folder (weights, config, tokenizer).

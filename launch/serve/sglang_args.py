@@ -1,12 +1,9 @@
 """The SGLang command line of one fleet server, and the command template around it.
 
-:func:`sglang_args` is pure: the same spec gives the same arguments. Every flag it emits is one
-``sglang.launch_server`` accepts in SGLang 0.5.20 and 0.5.23, with a value exactly when the flag
-takes one: ``tests/launch/test_serve_args.py`` checks it against the flags read from SGLang's
-source (``python/sglang/srt/arg_groups/fields/*.py`` and ``server_args.py``
-``ServerArgs.add_cli_args``; fixtures ``tests/fixtures/sglang/<version>/server_args.json`` written
-by ``scripts/sglang_server_flags.py``). ``docker-compose.yml``'s ``x-sglang`` command is this
-builder's output for the compose parameters (``tests/test_compose.py``).
+:func:`sglang_args` is pure: the same spec gives the same arguments, each a flag
+``sglang.launch_server`` accepts in SGLang 0.5.20 and 0.5.23 (``tests/launch/test_serve_args.py``
+checks it against the flags read from SGLang's source: tests/fixtures/sglang/README.md, "Server
+arguments"). ``docker-compose.yml``'s ``x-sglang`` command is its output (``tests/test_compose.py``).
 """
 
 from __future__ import annotations

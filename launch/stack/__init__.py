@@ -1,19 +1,10 @@
 """The local stack: Kafka (KRaft), S3 (SeaweedFS) and llama.cpp LLM servers on 127.0.0.1.
 
-``python -m launch.stack up|down|status|logs`` (see :mod:`launch.stack.__main__`). Every
-service binds to loopback, starts detached, and is recorded in a pid file under
-``settings.stack.home``; ``up`` is idempotent and waits for readiness with a timeout;
-``down`` stops only what ``up`` started.
-
-Addresses come from the client settings, so clients and stack always agree: one Kafka node
-per ``kafka.bootstrap_servers`` address (controller on port + 1), S3 on the port of
-``s3.endpoint_url``, one llama-server per loopback URL in ``servers``.
-
-Kafka shapes: one address is a single broker, service ``kafka``; N addresses (3 is the
-production shape) are a KRaft cluster of N combined broker + controller nodes, services
-``kafka-1`` .. ``kafka-N``, each its own process, data dir, log and pid file, so a test can
-SIGKILL one broker (:meth:`LocalStack.kill`) and start it again (:meth:`LocalStack.up`).
-:func:`cluster_beside` derives the 3-broker cluster the tests run beside the configured stack.
+``python -m launch.stack up|down|status|logs`` (see :mod:`launch.stack.__main__`). Every service
+binds to loopback, starts detached and is recorded in a pid file; addresses come from the client
+settings, one Kafka node per ``kafka.bootstrap_servers`` address (several: a KRaft cluster whose
+brokers :meth:`LocalStack.kill` and :meth:`LocalStack.up` one by one). :func:`cluster_beside`
+derives the tests' 3-broker cluster. docs/local-stack.md, "Services and addresses".
 """
 
 from __future__ import annotations
@@ -252,14 +243,9 @@ class LocalStack:
 
 def cluster_beside(settings: Settings, brokers: int = 3) -> Settings:
     """``settings`` pointed at a local ``brokers``-node Kafka cluster that runs beside the
-    configured stack without touching it (the tests' 3-broker cluster).
-
-    Derivation, fixed so that it never collides with the configured Kafka: with ``P`` the
-    highest port of ``kafka.bootstrap_servers`` (whose controller is on ``P + 1``), node ``i``
-    (1..``brokers``) listens on ``P + 2i`` and its controller on ``P + 2i + 1``; e.g. 9092 gives
-    9094, 9096, 9098 (controllers 9095, 9097, 9099). Its home is ``<stack.home>/cluster<brokers>``
-    (own data, logs and pid files); S3 and the LLM servers stay the configured ones, so use
-    ``LocalStack(cluster_beside(s)).up(["kafka"])`` for it, never its other kinds.
+    configured stack without touching it (the tests' 3-broker cluster): node ``i`` on ``P + 2i``
+    (``P`` the configured Kafka's highest port), home ``<stack.home>/cluster<brokers>``. Use
+    ``LocalStack(cluster_beside(s)).up(["kafka"])``, never its other kinds (docs/local-stack.md).
 
     Raises:
         ConfigError: the configured Kafka is not on loopback, or the derived ports pass 65535.

@@ -1,12 +1,11 @@
 """``kafkagen stack up|down|status|logs|kill`` (also ``python -m launch.stack``): the local stack.
 
-Settings come from ``KAFKAGEN_*`` environment variables or settings flags (README,
-Configuration): one Kafka node per ``kafka.bootstrap_servers`` address (three addresses: a
-3-broker cluster). Services are named by kind (``kafka``, ``s3``, ``llm``) or one by one
-(``kafka-2``, ``llm-30000``), so ``kill kafka-2`` then ``up kafka-2`` crashes and restarts one
-broker. ``--cluster3`` acts on the tests' 3-broker cluster beside the configured stack
-(:func:`launch.stack.cluster_beside`). Exit status (:mod:`streams.cli`): 0 on success, 1 when
-``status`` finds a service not ready, 2 on bad usage, 3 when a service cannot be started.
+Addresses come from the ``KAFKAGEN_*`` settings (README, Configuration); services are named by
+kind (``kafka``, ``s3``, ``llm``) or one by one (``kafka-2``, ``llm-30000``), so ``kill kafka-2``
+then ``up kafka-2`` crashes and restarts one broker; ``--cluster3`` acts on the tests' 3-broker
+cluster (:func:`launch.stack.cluster_beside`; docs/local-stack.md). Exit status
+(:mod:`streams.cli`): 0 on success, 1 when ``status`` finds a service not ready, 2 on bad usage, 3
+when a service cannot be started.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Apache Kafka for the local stack: KRaft with one node or a cluster of combined broker +
 controller nodes (one per ``kafka.bootstrap_servers`` address, all of them quorum voters).
 
-The broker's jars come from Maven Central through ``mvn`` and ``pom.xml`` beside this file
-(pinned to :data:`KAFKA_VERSION`), cached under ``<cache>/kafka-<version>/libs``. Each node's log dir
-(``<home>/kafka/data``, or ``<home>/kafka-<id>/data`` in a cluster) is formatted once with
-Kafka's storage tool and survives restarts.
-Listeners are on 127.0.0.1 only; topics are never auto-created (the producer creates them
-with the configured partitions and retention, see :mod:`streams.topics`).
+The jars come from Maven Central (``pom.xml`` beside this file, :data:`KAFKA_VERSION`), cached
+under ``<cache>/kafka-<version>/libs``; each node's log dir is formatted once and survives
+restarts. Listeners are on 127.0.0.1 only; topics are never auto-created (:mod:`streams.topics`
+creates them). docs/local-stack.md, "Kafka".
 """
 
 from __future__ import annotations
@@ -157,15 +155,10 @@ def kafka_nodes(ports: Sequence[int]) -> list[KafkaNode]:
 
 
 def server_properties(data_dir: Path, node: KafkaNode, nodes: Sequence[KafkaNode]) -> str:
-    """The node's ``server.properties``: KRaft combined mode, loopback only.
-
-    One node: replication factor 1 everywhere. Three or more nodes (a static quorum of all of
-    them as voters): the internal topics (consumer offsets, transaction state, share state) get
-    replication factor 3 and ``min.insync.replicas`` 2, also the brokers' default (topics made
-    by :func:`streams.topics.ensure_topics` set their own); a dead broker is fenced after 6 s
-    without heartbeats (default 9 s) and a lagging follower leaves the ISR after 10 s (default
-    30 s), so tests that kill a broker do not wait long. Apache Kafka 4.1 broker configs
-    (``broker.session.timeout.ms``, ``replica.lag.time.max.ms``, ``transaction.state.log.min.isr``).
+    """The node's ``server.properties``: KRaft combined mode, loopback only. One node: replication
+    factor 1; three or more: internal topics at 3 with ``min.insync.replicas`` 2, a dead broker
+    fenced after 6 s, a lagging follower out of the ISR after 10 s (Apache Kafka 4.1
+    ``broker.session.timeout.ms``, ``replica.lag.time.max.ms``; docs/local-stack.md, "Kafka").
     """
     rf = min(3, len(nodes))
     min_isr = 2 if len(nodes) >= 3 else 1

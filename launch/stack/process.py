@@ -1,16 +1,9 @@
 """Detached service processes with pid files: start, stop, status, port checks.
 
-A service started here runs in its own session (``setsid``), so it outlives the shell and
-the Python process that started it (the old job's background runs died with the SSH
-session). Its pid is kept in ``<home>/run/<name>.pid`` and its output in
-``<home>/logs/<name>.log``; ``stop`` only ever signals a pid recorded in such a file whose
-start time still matches, so it never stops anything the stack did not start.
-
-A process's identity is its pid plus its start time in clock ticks since boot (field 22 of
-``/proc/<pid>/stat``, proc(5)): that number never changes for a process. The wall-clock start
-time (psutil's ``create_time``) is not a safe identity: it is computed from the boot time the
-kernel derives from the current wall clock, so it moves when the clock is stepped or slewed,
-and a stack would then lose track of its own running services.
+A service runs in its own session (``setsid``), so it outlives the shell that started it; its pid
+is kept in ``<home>/run/<name>.pid``, its output in ``<home>/logs/<name>.log``. ``stop`` only
+signals a recorded pid whose start time in clock ticks since boot (``/proc/<pid>/stat`` field 22,
+proc(5)) still matches. Why not the wall-clock start time: docs/local-stack.md, "Processes".
 """
 
 from __future__ import annotations

@@ -71,14 +71,10 @@ def s3_spec(home: Path, port: int, s3: S3Settings) -> ServiceSpec:
 
 
 def s3_ready(home: Path, port: int, s3: S3Settings) -> bool:
-    """True when SeaweedFS can serve every object it holds, not only answer for the bucket.
-
-    Two conditions: ``HeadBucket`` on ``s3.bucket`` succeeds (the S3 gateway and filer are
-    up), and the master's ``GET /dir/status`` topology lists at least as many volumes as
-    there are volume files (``*.dat``) in the data dir. After a restart the filer answers
-    before the volume server's first heartbeat reaches the master; in that window
-    ``GetObject`` on an existing key fails with ``500 InternalError`` because the master
-    cannot locate the object's volume (seen in CI, ``tests/streams/test_stack.py``).
+    """True when SeaweedFS can serve every object it holds, not only answer for the bucket:
+    ``HeadBucket`` on ``s3.bucket`` succeeds and the master's ``GET /dir/status`` lists at least as
+    many volumes as the data dir has ``*.dat`` files (after a restart ``GetObject`` fails with 500
+    until the volumes are known: docs/local-stack.md, "SeaweedFS").
     """
     try:
         s3_client(s3, connect_timeout_s=2, read_timeout_s=5, max_attempts=1).head_bucket(Bucket=s3.bucket)

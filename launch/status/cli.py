@@ -1,20 +1,9 @@
 """``kafkagen status [--run-id R] [--json] [--watch [--interval S]] [--serve [--host H] [--port P]]``:
-a run's status from any host that reaches its Kafka (:mod:`launch.status.collect`; the document's
-schema: :mod:`launch.status.shape`).
+a run's status from any host that reaches its Kafka (:mod:`launch.status.collect`).
 
-Views: the default is a few aligned lines and the servers and consumers as tables
-(:func:`launch.status.view.status_view`); ``--json`` prints the document; ``--watch`` collects
-again every ``--interval`` seconds (default 2) until interrupted: on a terminal a live view
-(``rich.live.Live``), with ``--json`` one document per line, and when stdout is not a tty one
-plain line per interval (:func:`launch.status.view.status_line`). While watching, a Kafka that
-stops answering is said on that line and asked again; at the start it ends the command.
-``--serve`` runs the web dashboard instead (:mod:`launch.status.dashboard`), collecting every
-``--interval`` seconds until SIGINT or SIGTERM (then exit 0); a Kafka that does not answer is
-shown on the page and logged, and asked again.
-
-Exit status (:mod:`streams.cli`): 0; 1 when the run does not exist (neither its prompts nor its
-completions topic is on that Kafka: the message names both and the address); 3 when Kafka
-cannot be reached; 130 when interrupted (the way a ``--watch`` ends).
+The views (:mod:`launch.status.view`), ``--watch``, ``--serve`` (:mod:`launch.status.dashboard`),
+the document's schema and the exit statuses (0; 1 no such run; 3 Kafka unreachable; 130
+interrupted): docs/status.md.
 """
 
 from __future__ import annotations
@@ -201,7 +190,7 @@ async def _lines(
     "--serve",
     is_flag=True,
     help="serve the web dashboard (live charts; assets bundled, no internet needed) on "
-    "http://HOST:PORT/ until interrupted (launch/dashboard)",
+    "http://HOST:PORT/ until interrupted (docs/dashboard.md)",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="address the dashboard binds (--serve)")
 @click.option(

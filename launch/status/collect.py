@@ -1,25 +1,8 @@
 """A run's status, read from Kafka, the control topic and the servers: ``kafkagen status``, the
 main job's progress and the dashboard all use :func:`collect` (or a :class:`Collector` kept open).
 
-What is read (:mod:`launch.status.shape` turns it into a :class:`RunStatus`, the schema is there):
-
-* the run's topics (a Metadata request that never auto-creates a topic, so asking about a run
-  that does not exist creates nothing, even on a cluster with ``auto.create.topics.enable``);
-* end offsets of the prompts, completions and errors topics, ``read_committed`` (last stable
-  offsets; aiokafka 0.14 ``AIOKafkaConsumer.end_offsets``);
-* the generation and sink groups' committed offsets (admin OffsetFetch, no group is joined) and
-  their members (DescribeGroups). A generation consumer's JoinGroup metadata carries its group
-  instance id and its assignment bytes its partitions (:mod:`consumers.group.assignor`; decoded with
-  aiokafka's ``ConsumerProtocolMemberMetadata`` / ``ConsumerProtocolMemberAssignment``);
-* the control topic (:class:`streams.control.ControlLog`: member reports, gate, export);
-* the producer's resume points on ``topics.producer_progress`` (:mod:`producers.progress`), read
-  ``read_committed`` up to the last stable offset (a producer's open transaction does not hold
-  the reader up: what it will commit is not published yet);
-* each member's server, when reachable from here: ``/metrics`` (running, queued) and discovery
-  (model, running-request limit), each within ``probe_timeout_s``. A loopback URL reported by a
-  consumer on another host is not asked (it would be this host's port); its report is used.
-
-Can be run from any host that reaches Kafka: nothing here writes to Kafka.
+:mod:`launch.status.shape` turns what is read into a :class:`RunStatus`. Nothing here writes to
+Kafka, so it runs from any host that reaches it. What is read, and how: docs/status.md.
 """
 
 from __future__ import annotations
@@ -426,7 +409,7 @@ class Collector:
 
 
 async def collect(settings: Settings, *, servers: Sequence[str] = (), timeout_s: float = 15.0) -> RunStatus:
-    """The run's status now, read once (:class:`Collector`; the schema: :mod:`launch.status.shape`).
+    """The run's status now, read once (:class:`Collector`; the schema: docs/status.md).
 
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within ``timeout_s`` seconds.

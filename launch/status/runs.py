@@ -1,26 +1,9 @@
 """The runs Kafka and S3 know, read for ``kafkagen runs`` (:mod:`launch.status.runs_cli`; shaped by
-:mod:`launch.status.runs_shape`, where the document's schema and the state rule are).
+:mod:`launch.status.runs_shape`).
 
-What is read, in a fixed number of requests plus a few per run (nothing is read whole except the
-small compacted topics):
-
-* the cluster's topics: one Metadata request for every topic (it creates none);
-* the S3 run folders: ``ListObjectsV2`` of ``<s3.prefix>/`` with the delimiter ``/`` (one request
-  per 1000 folders), in a thread while Kafka is asked;
-* the control topics of the runs listed (compacted, one partition each), read whole by one
-  consumer (``read_committed``, up to the last stable offsets);
-* per run, its generation group's and its sink group's committed offsets (FindCoordinator and
-  OffsetFetch for every partition the group committed on, admin requests: no group is joined),
-  :data:`GROUP_REQUESTS` runs at a time;
-* the end offsets (``read_committed``: last stable offsets) of every partition of the runs'
-  prompts, completions, errors and control topics, and the timestamps of the first records of
-  the runs' own topics (ListOffsets for timestamp 0), one ListOffsets request per leader each,
-  sent by the admin client to the leaders the Metadata answer named (a topic deleted meanwhile
-  is left out at once; :func:`_list_offsets`);
-* the producer's progress topic (compacted: one resume point per input), read whole once;
-* for a run known from S3 only: the first page (1000 keys) of its folder, for its age.
-
-Nothing here writes to Kafka or S3: any host that reaches them sees the same runs.
+A fixed number of requests plus a few per run; nothing is read whole except the small compacted
+topics, and nothing is written to Kafka or S3: any host that reaches them sees the same runs. What
+is read: docs/status.md, "kafkagen runs: what is read".
 """
 
 from __future__ import annotations
@@ -147,10 +130,8 @@ async def _list_offsets(
     the first record) of each of ``tps``, one request per leader: partition -> (offset, the
     record's timestamp in ms, -1 for the end or an empty partition).
 
-    A partition the broker answers with an error (its topic deleted meanwhile, its leader moved)
-    is asked once more of its leader then, and left out if it fails again: a topic deleted while
-    the runs are listed must not hold the listing up (aiokafka's ``end_offsets`` waits for its
-    metadata until the request timeout).
+    A partition answered with an error (its topic deleted meanwhile, its leader moved) is asked
+    once more of its leader then, and left out if it fails again (why: docs/status.md).
 
     Raises:
         aiokafka.errors.KafkaError: a broker did not answer.
@@ -317,7 +298,7 @@ async def _facts(
     folders: dict[str, str],
     selected: Sequence[str],
 ) -> list[RunFacts]:
-    """Read what :class:`RunFacts` holds for each run of ``selected`` (the module docstring)."""
+    """Read what :class:`RunFacts` holds for each run of ``selected`` (docs/status.md)."""
     facts = {r: RunFacts(r, frozenset(own.get(r, ())), s3_folder=folders.get(r)) for r in selected}
     with_topics = [r for r in selected if own.get(r)]
     controls = await _read_controls(

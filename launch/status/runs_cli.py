@@ -1,6 +1,6 @@
 """``kafkagen runs [RUN]... [--json] [--no-s3]``: the runs Kafka and S3 know, from any host that
-reaches them (:mod:`launch.status.runs`; the document's schema and the state rule:
-:mod:`launch.status.runs_shape`; the table: :mod:`launch.status.runs_view`).
+reaches them (:mod:`launch.status.runs`; the table: :mod:`launch.status.runs_view`; the document's
+schema and the state rule: docs/status.md).
 
 Exit status (:mod:`streams.cli`): 0; 1 when a RUN given matches no run (the others are still
 listed), or S3 refuses the listing (a missing bucket, a refused key); 3 when Kafka cannot be

@@ -1,40 +1,10 @@
 """The runs Kafka and S3 know, shaped from what was read (pure: no I/O; :mod:`launch.status.runs` reads).
 
-:func:`runs_of_topics` finds the runs in the cluster's topic names (``<run>.prompts``,
-``.completions``, ``.errors``, ``.control``: :mod:`streams.runs.naming`); the S3 run folders
-(``<s3.prefix>/<run>/``) add the runs whose topics are gone. For each run :class:`RunFacts` holds
-what one collection read, and :func:`shape_run` turns it into a :class:`RunRow`; the counts are
-``kafkagen status``'s (:func:`launch.status.shape.shape`: prompts and records, not offsets).
-:meth:`RunsListing.to_dict` is the ``kafkagen runs --json`` document (schema version 1)::
-
-    {"schema_version": 1, "at", "kafka", "s3": {"bucket", "prefix", "listed", "error"},
-     "runs": [{"run_id", "state", "parent", "created_at", "created_from", "last_activity_at",
-               "known_from", "by", "prompts_topic", "partitions", "params", "params_from",
-               "servers", "counts": null | {"published", "published_exact", "results",
-               "completions", "errors", "in_s3", "exported", "remaining"},
-               "lag": null | {"prompts", "sink"}, "members": {"reported", "live"},
-               "gate": {"state", "epoch", "reason", "fix", "at", "breaches"}, "export": null | ExportReport,
-               "regenerations", "regenerated_prompts", "s3_folder"}],
-     "not_found": [RUN pattern, ...]}
-
-Times are Unix epoch seconds; ``lag`` is in offsets (the prompts topic's end offsets minus the
-run's generation group's committed offsets; the results topics' end offsets minus the sink
-group's), counts are prompts and records.
-
-State, the first rule that holds (:func:`run_state`; ``kafkagen runs --help`` and ``docs/runs.md``
-say it to users):
-
-* ``halted``: the quality gate's latest record is ``halted`` (``kafkagen gate resume``);
-* ``running``: some generation consumer reported on the control topic within the last
-  ``live_s`` seconds (3 report intervals, at least :data:`MIN_LIVE_S`: the reporter's clock is
-  not ours) and its report does not say ``stopped``;
-* ``done``: an export was written (an :class:`~streams.control.ExportReport`), no later
-  regeneration, the prompts topic known, and nothing remains: no lag on the prompts topic
-  (every prompt's offset committed by the run's generation group), no sink lag (every result
-  committed to S3) and, when the producer's resume points give the published count exactly,
-  results >= published;
-* ``idle``: anything else: not started, stopped part way, generated but not exported, or known
-  from S3 only (its topics deleted: nothing to count).
+:func:`runs_of_topics` finds the runs in the topic names, the S3 run folders add those whose topics
+are gone; :func:`shape_run` turns each run's :class:`RunFacts` into a :class:`RunRow` (counts as
+``kafkagen status``'s) and :meth:`RunsListing.to_dict` is the ``kafkagen runs --json`` document
+(schema version 1). Times are Unix seconds, ``lag`` offsets. The schema and the state rule
+(:func:`run_state`): docs/status.md.
 """
 
 from __future__ import annotations
@@ -198,7 +168,7 @@ class LagSummary:
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run of the listing (the schema: module docstring). ``counts`` and ``lag`` are None for a
+    """One run of the listing (the schema: docs/status.md). ``counts`` and ``lag`` are None for a
     run with neither a prompts topic nor a results topic (known from its control topic or S3 only)."""
 
     run_id: str
@@ -262,8 +232,8 @@ class RunsListing:
 def finished(
     control: ControlState, counts: PromptCounts | None, lag: LagSummary | None, prompts_topic: str | None
 ) -> bool:
-    """The ``done`` rule (module docstring): exported after the last regeneration, and nothing
-    remains to generate or to sink."""
+    """The ``done`` rule (docs/status.md, "A run's state"): exported after the last regeneration,
+    and nothing remains to generate or to sink."""
     export = control.export
     if export is None or counts is None or lag is None or prompts_topic is None:
         return False
@@ -284,7 +254,7 @@ def run_state(
     live_s: float,
 ) -> RunState:
     """The run's state at ``at`` (Unix seconds): the first of halted, running, done that holds,
-    else idle (module docstring); a member report is live for ``live_s`` seconds."""
+    else idle (docs/status.md); a member report is live for ``live_s`` seconds."""
     if control.halted:
         return "halted"
     if any(report_is_live(r, at, live_s) for r in control.members.values()):

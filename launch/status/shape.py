@@ -1,43 +1,9 @@
 """A run's status, shaped from what was read (pure: no I/O; :mod:`launch.status.collect` reads).
 
-:class:`Observation` holds the raw facts one collection read from Kafka, the control topic and the
-servers; :func:`shape` turns it into a :class:`RunStatus`, whose :meth:`RunStatus.to_dict` is the
-``kafkagen status --json`` document (schema version 1, below). Counts are prompts or records,
-never Kafka offsets, except the fields named ``*_offset`` and the lags, which are offsets:
-
-* ``prompts.published``: the producer's resume points (the sum of ``ProgressRecord.published`` of
-  the run's inputs, :mod:`producers.progress`), exact; without any, the prompts topic's end offsets
-  (``published_exact`` false: the producer's transaction markers count there too); both include
-  ``prompts.regenerated``, the prompts ``kafkagen regenerate`` re-published as new attempts (the
-  sum of the run's :class:`streams.control.RegenerateRecord` ``ids``; a replay's: its parent's,
-  as it reads the parent's prompts topic).
-* ``prompts.results``: the end offsets of ``<run>.completions`` and ``<run>.errors`` (their
-  producer is idempotent, not transactional: one offset per record); ``in_s3`` the sink group's
-  committed offsets on them.
-* ``lag``: the prompts topic's end offsets (``read_committed``: last stable offsets) minus the
-  generation group's committed offsets, per partition, per member (its assignment), and the
-  sink's on the results topics.
-* ``servers``: one per member report on the control topic (:class:`streams.control.MemberReport`),
-  its load (running, queued, slots) from the server itself when it answered from here, else from
-  the report; servers known only by URL (the main job's) are listed by URL.
-* ``state``: ``not_found`` (neither the prompts nor the completions topic exists), ``done``
-  (every prompt's offset committed by the generation group and every result's by the sink:
-  exact, the offsets of transaction markers included), ``halted`` (the quality gate),
-  ``idle`` (no member in the generation group and no live report), else ``running``.
-
-Schema (``docs`` of the dashboard and the status command share it)::
-
-    {"schema_version": 1, "run_id", "at", "state",
-     "prompts": {"published", "published_exact", "regenerated", "results", "completions", "errors",
-                 "in_s3", "exported", "remaining"},
-     "rates": {"completions_per_s", "tokens_per_s"}, "eta_s",
-     "lag": {"total", "partitions": [{"partition", "end_offset", "committed_offset", "lag", "owner"}],
-             "consumers": [{"member", "client_host", "partitions", "lag"}], "sink": {"lag", "members"}},
-     "servers": [{"instance", "server", "model", "host", "state", "server_up", "report_age_s",
-                  "tokens_per_s", "completions_per_s", "completions", "errors", "in_flight", "window",
-                  "running", "queued", "slots", "occupancy"}],
-     "quality": {"results", "classes"}, "gate": {"state", "epoch", "reason", "fix", "at", "breaches"},
-     "export": null | ExportReport}
+:class:`Observation` holds the raw facts of one collection; :func:`shape` turns it into a
+:class:`RunStatus`, whose :meth:`RunStatus.to_dict` is the ``kafkagen status --json`` document
+(schema version 1). Counts are prompts or records, never Kafka offsets, except the ``*_offset``
+fields and the lags. The rules and the schema: docs/status.md.
 """
 
 from __future__ import annotations
@@ -144,7 +110,7 @@ class Observation:
 # -- the status ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PromptCounts:
-    """Prompts and records (not offsets): see the module docstring."""
+    """Prompts and records (not offsets): docs/status.md, "How the status is shaped"."""
 
     published: int
     published_exact: bool
@@ -207,8 +173,8 @@ class Lag:
 
 @dataclass(frozen=True)
 class ServerView:
-    """One generation consumer and its server: see the schema. ``report_age_s`` is None when the
-    server is known by URL only (no member report yet)."""
+    """One generation consumer and its server: see the schema (docs/status.md). ``report_age_s`` is
+    None when the server is known by URL only (no member report yet)."""
 
     instance: str
     server: str
@@ -363,7 +329,7 @@ def export_view(report: ExportReport | None) -> dict[str, Any] | None:
 
 
 def shape(obs: Observation) -> RunStatus:
-    """The :class:`RunStatus` of ``obs`` (the rules in the module docstring)."""
+    """The :class:`RunStatus` of ``obs`` (the rules: docs/status.md)."""
     control = obs.control
     owner: dict[int, str] = {}
     consumers: list[ConsumerLag] = []

@@ -1,12 +1,7 @@
 """Bad lines: the lines the producer does not publish, each printed on stderr (the first 20, then a
 count) and written to the bad-lines report (``--bad-lines``, default ``./bad-lines.jsonl``, created,
-and truncated, only when a line is bad) as ``{"file", "line", "id"?, "reason"}``.
-
-A line is bad for invalid JSON, bytes that are not UTF-8, missing or mistyped fields, empty
-messages (:mod:`streams.inputs.formats`), a line over the length limit or a record whose encoding
-exceeds the prompts topic's ``max.message.bytes`` (:mod:`producers.reading.limits`), and a record id
-already seen in this invocation (:mod:`producers.reading.ids`). In a JSON array or a Parquet file, a
-"line" is a record: ``line`` is its 1-based number in the file (:func:`streams.inputs.read_rows`).
+and truncated, only when a line is bad) as ``{"file", "line", "id"?, "reason"}``. What makes a
+line bad: ``docs/producer.md``, "Bad lines".
 """
 
 from __future__ import annotations

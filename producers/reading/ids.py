@@ -1,11 +1,9 @@
 """Duplicate record ids within one invocation of the producer, over all its inputs.
 
-:class:`IdIndex` is an in-memory set of 64-bit hashes of the ids, each with where it was first
-seen: 16 bytes a slot, at most half full, so 32 MiB for 900K ids (48 MiB while it doubles), against
-~120 MiB for a dict of the id strings. This is the only producer memory that grows with the input
-(32 to 64 bytes an id). Ids are not compared across separate invocations.
-
-"Where" is an input's index and a line packed in 64 bits (:func:`pack_where`, :func:`unpack_where`).
+:class:`IdIndex` keeps a 64-bit hash of each id with where it was first seen: 32 to 64 bytes an
+id, the only producer memory that grows with the input (sizes: ``docs/producer.md``, "Duplicate
+ids"). "Where" is an input's index and a line packed in 64 bits (:func:`pack_where`,
+:func:`unpack_where`).
 """
 
 from __future__ import annotations

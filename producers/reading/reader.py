@@ -1,14 +1,10 @@
 """Reading one input ahead of the publisher, in a thread.
 
-Every input is streamed row by row, never loaded whole (:func:`streams.inputs.open_input`,
-:func:`streams.inputs.read_rows`: the lines of JSON Lines, the elements of a JSON array, the rows of
-a Parquet file): a reader thread reads and parses chunks of about 1 MiB
-(:data:`streams.inputs.CHUNK_BYTES`), at most :data:`CHUNKS_AHEAD` ahead of the publisher, so
-parsing goes on while a transaction commits and while the event loop compresses batches. A row
-longer than the line limit (:func:`producers.reading.limits.line_limit`) is skipped (reported bad) without
-being held in memory.
-Memory is bounded: the chunks ahead with their encoded records (about 12 MiB). The thread matters
-for throughput, and so does the short GIL switch interval ``python -m producers.prompts`` sets.
+The reader thread streams the input's rows (:func:`streams.inputs.read_rows`) and parses them in
+chunks of about 1 MiB (:data:`streams.inputs.CHUNK_BYTES`), at most :data:`CHUNKS_AHEAD` ahead of
+the publisher; a row longer than the line limit (:func:`producers.reading.limits.line_limit`) is
+skipped (reported bad) without being held. Memory: the chunks ahead with their encoded records
+(about 12 MiB). Why a thread: ``docs/producer.md``, "Reading ahead".
 """
 
 from __future__ import annotations
@@ -63,12 +59,9 @@ class Opened:
 
 
 class InputReader:
-    """Reads and parses one input in a daemon thread, at most :data:`CHUNKS_AHEAD` chunks ahead.
-
-    Parsing here, off the event loop, lets it run while the event loop thread compresses batches
-    (aiokafka's zstd releases the GIL). A daemon thread (rather than an executor) so that a read
-    blocked on stdin never keeps the process from exiting. Must be created in the event loop that
-    reads it.
+    """Reads and parses one input in a daemon thread, at most :data:`CHUNKS_AHEAD` chunks ahead
+    (why a daemon thread: ``docs/producer.md``, "Reading ahead"). Must be created in the event loop
+    that reads it.
 
     Args:
         spec: the input.

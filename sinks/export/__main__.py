@@ -1,4 +1,4 @@
-"""``python -m sinks.export``: runs :func:`sinks.export.cli.main` (flags, exits: :mod:`sinks.export`)."""
+"""``python -m sinks.export``: runs :func:`sinks.export.cli.main` (exit statuses: docs/export.md)."""
 
 from __future__ import annotations
 

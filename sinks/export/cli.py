@@ -2,7 +2,7 @@
 
 Parses the flags and settings, reads the expected ids (:mod:`sinks.export.expected`), runs
 :func:`sinks.export.dataset.export` and prints :func:`sinks.export.manifest.summary`. Exit
-statuses: :mod:`sinks.export`. :mod:`sinks.export.__main__` is the ``python -m`` entry.
+statuses: docs/export.md, "Exit status". :mod:`sinks.export.__main__` is the ``python -m`` entry.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Whether the objects of a run cover its topics' offsets: holes, gaps and overlaps.
 
-Per partition the objects must cover the topic's offsets from its first offset still in Kafka to
-its end offset (``read_committed``, i.e. the last stable offset): before the first object, between
-objects and after the last. A hole in offsets is only a *gap* when Kafka holds a committed record
-in it: offsets of transaction markers and aborted records have no record; a hole below the
-partition's first offset in Kafka cannot be checked and counts as a gap. Without Kafka
-(``--no-topic-check``) every hole between objects is a gap. :func:`holes`, :func:`spans` and
-:func:`overlaps` are pure.
+Per partition the objects must cover the topic's offsets from its first offset still in Kafka to its
+end offset (``read_committed``); a hole is a *gap* only when Kafka holds a committed record in it
+(the rules, holes below the first offset and ``--no-topic-check`` included: docs/export.md,
+"Coverage"). :func:`holes`, :func:`spans` and :func:`overlaps` are pure.
 """
 
 from __future__ import annotations
@@ -110,7 +107,7 @@ async def _first_record(
 async def topic_coverage(
     settings: Settings, spans: Spans, topics: set[str], *, stall_timeout_s: float = 30.0
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Check the objects' offsets against Kafka (module docstring).
+    """Check the objects' offsets against Kafka (docs/export.md, "Coverage").
 
     Args:
         spans: the objects' offsets per partition.

@@ -1,16 +1,11 @@
 """The export itself: one run's S3 objects → a deduplicated, checked dataset and its manifest.
 
-Two passes over the objects keep memory to the id index (about 300 bytes per id,
-:mod:`sinks.export.index`) plus one object: the first finds each id's winner, the second writes
-the winners in every requested format (:mod:`sinks.export.formats`) to shards
-(:mod:`sinks.export.destination`), streamed to disk (uploaded per shard for an ``s3://``
-destination). An object is read again in the second pass: a read that fails there (after the
-retries of :func:`sinks.export.sources.read_object`) leaves its winners unwritten, and the
-manifest counts what was written, so the export fails rather than shrink the dataset. Then the
-coverage is checked (:mod:`sinks.export.coverage`), the manifest built
-(:mod:`sinks.export.manifest`), and the new dataset, with its card (``parquet``:
-:mod:`sinks.export.formats.card`), published in one step, or kept aside when it failed its checks
-and the dataset in place did not (:class:`sinks.export.destination.Destination`).
+Two passes over the objects: the first (:mod:`sinks.export.index`) finds each id's winner, the
+second writes the winners in every requested format (:mod:`sinks.export.formats`) to shards
+(:mod:`sinks.export.destination`); then the coverage check (:mod:`sinks.export.coverage`), the
+manifest (:mod:`sinks.export.manifest`) and the publication, or the rejection
+(:class:`sinks.export.destination.Destination`). Memory and the second pass's failed reads:
+docs/export.md, "Memory: two passes".
 """
 
 from __future__ import annotations
@@ -90,7 +85,7 @@ def export(
         reasoning: where the ``chat`` format puts the reasoning (:mod:`sinks.export.formats.chat`).
 
     Returns:
-        the manifest and the exit status (0, or 1 when the export failed: :mod:`sinks.export`).
+        the manifest and the exit status (0, or 1 when the export failed: docs/export.md, "Exit status").
         A failed export over a dataset whose manifest says ``ok`` leaves that dataset in place;
         its own manifest then has ``_rejected`` (where it was kept, and the previous one's counts).
 

@@ -1,25 +1,12 @@
 """The export's destination: a local folder or ``s3://bucket/prefix``, the shards written to it,
-and publishing a new dataset in one step (``docs/export.md``, "Atomic publication").
+and publishing a new dataset in one step.
 
 A new dataset is built beside the one in place, which stays whole and readable until the new one
-replaces it in one step:
-
-* **local folder**: the new dataset (shards, card, ``manifest.json``) is written to a hidden
-  sibling folder ``.<name>.kafkagen-export-<id>`` on the same filesystem, then swapped with the
-  folder in place by one ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15; ``man 2 rename``); where the
-  filesystem cannot exchange, the old folder is renamed aside and the new one renamed into place,
-  and a crash between the two renames is undone by the next export. Files of the folder that no
-  export wrote (a ``notes.txt``) are carried into the new folder (hard links, before the swap).
-  The previous dataset is deleted after the swap.
-* **S3**: shards are uploaded under ``<prefix>/export-<id>/`` as they close, the card
-  (``README.md``) and then ``manifest.json`` (naming the shards by their keys under the prefix)
-  are written last: the manifest is the one step. The shards of earlier exports (older export
-  folders, and shards of the flat layout of earlier versions) are deleted only after it.
-
-An export whose checks fail (``ok: false``) does not replace a dataset whose manifest says
-``ok: true``: the previous dataset stays, and the failed one is kept for inspection
-(:meth:`Destination.reject`). Two exports into one local folder take turns (a lock file beside
-it); two into one S3 prefix each publish whole datasets, the last manifest winning.
+replaces it: locally by one ``renameat2(RENAME_EXCHANGE)`` of a hidden sibling folder (or two
+renames where the filesystem cannot exchange), on S3 by writing ``manifest.json`` last. A failed
+export (``ok: false``) does not replace one whose manifest says ``ok: true``
+(:meth:`Destination.reject`). The steps, crashes and concurrent exports: docs/export.md, "Atomic
+publication".
 """
 
 from __future__ import annotations
@@ -95,7 +82,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 class Destination:
-    """Where the export writes: a local folder, or ``s3://bucket/prefix`` (module docstring).
+    """Where the export writes: a local folder, or ``s3://bucket/prefix`` (docs/export.md).
 
     Files are written to :meth:`path` and handed over by :meth:`publish` (shards as they close);
     :meth:`commit` puts the whole dataset in place, :meth:`reject` keeps it aside instead;
@@ -192,7 +179,7 @@ class Destination:
     # -- publishing ------------------------------------------------------------------------------
 
     def commit(self, names: list[str]) -> None:
-        """Put the new dataset in place in one step (module docstring), then delete the previous
+        """Put the new dataset in place in one step (docs/export.md), then delete the previous
         one. ``names``: the files beside the shards, in writing order, the manifest last
         (``[README.md, manifest.json]``).
 

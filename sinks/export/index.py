@@ -1,19 +1,11 @@
 """The export's first pass: per record id, the winning line, duplicates, prompt conflicts and
 records of other runs. Pure (fed the lines of :func:`sinks.export.sources.read_object`).
 
-Records of other runs are left out first (*foreign*: a ``run_id`` set and not the run's). Per
-id, the record of the latest ``attempt`` wins (a re-published prompt's new generation replaces
-the old one); within an attempt a completion beats an error; then the earliest Kafka offset wins
-(then topic, partition, for a deterministic order; :func:`sinks.export.sources.rank`). Records of
-one id whose prompts differ (:func:`streams.records.prompt_identity`: messages, tools and params)
-are a *conflict*: two different prompts share the id. The parameters may differ between attempts
-(a regenerated attempt runs with its overrides), so across attempts only what the prompt asks
-counts (:func:`streams.records.content_identity`: messages and tools); within one attempt the
-whole request does (:func:`streams.records.prompt_identity`). A multi-turn prompt's next turn
-(``kafkagen regenerate --next-turn``: ``metadata.extra["turn"]`` k + 1) asks more than turn k, so
-prompts are compared within one turn only. With ``keep="best"`` (``kafkagen
-export --keep best``) the quality class ranks first: a completion without quality flags, then a
-flagged one, then a dead letter, the latest attempt among equals. Memory: about 300 bytes per id.
+Foreign records are left out first; per id the latest ``attempt`` wins (with ``keep="best"`` the
+quality class ranks first), then a completion over an error, then the earliest offset
+(:func:`sinks.export.sources.rank`). Prompts of one id and turn that differ are a conflict
+(:func:`streams.records.prompt_identity` within an attempt, :func:`streams.records.content_identity`
+across attempts). The rules: docs/export.md, "Deduplication". Memory: about 300 bytes per id.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The export's manifest: the statistics of the written records, the manifest itself, and what
-is printed on the terminal (a summary, then one line per problem).
+is printed on the terminal (a summary, then one line per problem, the first :data:`SHOWN` of each
+kind).
 
-``manifest.json`` holds the run id, creation time, counts by ``finish_reason``, by quality flag
-and by ``attempt`` (``attempts``: the records of each attempt, those kept, which rule kept them,
-and the regenerate commands that made the attempts), token totals, duplicate counts, conflicts,
-foreign records, expected/missing/unexpected ids (lists capped by ``--list-cap``), the formats
-written (``formats``, ``card``), per-shard format, kind, record counts and SHA-256 (of the shard file
-as stored), and what was checked in the source objects. A
-failed export lists each problem (unreadable or corrupt objects, gaps, coverage problems,
-conflicts, foreign records): the first :data:`SHOWN` of each kind are printed.
+What ``manifest.json`` holds and which problems fail an export: docs/export.md, "What an export
+checks" and "Problems".
 """
 
 from __future__ import annotations
@@ -87,7 +82,7 @@ def build_manifest(
     formats: dict[str, Any] | None = None,
     card: str | None = None,
 ) -> dict[str, Any]:
-    """The manifest (module docstring); ``ok`` is false when the export fails.
+    """The manifest (docs/export.md); ``ok`` is false when the export fails.
 
     Args:
         source_uri: ``s3://bucket/<run folder>``.

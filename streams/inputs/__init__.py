@@ -2,26 +2,8 @@
 the export (``python -m sinks.export --input``, which reads their ids to check a run for gaps), so
 both accept the same inputs and read the same records from them.
 
-=============================  ===============================================================
-module                         owns
-=============================  ===============================================================
-:mod:`.resolve`                command-line inputs (files, globs, ``-``, ``s3://`` URIs and
-                               globs) → ordered :class:`InputSpec` list
-:mod:`.opening`                opening one input for streaming: decompression by magic bytes,
-                               the byte count, the input's identity, its container
-:mod:`.reading`                an opened input's rows (:func:`read_rows`), one reader for the
-                               producer and the export
-:mod:`.rows`                   a row (:class:`Row`); the lines of JSON Lines
-:mod:`.jsonarray`              the elements of a JSON array, streamed
-:mod:`.parquet`                the rows of a Parquet file, by record batches
-:mod:`.formats`                rows → :class:`streams.records.PromptRecord` (formats, ids)
-:mod:`.fields`                 the checks of messages, tools and generation parameters
-:mod:`.bfcl`                   BFCL function definitions → OpenAI tools
-:mod:`.sharegpt`               ShareGPT conversations → OpenAI messages, tool calls and tools
-:mod:`.answers`                a conversation's last assistant turn as a reference answer
-=============================  ===============================================================
-
-Every name below may be imported from ``streams.inputs`` directly.
+Every name below may be imported from ``streams.inputs`` directly. Which module owns what, and the
+inputs themselves: ``docs/inputs.md``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The last assistant turn of a conversation as a reference answer, not part of the prompt.
 
-A conversation that ends with the assistant's answer (ShareGPT rows always do; chat rows of a
-dataset often do) is a prompt plus an old answer. With the rule ``reference`` the prompt is every
-message before that answer, and the answer goes to ``metadata.extra``: ``reference`` (its text
-content, ``None`` when it only called tools) and, when it called tools, ``reference_tool_calls``
-(its OpenAI ``tool_calls``). With ``keep`` the conversation is the prompt as it is. ``auto`` (the
-default of ``--last-turn``) is ``reference`` for ``sharegpt`` rows and ``keep`` for every other
-format, so chat rows stay as they were unless ``--last-turn reference`` is given.
-
-Pure functions; a conversation with nothing left to prompt with raises
+With the rule ``reference`` the prompt is every message before a final assistant answer, which
+goes to ``metadata.extra`` (``reference``, and ``reference_tool_calls`` when it called tools);
+``keep`` leaves the conversation as it is; ``auto`` (the default of ``--last-turn``) is
+``reference`` for ``sharegpt`` rows only (``docs/inputs.md``, "The last assistant turn"). Pure
+functions; a conversation with nothing left to prompt with raises
 :class:`streams.inputs.fields.BadRow`.
 """
 
@@ -21,7 +17,7 @@ from streams.inputs.fields import fail
 __all__ = ["LAST_TURN_RULES", "LastTurn", "split_answer"]
 
 LastTurn = Literal["auto", "reference", "keep"]
-"""What becomes of a conversation's last assistant turn (``--last-turn``, the module docstring)."""
+"""What becomes of a conversation's last assistant turn (``--last-turn``, ``docs/inputs.md``)."""
 LAST_TURN_RULES: Final[tuple[str, ...]] = get_args(LastTurn)
 
 

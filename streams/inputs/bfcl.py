@@ -1,14 +1,10 @@
 """The Berkeley Function-Calling Leaderboard's function definitions as OpenAI tools.
 
-A BFCL row's ``function`` list becomes OpenAI ``tools`` (its ``question[0]`` becomes the messages
-in :mod:`streams.inputs.formats`). In each ``parameters`` schema, recursively, BFCL types are
-mapped to JSON Schema (``dict`` → ``object``, ``float`` → ``number``, ``tuple`` → ``array``,
-``any`` → no ``type``). Function names are made valid OpenAI names (``^[a-zA-Z0-9_-]{1,64}$``) by
-replacing every other character (e.g. the dot in ``math.factorial``) with ``_``; the renamed ones
-are kept in ``metadata.extra["bfcl_function_names"]`` as ``{openai name: original name}`` (the key
-is absent when nothing was renamed).
-
-Pure functions; a bad definition raises :class:`streams.inputs.fields.BadRow` naming its JSON path.
+A BFCL row's ``function`` list becomes OpenAI ``tools``: BFCL types mapped to JSON Schema in each
+``parameters`` schema, function names made valid OpenAI names (``^[a-zA-Z0-9_-]{1,64}$``), the
+renamed ones returned for ``metadata.extra["bfcl_function_names"]`` (the rules: ``docs/inputs.md``,
+"BFCL"). Pure functions; a bad definition raises :class:`streams.inputs.fields.BadRow` naming its
+JSON path.
 """
 
 from __future__ import annotations

@@ -1,78 +1,10 @@
-"""Input formats: detect what a line of a prompt file is, and turn it into a :class:`PromptRecord`.
+"""Input formats: detect what a row of a prompt file is, and turn it into a :class:`PromptRecord`.
 
-Pure functions: no Kafka, no file access. The producer and the export read lines and call
+Pure functions: no Kafka, no file access. The producer and the export read rows and call
 :func:`parse_line` (or :func:`normalise` on an already decoded row); every bad row raises
-:class:`streams.errors.InputError` naming ``source:line`` and the reason.
-
-Formats (:class:`FormatName`), one JSON object per line:
-
-``chat``
-    OpenAI chat: ``{"messages": [...], "tools"?: [...], "id"?: str|int, <generation params>?}``.
-    Top-level generation parameters (:class:`streams.records.GenerationParams` field names, plus
-    ``max_completion_tokens`` as an alias of ``max_tokens``) become the record's overrides.
-    OpenAI request parameters that ``GenerationParams`` cannot carry (``n``, ``tool_choice``,
-    ``response_format``, ``frequency_penalty``, ``reasoning_effort``, ...) are rejected unless they
-    hold OpenAI's default value, so no setting is dropped silently. Other top-level fields are row
-    data: ignored unless named in ``keep_fields``. ``tools: null`` or ``[]`` means no tools.
-``prompt``
-    ``{"prompt": str, "id"?: ..., <generation params>?}``: one user message (parameters as chat).
-``openai_batch``
-    OpenAI Batch API request rows: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions",
-    "body": {"messages", "tools"?, "max_tokens"?, "temperature"?, ...}}``. Body generation parameters
-    become overrides; ``body.model`` (and ``user``, ``store``, ``metadata``, ``service_tier``) are
-    ignored, because the served model answers. Any other body field is rejected rather than dropped.
-    ``custom_id`` is required.
-``dataset``
-    Arbitrary rows; ``MappingOptions.prompt_field`` names the field holding the prompt: a string
-    (one user message) or an OpenAI message list. E.g. GSM8K ``{"question", "answer"}`` with
-    ``prompt_field="question", keep_fields=("answer",)``.
-``mt_bench``
-    MT-Bench questions ``{"question_id", "category", "turns": [str, ...], "reference"?}``.
-``bfcl``
-    Berkeley Function-Calling Leaderboard single-turn rows ``{"id", "question": [[message, ...]],
-    "function": [{"name", "description", "parameters"}]}``.
-``sharegpt``
-    ShareGPT conversations as LLaMA-Factory describes them (its ``data/README.md``):
-    ``{"conversations": [{"from", "value"}, ...], "system"?, "tools"?, "id"?}``, with tool calls
-    (``function_call``) and their results (``observation``) as OpenAI ``tool_calls`` and ``tool``
-    messages (:mod:`streams.inputs.sharegpt` has the mapping).
-
-The last assistant turn (``MappingOptions.last_turn``, ``--last-turn``, :mod:`streams.inputs.answers`):
-a conversation that ends with the assistant's answer is sent without it, and the answer is kept in
-``metadata.extra["reference"]`` (plus ``reference_tool_calls`` when it called tools). The default
-``auto`` does that for ``sharegpt`` rows only; ``reference`` does it for rows of every format;
-``keep`` never does.
-
-Rows are what :func:`streams.inputs.reading.read_rows` reads: the lines of a JSON Lines file, the
-elements of a JSON array, the rows of a Parquet file (numbered from 1 in each input: the ``line``
-below). A Parquet row arrives as the JSON object of its columns, so every format applies to it.
-
-Auto detection (:func:`detect_format`) looks at one row's fields, first match wins:
-``custom_id`` and ``body`` → openai_batch; ``messages`` → chat; ``question`` and ``function`` →
-bfcl; ``conversations`` → sharegpt; ``turns`` → mt_bench; ``prompt`` → prompt. With
-``format=auto`` and a ``prompt_field`` set, rows are ``dataset`` rows. Detection is per row; a
-producer that wants one format for a whole file detects on its first row and passes
-``dataclasses.replace(options, format=detected)``.
-
-Record ids (the Kafka key; they must be stable across re-runs):
-
-1. ``MappingOptions.id_field`` when set (the field must be present);
-2. otherwise the format's id field: ``custom_id`` (openai_batch, required), ``question_id``
-   (mt_bench), ``id`` (all others); strings as they are, integers as decimal strings;
-3. otherwise :func:`derived_id`: ``<base name of source>:<line>``, e.g. ``test.jsonl:12`` for line 12
-   of ``data/gsm8k/test.jsonl`` (``stdin:<line>`` for ``-``). Two input files with the same base
-   name in one run therefore get colliding ids: give them distinct names or an id field.
-
-MT-Bench turns: a row with N turns becomes ONE record, ``id = str(question_id)``, whose messages
-hold only the first turn. Turn k > 1 must follow the model's own answer to turn k-1, which does not
-exist when prompts are published; sending later turns without those answers would not be MT-Bench.
-All turns, the ``category`` and ``reference`` (when present) go to ``metadata.extra`` so that a
-second pass can build turn 2 from a completion alone (its ``prompt`` carries them):
-``[user turn 1, assistant <completion content>, user turn 2]``.
-
-BFCL: ``question[0]`` becomes the messages (rows with more than one turn are rejected: they need
-executed function results between turns); ``function`` becomes OpenAI ``tools`` by
-:func:`streams.inputs.bfcl.bfcl_tools` (schema types and function names made valid there).
+:class:`streams.errors.InputError` naming ``source:line`` and the reason. The formats
+(:class:`FormatName`), how they are told apart, the record ids, MT-Bench turns and BFCL rows:
+``docs/inputs.md``, "Row formats".
 """
 
 from __future__ import annotations
@@ -131,7 +63,7 @@ class MappingOptions:
     """How rows become prompt records (the producer's ``--format``/``--prompt-field``/... flags).
 
     Attributes:
-        format: the rows' format; ``auto`` detects it per row (see the module docstring). A plain
+        format: the rows' format; ``auto`` detects it per row (:func:`detect_format`). A plain
             string is accepted and converted.
         prompt_field: ``dataset`` rows: the field holding the prompt text or message list. Setting
             it with ``format=auto`` means ``dataset``.
@@ -320,7 +252,7 @@ _ID_FIELDS: Final[Mapping[FormatName, str]] = {
 
 
 def normalise(row: object, *, source: str, line: int, options: MappingOptions) -> PromptRecord:
-    """One decoded input row → one :class:`PromptRecord` (see the module docstring for the rules).
+    """One decoded input row → one :class:`PromptRecord` (the rules: ``docs/inputs.md``, "Row formats").
 
     Args:
         row: the decoded JSON value of one line.

@@ -1,20 +1,10 @@
 """Splitting a JSON array file into its elements as a stream, in bounded memory.
 
-A file whose first character (after a UTF-8 byte-order mark and white space) is ``[`` is one JSON
-array of rows (RFC 8259 syntax), as LLaMA-Factory ships its ShareGPT sets and as ``json.dump`` of
-a list writes them. It is never decoded whole: :class:`ArraySplitter` reads its bytes in chunks and
-finds where each element ends by tracking brackets, braces and strings (escapes included); each
-element's bytes are then decoded on their own (:func:`streams.inputs.formats.parse_line`), so a
-malformed element is one bad row, while a broken structure (a closing bracket that does not match,
-text between elements, a missing ``]``) stops the input with :class:`streams.errors.InputError`:
-the rest cannot be split reliably.
-
-Each element is one :class:`streams.inputs.rows.Row`: ``raw`` holds the bytes from the end of the
-previous element (the ``[`` or the ``,`` and white space) to the end of this one, so the rows' raw
-bytes are the file's bytes up to the last element, in order (the resume digest covers them; the
-closing ``]`` belongs to no row, so elements appended to the array later resume like lines
-appended to a JSON Lines file). An element over the byte limit keeps its first ``limit`` bytes in
-``raw`` and no ``text``; memory holds at most ``limit`` bytes of a row plus one read chunk.
+:class:`ArraySplitter` reads the bytes in chunks and finds where each element ends by tracking
+brackets, braces and strings; each element is one :class:`streams.inputs.rows.Row` whose ``raw``
+runs from the end of the previous element (the ``[`` or ``,``) to the end of this one, decoded on
+its own (a malformed element is one bad row), while a broken structure stops the input with
+:class:`streams.errors.InputError`. The rules and why: ``docs/inputs.md``, "Files".
 """
 
 from __future__ import annotations

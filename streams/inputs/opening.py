@@ -2,10 +2,9 @@
 zstandard (detected from the first bytes, whatever the name), never loaded whole; the bytes read
 from the source are counted (progress bars) and the input gets its identity (the resume key).
 
-The container is told by content too (:data:`Container`): Parquet by its magic ``PAR1`` in the
-first bytes (Apache Parquet's file format spec), a JSON array by ``[`` as the first character of
-the decompressed text after a UTF-8 byte-order mark and white space; anything else is JSON Lines.
-:func:`streams.inputs.reading.read_rows` reads the rows of each.
+The container is told by content too (:data:`Container`): Parquet by its magic ``PAR1``, a JSON
+array by ``[`` as the first character of the decompressed text, anything else is JSON Lines
+(``docs/inputs.md``, "Files").
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ def _decompressed_container(lines: io.BufferedIOBase) -> Container:
 @contextlib.contextmanager
 def open_input(spec: InputSpec, s3: Callable[[], S3Client]) -> Iterator[OpenedInput]:
     """Open ``spec`` for streaming, decompressing gzip or zstandard by their magic bytes, and tell
-    its container (the module docstring).
+    its container (:data:`Container`, ``docs/inputs.md``).
 
         Raises:
             OSError: a local file cannot be opened.

@@ -1,17 +1,10 @@
 """Reading a Parquet file's rows as JSON objects, batch by batch (Hugging Face datasets' files).
 
 Read with pyarrow (``pyarrow.parquet.ParquetFile.iter_batches``, Apache Arrow's Python docs), in
-record batches of :data:`BATCH_ROWS` rows: memory holds the row group being decoded and one batch,
-never the file. Each row becomes a JSON object of its columns (``RecordBatch.to_pylist``, encoded
-by msgspec): nested structs become objects, lists arrays, maps arrays of ``[key, value]``, nulls
-``null``, timestamps ISO 8601 strings, decimals strings, binary base64; so the same mapping options
-as for JSON Lines apply (``--prompt-field``, ``--id-field``, ``--keep-field``, ...), and a null
-prompt is a bad row like a missing one. That JSON text is the row's ``raw`` bytes too: the resume
-point's digest covers the rows' content, not the file's bytes (a file rewritten with another
-compression or row-group size resumes; one whose published rows changed is refused).
-
-Parquet needs random access (its footer holds the schema), so only local files are read: a
-Parquet file on S3, on standard input or compressed is refused with a clear error.
+record batches of :data:`BATCH_ROWS` rows, never the whole file; each row becomes the JSON object
+of its columns (``RecordBatch.to_pylist``, encoded by msgspec), which is also its ``raw`` bytes.
+Local files only (the footer holds the schema). The column conversions and how a Parquet input
+resumes: ``docs/inputs.md``.
 """
 
 from __future__ import annotations

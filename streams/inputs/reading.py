@@ -2,17 +2,9 @@
 
 One reader for the producer (:class:`producers.reading.reader.InputReader`) and the export's expected ids
 (:func:`sinks.export.expected.prompt_ids_from_inputs`), so both see the same rows with the same
-numbers. :func:`streams.inputs.opening.open_input` tells which container an input is
-(:data:`streams.inputs.opening.Container`); :func:`read_rows` yields its rows in order, each a
-:class:`streams.inputs.rows.Row`, numbered from 1 by the caller (``metadata.line``, derived ids,
-the bad-lines report):
-
-``jsonl``
-    one row per line (a blank line is a row without text: skipped, but counted);
-``json_array``
-    one row per element (:mod:`streams.inputs.jsonarray`);
-``parquet``
-    one row per Parquet row (:mod:`streams.inputs.parquet`).
+numbers: :func:`read_rows` yields an input's rows in order, each a :class:`streams.inputs.rows.Row`,
+numbered from 1 by the caller (``metadata.line``, derived ids, the bad-lines report). One row per
+line (a blank line: a row without text), per array element or per Parquet row (``docs/inputs.md``).
 """
 
 from __future__ import annotations

@@ -2,12 +2,9 @@
 ``s3://`` objects and S3 globs become an ordered list of :class:`InputSpec` (opening one is
 :mod:`streams.inputs.opening`).
 
-A folder stands for every prompt file under it (:func:`streams.inputs.sniff.is_prompt_file`: JSON
-Lines, JSON arrays and Parquet, plain or compressed, by name or by content), at any depth, in path
-order; each is an input of its own, with its own resume point. Hidden files and folders (a name
-starting with ``.``, e.g. ``.gitattributes`` or a ``.cache`` folder) are not looked at. Any other
-file is refused, naming it, unless ``skip_unreadable`` is set (``--skip-unreadable``): a folder
-is never read in part without the user asking for it.
+A folder stands for every prompt file under it (:func:`streams.inputs.sniff.is_prompt_file`), at
+any depth, in path order, hidden files and folders left out; any other file is refused unless
+``skip_unreadable`` is set (the rules: ``docs/inputs.md``, "Files").
 """
 
 from __future__ import annotations
@@ -72,7 +69,7 @@ def resolve_inputs(
     Args:
         s3: returns the S3 client; called only when an ``s3://`` input is given.
         skip_unreadable: a folder's files that are not prompt files are left out instead of
-            refused (the module docstring).
+            refused (``docs/inputs.md``, "Files").
 
     Raises:
         InputError: a file or S3 object that does not exist, a folder holding a file that is not
@@ -116,7 +113,7 @@ def resolve_inputs(
 
 
 def _folder_files(folder: Path, item: str, *, skip_unreadable: bool) -> list[Path]:
-    """The prompt files under ``folder`` in path order (the module docstring).
+    """The prompt files under ``folder`` in path order (``docs/inputs.md``, "Files").
 
     Raises:
         InputError: a file that is not a prompt file (unless ``skip_unreadable``) or cannot be

@@ -1,33 +1,11 @@
 """ShareGPT conversations as OpenAI chat messages and tools.
 
-The format is the one hiyouga/LLaMA-Factory describes in its ``data/README.md`` ("sharegpt"
-format, with its tool-calling tags) and ships in ``data/glaive_toolcall_en_demo.json`` (bundled
-here as ``data/sharegpt/``): a row ``{"conversations": [{"from", "value"}, ...], "system"?: str,
-"tools"?: str | list, "id"?: ...}``. Each turn becomes one OpenAI message:
-
-=============================  ===============================================================
-``from``                       OpenAI message
-=============================  ===============================================================
-``human``, ``user``            ``{"role": "user", "content": value}``
-``gpt``, ``assistant``         ``{"role": "assistant", "content": value}``
-``system``                     ``{"role": "system", "content": value}``
-``function_call``              ``{"role": "assistant", "content": None, "tool_calls": [...]}``:
-                               ``value`` is JSON ``{"name", "arguments"}`` (or an array of them
-                               for parallel calls); ``arguments`` (an object, or a string of
-                               JSON) becomes the call's JSON string of arguments
-``observation``, ``tool``      ``{"role": "tool", "tool_call_id": ..., "content": value}``,
-                               answering the earliest call not yet answered
-=============================  ===============================================================
-
-A tool call's id is ``call_<turn index>_<call index>`` (e.g. ``call_3_0`` for the first call of
-``conversations[3]``): stable across re-runs, unique within the conversation. A top-level
-``system`` string (LLaMA-Factory's system column) becomes a leading system message. ``tools`` (a
-JSON string, as LLaMA-Factory stores it, or an array) holds function definitions ``{"name",
-"description"?, "parameters"?}``, or OpenAI tool objects; it becomes OpenAI ``tools``; ``""``,
-``"[]"``, ``null`` and ``[]`` mean none.
-
-Pure functions; a bad row raises :class:`streams.inputs.fields.BadRow` naming the JSON path
-(``conversations[2].from``), to which :func:`streams.inputs.formats.normalise` adds source and line.
+The format is the one hiyouga/LLaMA-Factory describes in its ``data/README.md``: a row
+``{"conversations": [{"from", "value"}, ...], "system"?: str, "tools"?: str | list, "id"?: ...}``;
+each turn becomes one OpenAI message, ``function_call`` and ``observation`` turns OpenAI
+``tool_calls`` and ``tool`` messages (the mapping and the tool-call ids: ``docs/inputs.md``,
+"ShareGPT"). Pure functions; a bad row raises :class:`streams.inputs.fields.BadRow` naming the
+JSON path (``conversations[2].from``).
 """
 
 from __future__ import annotations
@@ -84,7 +62,7 @@ def _tool_calls(value: str, turn: int, path: str) -> list[dict[str, Any]]:
 
 
 def sharegpt_messages(row: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The OpenAI messages of a ShareGPT row (the mapping is the module docstring's), each checked
+    """The OpenAI messages of a ShareGPT row (the mapping: ``docs/inputs.md``, "ShareGPT"), each checked
     as any chat message (:func:`streams.inputs.fields.checked_message`, with the turn's path).
 
     Raises:

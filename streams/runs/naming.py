@@ -1,31 +1,10 @@
-"""The one owner of every name derived from a run id (the rule: ``docs/runs.md``).
+"""The one owner of every name derived from a run id (the rule and the table of names: ``docs/runs.md``).
 
-A run ``R`` owns, unless a setting names something else explicitly:
-
-=====================  ==========================================================================
-what                   name
-=====================  ==========================================================================
-prompts topic          ``R.prompts``; ``A.prompts`` when ``R`` is declared a replay of run ``A``
-                       (``replay_of``: ``R`` regenerates ``A``'s prompts)
-completions topic      ``R.completions``
-errors topic (DLT)     ``R.errors``
-control topic          ``R.control``: the run's fleet-wide state (quality gate, members' reports;
-                       :mod:`streams.control`)
-generate group         ``<consumer.group>.R`` (:func:`generate_group`)
-sink group, faust app  ``<sink.group>.R`` (:func:`sink_group`)
-S3 run folder          ``<s3.prefix>/R/`` (:func:`run_folder`)
-producer progress key  ``["<prompts topic>", "R", "<input identity>"]`` (JSON, :func:`progress_key`)
-producer's             ``kafkagen-prompts-<BLAKE2b-96 of the progress key, hex>``
-transactional id       (:func:`transactional_id`): one per input of a run, stable across re-runs
-a server's consumer    ``<host>-<port>[-<path>]-<BLAKE2b-32 of the URL, hex>`` in its program name
-                       and static membership id (:func:`server_slug`): one per server URL
-=====================  ==========================================================================
-
-The topic-name settings (``topics.prompts``, ``.completions``, ``.errors``) default to ``""``,
-"derive from the run id": :class:`streams.config.Settings` fills them with :func:`fill_topic_names`
-when it is built (from the environment, flags or keyword arguments), so every entry point sees the
-derived names; an explicit name (``--topics.prompts X``) wins. ``model_copy(update={"run_id": ...})``
-does not run validators and would keep the old run's names: switch runs with :func:`for_run`.
+A run ``R`` owns, unless a setting names something else: its topics (``R.prompts``, or
+``A.prompts`` when ``R`` is a replay of ``A``; ``R.completions``, ``R.errors``, ``R.control``), its
+groups (``<consumer.group>.R``, ``<sink.group>.R``), its S3 folder, the producer's progress keys and
+transactional ids, and its consumers' server slugs. Empty topic settings mean "derived"
+(:func:`fill_topic_names`); switch runs with :func:`for_run`, not ``model_copy``.
 """
 
 from __future__ import annotations
@@ -129,7 +108,7 @@ def generate_group(settings: Settings) -> str:
 
 def sink_group(settings: Settings) -> str:
     """The S3 sink's consumer group and faust app id: ``<sink.group>.<run_id>`` (its committed
-    offsets must describe the same stream as the run's S3 folder, :mod:`sinks.s3`)."""
+    offsets must describe the same stream as the run's S3 folder, docs/sink.md)."""
     return f"{settings.sink.group}.{settings.run_id}"
 
 

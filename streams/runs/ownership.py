@@ -1,13 +1,10 @@
 """Which run a prompts topic belongs to (the rule: ``docs/runs.md``).
 
-A prompts topic belongs to one run: the ``run_id`` of its :class:`~streams.records.PromptRecord`\\ s,
-which the prompt producer always sets. The owner is read from the first committed record of each
-partition (``read_committed``, from the log start): a few fetches, whatever the topic's size. An
-empty or missing topic, and records without a run id (published by hand or by tests), have no
-owner. Entry points check the owner before they write into or read from the topic
-(:func:`foreign_owners`; they raise :class:`streams.errors.ForeignRunError`): the producer
-publishes only into a topic of its own run, a generation consumer reads only its run's topic or
-the one of the run it replays (``replay_of``).
+The owner is the ``run_id`` of the first committed record of each partition (``read_committed``,
+from the log start: a few fetches, whatever the topic's size); an empty or missing topic, and
+records without a run id (published by hand or by tests), have no owner. Entry points check it
+before they write into or read from the topic (:func:`foreign_owners`; they raise
+:class:`streams.errors.ForeignRunError`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """A run's identity on its control topic: the :class:`streams.control.RunRecord` (key ``run``).
 
 The main job (``kafkagen run``, a replay) writes it right after it set up the run's topics
-(:func:`publish_run_record`): what the run is (``parent``: the run it replays), its prompts topic
-and partition count, its generation and quality-gate settings and the servers it was started
-with. Whoever joins the run later reads it (:func:`read_run_record`): a generation consumer
-started on another host with only ``--run-id`` and ``--server`` takes the run's generation and
-gate settings and ``replay_of`` from it (:func:`join_settings`), so it generates, and judges the
-run's results, exactly as the main job's consumers do (a consumer with its own defaults could
-halt the fleet on thresholds the run never set, or turn a gate the run switched off back on).
-
-Precedence in :func:`join_settings`: a setting the user gave that consumer (a flag, or a
-``KAFKAGEN_*`` variable) wins over the record; everything else comes from the record (the
-caller names the generation and gate fields given by flags: ``given``, ``given_gate``). A run
-without a record (started before records existed, or by hand without the main job) leaves the
-settings as they are, as a record written before records held gate settings leaves the gate's.
+(:func:`publish_run_record`); whoever joins the run later reads it (:func:`read_run_record`). A
+generation consumer started with only ``--run-id`` and ``--server`` takes the run's generation and
+gate settings and ``replay_of`` from it, except what the user gave that consumer (a flag or a
+``KAFKAGEN_*`` variable), which wins (:func:`join_settings`). Why: ``docs/runs.md``, "Consumers on
+other hosts".
 """
 
 from __future__ import annotations

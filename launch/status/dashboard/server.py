@@ -1,21 +1,9 @@
-"""The dashboard's HTTP server (aiohttp): one page, its bundled assets and two JSON endpoints.
+"""The dashboard's HTTP server (aiohttp): one page, its bundled assets and two JSON endpoints
+(``/api/status``, ``/api/history``).
 
-=====================  =====================================================================
-path                   answer
-=====================  =====================================================================
-``/``                  the page (``static/index.html``); it polls the two endpoints below
-``/static/<file>``     the page's script and styles and uPlot (bundled: no network needed)
-``/api/status``        the latest status (``kafkagen status --json``: schema_version 1)
-``/api/history``       ``{"interval_s", "history_s", "error", "samples": [...]}``: the samples
-                       (:func:`launch.status.dashboard.history.sample_of`) of the last ``history_s``
-                       seconds, oldest first; ``?since=T`` only those newer than Unix time T
-=====================  =====================================================================
-
-One sampler task collects the status every ``interval_s`` seconds, whether or not a page is
-open, so a page opened late shows the recent past; ``/api/status`` answers the latest collected
-status (at most one interval old; its ``at`` says when) and every page sees the same numbers.
-A collection that fails (Kafka unreachable) is logged once, shown on the page as ``error``, and
-tried again at the next interval; the last good status stays.
+One sampler task collects the status every ``interval_s`` seconds, whether or not a page is open;
+a failed collection is logged once, shown on the page as ``error`` and tried again, and the last
+good status stays. The endpoints and what they answer: docs/dashboard.md, "Endpoints".
 """
 
 from __future__ import annotations
@@ -122,7 +110,7 @@ class Dashboard:
         return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     def app(self) -> web.Application:
-        """The aiohttp application (routes in the module docstring); it runs the sampler while it
+        """The aiohttp application (routes: docs/dashboard.md); it runs the sampler while it
         is started."""
         app = web.Application()
         app.router.add_get("/", self._index)

@@ -1,13 +1,8 @@
 """The export's dataset formats (``kafkagen export --format``), one module each, behind one
-writer interface (:class:`~sinks.export.formats.base.Output`):
-
-* ``jsonl`` (the default): ``completions-NNNNN.jsonl.zst`` and ``errors-NNNNN.jsonl.zst``, the
-  records as produced (:mod:`~sinks.export.formats.jsonl`);
-* ``parquet``: ``completions-NNNNN.parquet`` and ``errors-NNNNN.parquet``, typed columns, and a
-  dataset card ``README.md`` (:mod:`~sinks.export.formats.parquet`, :mod:`~sinks.export.formats.card`);
-* ``openai-batch``: ``batch-output-NNNNN.jsonl`` and ``batch-errors-NNNNN.jsonl``, OpenAI Batch API
-  output and error files (:mod:`~sinks.export.formats.openai_batch`);
-* ``chat``: ``chat-NNNNN.jsonl.zst``, training-ready conversations (:mod:`~sinks.export.formats.chat`).
+writer interface (:class:`~sinks.export.formats.base.Output`): ``jsonl`` (the default,
+:mod:`~sinks.export.formats.jsonl`), ``parquet`` (:mod:`~sinks.export.formats.parquet`, its card
+:mod:`~sinks.export.formats.card`), ``openai-batch`` (:mod:`~sinks.export.formats.openai_batch`)
+and ``chat`` (:mod:`~sinks.export.formats.chat`); their files: docs/export.md.
 
 Any number of them are written by one export, from the same winners in one pass; each format's
 record → row function is pure (tested without Kafka or S3).

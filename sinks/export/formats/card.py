@@ -1,14 +1,10 @@
 """The dataset card: ``README.md`` beside the Parquet shards, written from the manifest.
 
-A Hugging Face dataset card: YAML front matter whose ``configs`` name the shards
-(``completions-*.parquet``, and ``errors-*.parquet`` when there are errors), so ``load_dataset``
-on the folder (or a Hub repository of it) finds them; then the run id, the manifest's counts (ids,
-completions, errors, by ``finish_reason``, by quality flag, by attempt, tokens), the files, how to
-load them and what each column means (:data:`sinks.export.formats.parquet.COMPLETION_COLUMNS`,
-:data:`~sinks.export.formats.parquet.ERROR_COLUMNS`). It carries :data:`MARKER`: a card of an
-earlier export that an export without Parquet does not rewrite is removed with the stale shards
-(:func:`is_ours`); a ``README.md`` without the marker is left alone, unless this export writes a
-card (which replaces it).
+A Hugging Face dataset card: YAML front matter whose ``configs`` name the shards (so ``load_dataset``
+on the folder, or a Hub repository of it, finds them), then the run id, the manifest's counts, the
+files, how to load them and what each column means. It carries :data:`MARKER`, so a stale card of
+an earlier export is removed (:func:`is_ours`) and a ``README.md`` of your own is not: docs/export.md,
+"parquet".
 """
 
 from __future__ import annotations
@@ -46,8 +42,8 @@ def _columns(columns: tuple[Column, ...]) -> list[str]:
 
 
 def card(manifest: Mapping[str, Any]) -> str:
-    """The card's text (module docstring) for ``manifest`` (:func:`sinks.export.manifest.build_manifest`
-    with its ``shards``)."""
+    """The card's text (docs/export.md, "parquet") for ``manifest``
+    (:func:`sinks.export.manifest.build_manifest` with its ``shards``)."""
     from sinks.export.formats.parquet import COMPLETION_COLUMNS, ERROR_COLUMNS  # pyarrow: only with parquet
 
     parquet = [s for s in manifest["shards"] if s.get("format") == "parquet"]

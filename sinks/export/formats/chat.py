@@ -1,23 +1,10 @@
 """``--format chat``: training-ready conversations, ``chat-NNNNN.jsonl.zst`` (zstd JSON Lines).
 
-One row per completion: ``{"id", "messages": [<the prompt's messages as given>..., {"role":
-"assistant", "content": str, "reasoning_content"?: str, "tool_calls"?: [...]}], "tools"?: [...]}``
-(OpenAI chat format, as TRL's ``SFTTrainer`` and most chat templates take it; ``tools`` only when
-the prompt had tools, ``tool_calls`` only when the model called tools). ``content`` stays a string
-(``""`` when empty), which chat templates expect. Dead letters have no answer and no row.
-
-The reasoning (``--reasoning``), when the server returned some:
-
-* ``field`` (default): in the assistant message's ``reasoning_content``;
-* ``inline``: before the answer in the think-tag convention of the reasoning models kafkagen serves
-  (Qwen3, DeepSeek-R1): ``"<think>\\n" + reasoning + "\\n</think>\\n\\n" + answer``, the reasoning
-  stripped of leading and trailing newlines and the answer of leading ones, as Qwen3's chat
-  template renders an assistant turn;
-* ``drop``: left out.
-
-Every winner has a row, flagged or truncated ones included: pick with the manifest's counts, or
-filter with the Parquet format's ``quality`` and ``finish_reason`` columns, or export with
-``--keep best``.
+One row per completion (dead letters have none): ``{"id", "messages": [<the prompt's messages>...,
+{"role": "assistant", "content": str, "reasoning_content"?: str, "tool_calls"?: [...]}],
+"tools"?: [...]}`` (OpenAI chat format). ``--reasoning`` is ``field`` (default:
+``reasoning_content``), ``inline`` (``"<think>\\n" + reasoning + "\\n</think>\\n\\n" + answer``, as
+Qwen3's chat template renders an assistant turn) or ``drop``. The rules: docs/export.md, "chat".
 """
 
 from __future__ import annotations
@@ -40,7 +27,7 @@ _encoder: Final = msgspec.json.Encoder()
 
 
 def chat_row(record: CompletionRecord, reasoning: ReasoningMode = "field") -> dict[str, Any]:
-    """The conversation of a completion: its prompt's messages, then the answer (module docstring)."""
+    """The conversation of a completion: its prompt's messages, then the answer (docs/export.md, "chat")."""
     answer: dict[str, Any] = {"role": "assistant", "content": record.content}
     thought = record.reasoning_content
     if thought is not None and reasoning == "field":
@@ -58,7 +45,7 @@ def chat_row(record: CompletionRecord, reasoning: ReasoningMode = "field") -> di
 
 
 class ChatOutput(LineOutput):
-    """``chat-NNNNN.jsonl.zst`` (module docstring)."""
+    """``chat-NNNNN.jsonl.zst`` (docs/export.md, "chat")."""
 
     name = "chat"
     stems = ("chat", "chat-errors")  # no error has a row: the second never gets a line

@@ -1,36 +1,10 @@
 """``--format openai-batch``: the output and error files of OpenAI's Batch API, so a reader of
 Batch API results reads a kafkagen run unchanged.
 
-The line format is OpenAI's *request output object* (API reference, Batch, "The request output
-object", https://platform.openai.com/docs/api-reference/batch/request-output; OpenAPI schema
-``BatchRequestOutput``, "the per-line object of the batch output and error files"): ``id``,
-``custom_id``, ``response`` (``status_code``, ``request_id``, ``body``; ``null`` for a failure)
-and ``error`` (``code``, ``message``; ``null`` for a success). The ``body`` of a success is a
-chat completion object (API reference, Chat, "The chat completion object",
-https://platform.openai.com/docs/api-reference/chat/object).
-
-Files (plain JSON Lines, uncompressed, as OpenAI serves them):
-
-* ``batch-output-NNNNN.jsonl``: one line per completion, ``{"id": "batch_req_<h>", "custom_id":
-  <record id>, "response": {"status_code": 200, "request_id": "req_<h>", "body": {"id":
-  "chatcmpl-<h>", "object": "chat.completion", "created": <finished_at, epoch seconds, int>,
-  "model", "choices": [{"index": 0, "message": {"role": "assistant", "content",
-  "reasoning_content"?, "tool_calls"?}, "finish_reason", "logprobs": null}], "usage":
-  {"prompt_tokens", "completion_tokens", "total_tokens", "completion_tokens_details":
-  {"reasoning_tokens"}, "prompt_tokens_details"?: {"cached_tokens"}}}}, "error": null}``;
-* ``batch-errors-NNNNN.jsonl``: one line per dead letter, ``{"id", "custom_id", "response": null,
-  "error": {"code": <error_type>, "message": <message>}}``.
-
-``custom_id`` is the record id: the producer's ``openai_batch`` input format takes a request's
-``custom_id`` as the id (:mod:`streams.inputs.formats`), so a Batch API input file run through
-kafkagen comes back with its own ``custom_id`` values. ``<h>`` is a BLAKE2b-96 hex digest of
-(run id, record id, attempt): the same export gives the same ids. ``content`` is ``null`` when the
-answer is empty and the model called tools, as OpenAI returns it (kafkagen stores ``""``);
-``reasoning_content`` (SGLang's and DeepSeek's field; OpenAI has none) is there only when the
-server returned reasoning, and ``tool_calls`` only when the model called tools. Token counts are
-the served model's tokens; ``completion_tokens`` includes ``reasoning_tokens``. ``finish_reason``
-is the server's, one of OpenAI's values (SGLang's ``abort`` is retried, then dead-lettered: never a
-completion, :mod:`consumers.servers.answers`).
+``batch-output-NNNNN.jsonl`` holds one request output object per completion (its ``body`` a chat
+completion object), ``batch-errors-NNNNN.jsonl`` one per dead letter; plain JSON Lines. The line
+format, its upstream sources (OpenAI API reference: Batch, "The request output object"; Chat, "The
+chat completion object") and the field rules: docs/export.md, "openai-batch".
 """
 
 from __future__ import annotations
@@ -57,7 +31,7 @@ def _digest(run_id: str | None, record_id: str, attempt: int) -> str:
 
 
 def chat_completion(record: CompletionRecord) -> dict[str, Any]:
-    """The chat completion object (``object: "chat.completion"``) of a completion (module docstring)."""
+    """The chat completion object (``object: "chat.completion"``) of a completion (docs/export.md)."""
     h = _digest(record.run_id, record.id, record.attempt)
     message: dict[str, Any] = {
         "role": "assistant",
@@ -89,7 +63,7 @@ def chat_completion(record: CompletionRecord) -> dict[str, Any]:
 
 
 def batch_output_line(record: CompletionRecord) -> dict[str, Any]:
-    """A completion's line of the output file (module docstring)."""
+    """A completion's line of the output file (docs/export.md, "openai-batch")."""
     h = _digest(record.run_id, record.id, record.attempt)
     return {
         "id": f"batch_req_{h}",
@@ -111,7 +85,7 @@ def batch_error_line(record: ErrorRecord) -> dict[str, Any]:
 
 
 class OpenAIBatchOutput(LineOutput):
-    """``batch-output-NNNNN.jsonl`` and ``batch-errors-NNNNN.jsonl`` (module docstring)."""
+    """``batch-output-NNNNN.jsonl`` and ``batch-errors-NNNNN.jsonl`` (docs/export.md, "openai-batch")."""
 
     name = "openai-batch"
     stems = ("batch-output", "batch-errors")

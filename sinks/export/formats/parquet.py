@@ -3,27 +3,10 @@
 most :data:`ROW_GROUP_ROWS` rows or about :data:`ROW_GROUP_BYTES` bytes of records, so memory
 stays at one row group), with a dataset card (:mod:`sinks.export.formats.card`) beside them.
 
-Loadable as they are: ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, DuckDB, and
-``datasets.load_dataset("parquet", data_files="<dest>/completions-*.parquet")``.
-
-Schema (:data:`COMPLETION_COLUMNS`, :data:`ERROR_COLUMNS`; each field's description is in its
-Parquet field metadata under ``description``, and in the card):
-
-* scalars are typed: token counts ``int64`` (tokens of the served model's tokenizer), times
-  ``float64`` (durations in seconds, instants in Unix epoch seconds, UTC, as in the records),
-  quality flags and tags ``list<string>``; the nested records are flattened (``prompt_tokens``,
-  ``latency_s``, ``source_offset``, ``metadata_line``, ...) so every column is one SQL or pandas
-  column;
-* free-form JSON is a JSON string: ``messages``, ``tools``, ``tool_calls``, ``params`` and
-  ``metadata_extra``. A message's ``content`` is a string or a list of typed parts, a tool's
-  ``parameters`` any JSON Schema, ``params`` and ``extra`` any keys: typed, their Arrow types
-  would differ from shard to shard (or need a union Arrow lacks), and ``load_dataset`` refuses
-  shards whose schemas differ. As strings every shard has one schema, and the values are kept
-  exactly (``json.loads`` gives them back).
-
-A column is null when the record has no value: ``reasoning_content`` without reasoning,
-``tools`` and ``tool_calls`` without tools, ``cached_tokens`` without a cache report, ``source_*``
-for a record without a source, an error's prompt columns when its prompt was left out.
+Schema: :data:`COMPLETION_COLUMNS`, :data:`ERROR_COLUMNS` (each field's description in its Parquet
+field metadata under ``description``). Scalars typed, nested records flattened, free-form JSON
+(``messages``, ``tools``, ``tool_calls``, ``params``, ``metadata_extra``) as JSON strings; why, and
+which columns are null when: docs/export.md, "parquet".
 """
 
 from __future__ import annotations
@@ -298,8 +281,8 @@ class ParquetShards:
 
 
 class ParquetOutput(Output):
-    """``completions-NNNNN.parquet`` and ``errors-NNNNN.parquet`` (module docstring); the card
-    is written by the export once the manifest is known (:func:`sinks.export.formats.card.card`)."""
+    """``completions-NNNNN.parquet`` and ``errors-NNNNN.parquet`` (docs/export.md, "parquet");
+    the card is written by the export once the manifest is known (:func:`sinks.export.formats.card.card`)."""
 
     name = "parquet"
 
