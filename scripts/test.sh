@@ -34,7 +34,8 @@ tier() {
   shift
   log "pytest: $name"
   local rc=0
-  "$PY" -m pytest -p no:cacheprovider "$@" || rc=$?
+  # NICE=n before the call runs the tier at that niceness (its child processes inherit it)
+  nice -n "${NICE:-0}" "$PY" -m pytest -p no:cacheprovider "$@" || rc=$?
   if [ "$rc" = 5 ]; then
     log "pytest: no test of the $name tier selected"
     return 0
@@ -108,14 +109,34 @@ cat "$STACK_LOG" >&2
 tier "services, processes, e2e" -q -m "not pure and not alone and not llm" -n "$WORKERS" \
   --dist loadgroup --basetemp=/tmp/kafkagen-t2 --durations=15 "$@"
 
-# Tests whose verdict includes their own timing (the fault audit) run one at a time, while the
-# llama.cpp build (nice 10: it yields the cores to them) finishes, if it has not yet.
-tier "alone" -q -m "alone and not pure" --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
+# The fault audit's two runs (verdicts that include their own timing; tests/e2e/test_chaos.py) run
+# beside each other, on ports of their own, with no test of the parallel tier beside them. An audit
+# mostly waits on its fault schedule, so meanwhile the llama.cpp build finishes if it has not yet
+# and the llama.cpp tier runs, both at nice 10: they take only the cores the audits leave idle.
+AUDIT_LOG="$(mktemp -t kafkagen-audit.XXXXXX.log)"
+(
+  # no later tier uses the 3-broker test cluster: stopped first, its JVMs leave the cores to the audit
+  "$PY" -m launch.stack --cluster3 down || true
+  tier "fault audit" -q -m "alone and e2e and not pure" -n 2 --dist loadgroup \
+    --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
+) > "$AUDIT_LOG" 2>&1 &
+AUDIT_PID=$!
+log "fault audit: started in the background (log: $AUDIT_LOG, printed when it ends)"
 
-log "llama.cpp: waiting for its build, then starting the llama-servers"
-bash scripts/setup-env.sh
-"$PY" -m launch.stack up llm >&2
-tier "llama.cpp" -q -m "llm and not pure and not alone" -n 2 --dist loadgroup \
-  --basetemp=/tmp/kafkagen-t3 --durations=5 "$@"
+llm_rc=0
+{
+  log "llama.cpp: waiting for its build, then starting the llama-servers"
+  nice -n 10 bash scripts/setup-env.sh &&
+    nice -n 10 "$PY" -m launch.stack up llm >&2 &&
+    NICE=10 tier "llama.cpp" -q -m "llm and not pure and not alone" -n 2 --dist loadgroup \
+      --basetemp=/tmp/kafkagen-t3 --durations=5 "$@"
+} || llm_rc=$?
+audit_rc=0
+wait "$AUDIT_PID" || audit_rc=$?
+cat "$AUDIT_LOG" >&2
+[ "$audit_rc" = 0 ] && [ "$llm_rc" = 0 ] || exit 1
+
+# Tests that start and stop whole stacks on fixed ports, one at a time, with nothing beside them.
+tier "alone" -q -m "alone and not e2e and not pure" --basetemp=/tmp/kafkagen-t5 --durations=5 "$@"
 [ "$RAN" = 1 ] || { log "no test ran"; exit 1; }
 log "done"

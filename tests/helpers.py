@@ -146,7 +146,7 @@ TEST_SERVER_PORTS = range(23000, 27000)
 """Where ``unused_port`` hands out ports to servers a test starts: below Linux's ephemeral range
 (32768-60999), so that no outgoing connection's source port can take one between the pick and the
 server's bind (it did: a simulator failed with 'address already in use'); apart from the fixed ports
-of the fault audit (21000-22322, S3's +10000 above 31000), ``launch.serve``'s tests (27000-27199) and
+of the fault audit (21000-22422, S3's +10000 above 31000), ``launch.serve``'s tests (27000-27199) and
 ``own_kafka`` (29100-29899). Each xdist worker has its own block of 250."""
 
 _handed_out = itertools.count()

@@ -19,7 +19,10 @@ from launch.stack import LocalStack
 from streams.config import Settings
 from tests.helpers import REPO_ROOT
 
-# alone: the audit judges its harness on time too (pipeline_recovered), so it runs with no test beside it
+# alone: the audit judges its harness on time too (harness_on_time), so no test of the parallel tier
+# runs beside it; scripts/test.sh runs the two audits below beside each other (each on ports of its
+# own, each its own xdist group) and the llama.cpp tier at nice 10 meanwhile: the machine is mostly
+# idle while an audit waits on its schedule, and the harness's waits scale with the load average
 pytestmark = [pytest.mark.timeout(900), pytest.mark.alone]
 
 SEED = 32
@@ -28,12 +31,16 @@ BASE_PORT = 21300
 """Kafka 21300-21305, S3 21310 (+555, +1000, +1007, each +10000), simulators 21320-21322: apart
 from the configured stack, the tests' 3-broker cluster and the CLI's default (21000)."""
 
+PLANT_BASE_PORT = 21400
+"""The planted run's ports, the same offsets from 21400: apart from the seed's, so both can run at
+once (the highest, S3's gRPC 32417, stays below Linux's ephemeral range)."""
 
-def _audit(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
-    """Run ``python -m bench.chaos ARGS`` on the audit's ports; (exit status, output, work dir)."""
+
+def _audit(tmp_path: Path, *args: str, base_port: int = BASE_PORT) -> tuple[int, str, Path]:
+    """Run ``python -m bench.chaos ARGS`` on ports from ``base_port``; (exit status, output, work dir)."""
     work = tmp_path / "chaos"
     argv = [sys.executable, "-m", "bench.chaos", *args]
-    argv += ["--work-dir", str(work), "--base-port", str(BASE_PORT)]
+    argv += ["--work-dir", str(work), "--base-port", str(base_port)]
     started = time.monotonic()
     out = tmp_path / "chaos.out"
     with out.open("w") as f:
@@ -47,13 +54,14 @@ def _audit(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-            _stop_stack(work)
+            _stop_stack(work, base_port)
     output = out.read_text()
     print(output)
     print(f"bench.chaos {' '.join(args)}: wall {time.monotonic() - started:.0f} s")
     return rc, output, work
 
 
+@pytest.mark.xdist_group("audit-seed")
 def test_a_short_fixed_seed_passes_every_check(tmp_path: Path) -> None:
     rc, output, work = _audit(
         tmp_path, *("--seed", str(SEED), "--faults", "8", "--prompts", "1000", "--duration", "120")
@@ -89,14 +97,15 @@ def test_a_short_fixed_seed_passes_every_check(tmp_path: Path) -> None:
     assert "PASS" in output.splitlines()[-2]
 
 
-def _stop_stack(work: Path) -> None:
+def _stop_stack(work: Path, base_port: int) -> None:
     """Stop whatever the audit's stack still runs (nothing, unless the audit was killed)."""
     settings = audit_settings(
-        Settings(), work_dir=work, base_port=BASE_PORT, run_id="cleanup", servers=3, publish_rate=1.0
+        Settings(), work_dir=work, base_port=base_port, run_id="cleanup", servers=3, publish_rate=1.0
     )
     LocalStack(settings).down(["kafka", "s3"])
 
 
+@pytest.mark.xdist_group("audit-plant")
 def test_each_planted_violation_fails_its_check_and_only_its_check(tmp_path: Path) -> None:
     """The product made to break three guarantees on purpose (streams/audit_trace.py): commits
     ahead of the acknowledgement, results written twice without a handover, the sink's commits
@@ -107,6 +116,7 @@ def test_each_planted_violation_fails_its_check_and_only_its_check(tmp_path: Pat
         tmp_path,
         *("--seed", "3", "--faults", "0", "--prompts", "300", "--duration", "30"),
         *(arg for plant in plants for arg in ("--plant", plant)),
+        base_port=PLANT_BASE_PORT,
     )
     assert rc == 1, output[-8000:]
     report = json.loads((work / "report.json").read_text())
