@@ -60,11 +60,13 @@ class ServerLoad:
 
 @dataclass(frozen=True)
 class LoadSeries:
-    """The Prometheus series names of a kind's load: running and queued requests, KV usage."""
+    """The Prometheus series names of a kind's load: running and queued requests, KV usage, and
+    the label that tells its data-parallel ranks apart (their values are summed)."""
 
     running: str
     queued: str
     token_usage: str | None = None
+    rank_label: str = "dp_rank"
 
 
 class ServerHttp(Protocol):
@@ -93,8 +95,13 @@ class ServerKind:
 
     name: ClassVar[str] = "openai"
     probe_paths: ClassVar[tuple[str, ...]] = ()
-    """GET paths whose 200 says a server is of this kind (tried in order at discovery)."""
+    """GET paths whose 200, with a body :meth:`recognises`, says a server is of this kind (tried in
+    order at discovery)."""
     load_series: ClassVar[LoadSeries | None] = None
+
+    def recognises(self, path: str, body: bytes) -> bool:
+        """Whether a 200 answer ``body`` to the probe ``path`` is this kind's (default: any 200)."""
+        return True
 
     async def read_info(
         self, server: ServerHttp, *, models: dict[str, Any], default_model: str
@@ -160,23 +167,29 @@ def parse_load(text: str, series: tuple[LoadSeries, ...]) -> ServerLoad | None:
 
     Returns None when the text is not Prometheus text or has none of these series.
     """
-    values: dict[str, dict[str, float]] = {}
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.labels.get("priority", "") != "":
                     continue  # a per-priority breakdown of the total beside it
-                dp = sample.labels.get("dp_rank", "")
-                ranks = values.setdefault(sample.name, {})
-                ranks[dp] = max(ranks.get(dp, sample.value), sample.value)
+                samples.setdefault(sample.name, []).append((sample.labels, sample.value))
     except ValueError:  # not Prometheus text (a proxy's error page, a truncated body)
         return None
+
+    def per_rank(name: str, rank_label: str) -> dict[str, float]:
+        ranks: dict[str, float] = {}
+        for labels, value in samples.get(name, []):
+            rank = labels.get(rank_label, "")
+            ranks[rank] = max(ranks.get(rank, value), value)
+        return ranks
+
     for names in series:
-        if names.running in values:
-            usage = values.get(names.token_usage or "", {})
+        if names.running in samples:
+            usage = per_rank(names.token_usage or "", names.rank_label)
             return ServerLoad(
-                running=int(sum(values[names.running].values())),
-                queued=int(sum(values.get(names.queued, {}).values())),
+                running=int(sum(per_rank(names.running, names.rank_label).values())),
+                queued=int(sum(per_rank(names.queued, names.rank_label).values())),
                 token_usage=max(usage.values()) if usage else None,
             )
     return None

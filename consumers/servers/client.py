@@ -157,15 +157,15 @@ class ServerClient:
         return await self._read_info(await self._probe_kind(time.monotonic() + wait_s))
 
     async def _probe_kind(self, deadline: float) -> ServerKind:
-        """The first kind whose probe path answers 200; a refused connection or a 503 (starting
-        up) means wait and probe again, any other status means the next path."""
+        """The first kind whose probe path answers 200 with a body the kind recognises; a refused
+        connection or a 503 (starting up) means wait and probe again, anything else the next path."""
         while True:
             for kind, path in ((k, path) for k in KINDS for path in k.probe_paths):
                 try:
-                    status, _ = await self._request("GET", path, timeout_s=10.0)
+                    status, body = await self._request("GET", path, timeout_s=10.0)
                 except _TRANSPORT_ERRORS:
                     break  # not listening yet
-                if status == 200:
+                if status == 200 and kind.recognises(path, body):
                     return kind
                 if status == 503:
                     break  # starting up

@@ -9,10 +9,11 @@ from consumers.servers.base import LoadSeries, ServerKind
 from consumers.servers.llamacpp import LlamaCpp
 from consumers.servers.openai import OpenAICompatible
 from consumers.servers.sglang import SGLang
+from consumers.servers.vllm import VLLM
 
 __all__ = ["FALLBACK", "KINDS", "LOAD_SERIES", "kind_named"]
 
-KINDS: tuple[ServerKind, ...] = (SGLang(), LlamaCpp())
+KINDS: tuple[ServerKind, ...] = (SGLang(), LlamaCpp(), VLLM())
 """kinds recognised by a probe path, tried in this order."""
 
 FALLBACK: ServerKind = OpenAICompatible()

@@ -18,7 +18,7 @@ from streams.records import PromptRecord
 
 __all__ = ["chat_request_body", "last_user_text", "record_params", "request_id", "thinking_requested"]
 
-_NOT_PARAMS = ("messages", "tools", "rid", "stream")
+_NOT_PARAMS = ("messages", "tools", "rid", "request_id", "stream")
 """request fields a completion record does not repeat in ``params``."""
 
 
@@ -66,7 +66,7 @@ def chat_request_body(
 
 def record_params(body: dict[str, Any]) -> dict[str, Any]:
     """The generation parameters a completion record keeps (``params``): the request ``body``
-    without its messages, tools, ``rid`` and ``stream``."""
+    without its messages, tools, request id (``rid``, vLLM's ``request_id``) and ``stream``."""
     return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
 
 

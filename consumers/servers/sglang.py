@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import msgspec
+
 from consumers.servers.answers import int_or_none
 from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, max_model_len
 
@@ -22,6 +24,16 @@ class SGLang(ServerKind):
     load_series: ClassVar[LoadSeries | None] = LoadSeries(
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"
     )
+
+    def recognises(self, path: str, body: bytes) -> bool:
+        """A JSON object of SGLang's server arguments (``model_path``): vLLM answers
+        ``/server_info`` too, with ``{"vllm_config": ...}``, when ``VLLM_SERVER_DEV_MODE`` is set
+        (vLLM 0.11.0 ``entrypoints/openai/api_server.py``; docs/vllm.md)."""
+        try:
+            data = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return False
+        return isinstance(data, dict) and "model_path" in data
 
     async def read_info(
         self, server: ServerHttp, *, models: dict[str, Any], default_model: str

@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from consumers.quality.flags import answer_flags
 from consumers.servers import ChatResult, ServerClient
 from consumers.servers.base import ServerKind
 from consumers.servers.registry import FALLBACK, KINDS
+from consumers.servers.requests import record_params
 from streams.config import GenerationSettings
 from streams.errors import FatalRequestError
 from tests.helpers import make_prompt, serving
@@ -37,6 +39,7 @@ GET_FILES = {
     "/server_info": "server_info.json",
     "/model_info": "model_info.json",
     "/props": "props.json",
+    "/version": "version.json",
     "/v1/models": "v1_models.json",
     "/metrics": "metrics.txt",
 }
@@ -137,6 +140,8 @@ def expected_info(kind: ServerKind, folder: Path) -> dict[str, Any]:
             "slots": props["total_slots"],
             "context": props["default_generation_settings"]["n_ctx"],
         }
+    if kind.name == "vllm":  # vLLM serves no slot count (max_num_seqs): docs/vllm.md
+        return {"model": card["id"], "slots": None, "context": card["max_model_len"]}
     assert kind is FALLBACK, f"no expectations written for the kind {kind.name!r}"
     return {"model": card["id"], "slots": None, "context": card.get("max_model_len")}
 
@@ -178,14 +183,16 @@ async def test_discovery_recognises_the_kind_and_reads_what_it_is(kind: ServerKi
         expected["slots"],
         expected["context"],
     )
-    if kind is not FALLBACK:
+    if expected["slots"] is not None:
         assert info.max_running_requests and info.max_running_requests > 0
+    if kind is not FALLBACK:
         assert info.context_length and info.context_length > 0
 
 
 LOAD_SERIES = {
     "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
     "llama.cpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
 }
 """running and queued requests by kind, as docs/sglang.md and llama.cpp's server name them."""
 
@@ -257,3 +264,29 @@ async def test_a_prompt_over_the_context_is_fatal_not_retried(
     with pytest.raises(FatalRequestError) as caught:
         await chat_once(folder, kind, error)
     assert caught.value.status == 400
+
+
+BUDGET = [(kind, folder) for kind, folder in CASES if (folder / "chat_reasoning_ate_budget.json").exists()]
+
+
+@pytest.mark.parametrize(("kind", "folder"), BUDGET, ids=[case_id(*case) for case in BUDGET])
+async def test_an_answer_cut_inside_its_thinking_is_reasoning_ate_budget(
+    kind: ServerKind, folder: Path
+) -> None:
+    """However the kind's server reports it: SGLang with an empty ``content``, vLLM's qwen3 parser
+    with the unclosed ``<think>`` text as ``content`` and no ``reasoning_content``."""
+    answer = await chat_once(folder, kind, folder / "chat_reasoning_ate_budget.json")
+    body = kind.request_body(make_prompt(1), "kg-test", GenerationSettings(), model=None)
+    assert "reasoning_ate_budget" in answer_flags(make_prompt(1), body, answer)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_each_kind_names_the_request_id_its_server_reads(kind: ServerKind) -> None:
+    """SGLang and llama.cpp get ``rid`` (llama.cpp ignores it); vLLM gets ``request_id`` and none of
+    SGLang's own fields, which it would log a warning for on every request (docs/vllm.md)."""
+    body = kind.request_body(make_prompt(1), "kg-test", GenerationSettings(), model=None)
+    own = {"vllm": "request_id"}.get(kind.name, "rid")
+    assert body[own] == "kg-test"
+    if kind.name == "vllm":
+        assert "rid" not in body and "separate_reasoning" not in body
+    assert "kg-test" not in record_params(body).values()
