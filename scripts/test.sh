@@ -115,10 +115,14 @@ tier "services, processes, e2e" -q -m "not pure and not alone and not llm" -n "$
 # and the llama.cpp tier runs, both at nice 10: they take only the cores the audits leave idle.
 AUDIT_LOG="$(mktemp -t kafkagen-audit.XXXXXX.log)"
 (
-  # no later tier uses the 3-broker test cluster: stopped first, its JVMs leave the cores to the audit
-  "$PY" -m launch.stack --cluster3 down || true
+  # no later tier uses the 3-broker test cluster: stopped beside the audit (its brokers' controlled
+  # shutdown takes ~40 s), so their JVMs leave the cores to it
+  "$PY" -m launch.stack --cluster3 down > /dev/null 2>&1 &
+  rc=0
   tier "fault audit" -q -m "alone and e2e and not pure" -n 2 --dist loadgroup \
-    --basetemp=/tmp/kafkagen-t4 --durations=5 "$@"
+    --basetemp=/tmp/kafkagen-t4 --durations=5 "$@" || rc=$?
+  wait
+  exit "$rc"
 ) > "$AUDIT_LOG" 2>&1 &
 AUDIT_PID=$!
 log "fault audit: started in the background (log: $AUDIT_LOG, printed when it ends)"
