@@ -1,5 +1,5 @@
 """vLLM's OpenAI-compatible server (``vllm serve``): recognised by its ``vllm:*`` series on
-``/metrics``.
+``/metrics``, else by its ``/version`` answer.
 
 Facts from vLLM 0.11.0 source (docs/vllm.md): ``/version``, ``/v1/models`` ``max_model_len``;
 load ``vllm:num_requests_running``/``num_requests_waiting``/``kv_cache_usage_perc`` per DP
@@ -9,6 +9,8 @@ load ``vllm:num_requests_running``/``num_requests_waiting``/``kv_cache_usage_per
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+import msgspec
 
 from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, max_model_len, model_cards
 from streams.config import GenerationSettings
@@ -26,14 +28,21 @@ class VLLM(ServerKind):
     it generates."""
 
     name: ClassVar[str] = "vllm"
-    probe_paths: ClassVar[tuple[str, ...]] = ("/metrics",)
+    probe_paths: ClassVar[tuple[str, ...]] = ("/metrics", "/version")
     load_series: ClassVar[LoadSeries | None] = LoadSeries(
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "engine"
     )
 
     def recognises(self, path: str, body: bytes) -> bool:
-        """Prometheus text holding vLLM's running-requests gauge."""
-        return b"vllm:num_requests_running" in body
+        """``/metrics``: Prometheus text holding vLLM's running-requests gauge (absent with
+        ``--disable-log-stats``); ``/version``: a JSON object of ``version`` alone."""
+        if path == "/metrics":
+            return b"vllm:num_requests_running" in body
+        try:
+            data = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return False
+        return isinstance(data, dict) and set(data) == {"version"} and isinstance(data["version"], str)
 
     async def read_info(
         self, server: ServerHttp, *, models: dict[str, Any], default_model: str

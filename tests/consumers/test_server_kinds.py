@@ -290,3 +290,14 @@ def test_each_kind_names_the_request_id_its_server_reads(kind: ServerKind) -> No
     if kind.name == "vllm":
         assert "rid" not in body and "separate_reasoning" not in body
     assert "kg-test" not in record_params(body).values()
+
+
+def test_vllm_without_its_stats_is_recognised_by_its_version_alone() -> None:
+    """``--disable-log-stats`` leaves vLLM's ``/metrics`` without ``vllm:`` series; its ``/version``
+    (``{"version": ...}`` and nothing else) still tells it, and another server's does not."""
+    (vllm,) = [k for k in KINDS if k.name == "vllm"]
+    version = (FIXTURES / "vllm" / "0.11.0" / "version.json").read_bytes()
+    assert vllm.recognises("/version", version)
+    assert not vllm.recognises("/metrics", b"# HELP python_gc_objects_collected_total x\n")
+    for other in (b'{"version": "1.2", "service": "api"}', b'{"version": 3}', b"0.11.0", b"[]"):
+        assert not vllm.recognises("/version", other), other
