@@ -8,11 +8,12 @@ load ``vllm:num_requests_running``/``num_requests_waiting``/``kv_cache_usage_per
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import msgspec
 
-from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, max_model_len, model_cards
+from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind
 from streams.config import GenerationSettings
 from streams.records import PromptRecord
 
@@ -49,17 +50,9 @@ class VLLM(ServerKind):
     ) -> ServerInfo:
         """Model: the first ``/v1/models`` id; slots: unknown (``max_num_seqs`` is not served);
         context: ``max_model_len``; version: ``/version``."""
+        info = await super().read_info(server, models=models, default_model=default_model)
         version = await server.get_json("/version")
-        names = [m.get("id") for m in model_cards(models)]
-        return ServerInfo(
-            url=server.base_url,
-            kind=self.name,
-            model=str(names[0] if names and names[0] else default_model),
-            max_running_requests=None,
-            context_length=max_model_len(models),
-            version=version.get("version"),
-            raw={"version": version, "models": models},
-        )
+        return dataclasses.replace(info, version=version.get("version"), raw={**info.raw, "version": version})
 
     def request_body(
         self, prompt: PromptRecord, rid: str, generation: GenerationSettings, *, model: str | None
