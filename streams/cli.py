@@ -163,6 +163,11 @@ def _flag(path: _Path) -> str:
     return "--" + ".".join(p.replace("_", "-") for p in path)
 
 
+def _off_flag(path: _Path) -> str:
+    """The flag that turns a bool setting off: ``--group.no-field``."""
+    return _flag((*path[:-1], "no_" + path[-1]))
+
+
 def _env(path: _Path) -> str:
     return ENV_PREFIX + "__".join(p.upper() for p in path)
 
@@ -220,7 +225,7 @@ def _setting_lines(path: _Path, info: FieldInfo) -> list[str]:
     default = info.get_default(call_default_factory=True)
     flag = _flag(path)
     if _kind(info.annotation) == "bool":
-        flag = f"{flag}/{_flag((*path[:-1], 'no_' + path[-1]))}"
+        flag = f"{flag}/{_off_flag(path)}"
     lines = [f"  {flag}  {_env(path)}  (default: {default!r})"]
     if info.description:
         lines.append(f"      {info.description}")
@@ -233,7 +238,8 @@ def _settings_help(ctx: click.Context, param: click.Parameter, value: bool) -> N
     fields = dict(_fields(Settings))
     lines = ["Settings (flag, environment variable, default: description).", "", "Most runs set:"]
     for dotted in COMMON_SETTINGS:
-        lines += _setting_lines(tuple(dotted.split(".")), fields[tuple(dotted.split("."))])
+        path = tuple(dotted.split("."))
+        lines += _setting_lines(path, fields[path])
     groups: dict[str, list[_Path]] = {}
     for path in fields:
         if ".".join(path) not in COMMON_SETTINGS:
@@ -275,7 +281,7 @@ def settings_options(*shown: str, log_default: str = "info") -> Callable[[F], F]
                 "callback": _store(path, kind, _nullable(info.annotation)),
             }
             if kind == "bool":
-                off = _flag((*path[:-1], "no_" + path[-1]))
+                off = _off_flag(path)
                 old_off = "--no-" + _flag(path)[2:]  # pydantic-settings' spelling: --no-group.field
                 option = click.option(name, f"{flag}/{off}", f" /{old_off}", **common)
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.servers.answers import ChatResult, int_or_none, parse_chat_answer
@@ -19,7 +20,7 @@ from consumers.servers.requests import chat_request_body
 from streams.config import GenerationSettings
 from streams.records import PromptRecord
 
-__all__ = ["LoadSeries", "ServerHttp", "ServerInfo", "ServerKind", "ServerLoad", "parse_load"]
+__all__ = ["LoadSeries", "ServerHttp", "ServerInfo", "ServerKind", "ServerLoad", "json_object", "parse_load"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,15 @@ class ServerKind:
         return parse_chat_answer(
             status, content, base_url=base_url, latency_s=latency_s, requested_model=requested_model
         )
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` decoded, when it is a JSON object; else None (not JSON, or another JSON value)."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def model_cards(models: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import msgspec
-
 from consumers.servers.answers import int_or_none
-from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, max_model_len
+from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, json_object, max_model_len
 
 __all__ = ["SGLang", "sglang_running_limit"]
 
@@ -29,11 +27,8 @@ class SGLang(ServerKind):
         """A JSON object of SGLang's server arguments (``model_path``): vLLM answers
         ``/server_info`` too, with ``{"vllm_config": ...}``, when ``VLLM_SERVER_DEV_MODE`` is set
         (vLLM 0.11.0 ``entrypoints/openai/api_server.py``; docs/vllm.md)."""
-        try:
-            data = msgspec.json.decode(body)
-        except msgspec.DecodeError:
-            return False
-        return isinstance(data, dict) and "model_path" in data
+        data = json_object(body)
+        return data is not None and "model_path" in data
 
     async def read_info(
         self, server: ServerHttp, *, models: dict[str, Any], default_model: str

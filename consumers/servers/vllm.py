@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-import msgspec
-
-from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind
+from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, json_object
 from streams.config import GenerationSettings
 from streams.records import PromptRecord
 
@@ -39,11 +37,8 @@ class VLLM(ServerKind):
         ``--disable-log-stats``); ``/version``: a JSON object of ``version`` alone."""
         if path == "/metrics":
             return b"vllm:num_requests_running" in body
-        try:
-            data = msgspec.json.decode(body)
-        except msgspec.DecodeError:
-            return False
-        return isinstance(data, dict) and set(data) == {"version"} and isinstance(data["version"], str)
+        data = json_object(body)
+        return data is not None and set(data) == {"version"} and isinstance(data["version"], str)
 
     async def read_info(
         self, server: ServerHttp, *, models: dict[str, Any], default_model: str
