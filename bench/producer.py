@@ -46,6 +46,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from bench.children import REPO_ROOT, python_argv, run_captured, start, wait_with_usage
 from launch.stack import LocalStack
 from launch.stack.kafka import ensure_jars, java_executable
+from launch.stack.settings import load_stack_settings
 from streams.config import Settings
 from streams.kafka import client_kwargs
 from streams.topics import TopicSpec, ensure_topics
@@ -113,11 +114,7 @@ def producer_performance(
     settings: Settings, topic: str, records: int, props: list[str], extra: list[str], label: str
 ) -> tuple[Row, str]:
     """One ProducerPerformance run; returns its row and the command."""
-    libs = ensure_jars(
-        Path(settings.stack.cache)
-        if Path(settings.stack.cache).is_absolute()
-        else REPO_ROOT / settings.stack.cache
-    )
+    libs = ensure_jars(Path(load_stack_settings().pinned_to(REPO_ROOT).cache))
     cmd = [
         java_executable(),
         "-Xmx2g",

@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
+from streams.environment import unknown_environment
 from streams.errors import ConfigError
 from streams.runs import naming
 
@@ -48,7 +49,6 @@ __all__ = [
     "Settings",
     "SettingsT",
     "SinkSettings",
-    "StackSettings",
     "TopicSettings",
     "aws_environment",
     "check_server_url",
@@ -362,32 +362,6 @@ class GateSettings(BaseModel):
         }
 
 
-class StackSettings(BaseModel):
-    """The local stack (``python -m launch.stack``): where it keeps its files and how it sizes
-    the llama.cpp servers. Its addresses are not set here: one Kafka node listens on each
-    ``kafka.bootstrap_servers`` address (one address: a single broker; three: a 3-node
-    cluster), S3 on the port of ``s3.endpoint_url`` and one llama-server on each loopback URL
-    of ``servers``, so clients and stack cannot disagree."""
-
-    model_config = _FROZEN
-
-    home: str = Field(".local", description="folder for data, logs and pid files (relative to cwd)")
-    cache: str = Field(
-        ".local/cache",
-        description="downloaded Kafka jars; stacks with other homes share it (relative to cwd)",
-    )
-    kafka_heap: str = Field("768m", description="JVM -Xmx of the local broker (one-broker stack)")
-    kafka_node_heap: str = Field(
-        "512m",
-        description="JVM -Xmx of each node of a local cluster (several kafka.bootstrap_servers): "
-        "three JVMs share the machine, so each stays small",
-    )
-    llm_parallel: int = Field(4, gt=0, description="llama-server --parallel: slots per server")
-    llm_context: int = Field(8192, gt=0, description="llama-server -c: tokens, shared by its slots")
-    llm_threads: int = Field(1, gt=0, description="llama-server -t: CPU threads per server")
-    ready_timeout_s: float = Field(120.0, gt=0, description="seconds to wait for each service")
-
-
 COMMON_SETTINGS: Final[tuple[str, ...]] = (
     "run_id",
     "servers",
@@ -420,7 +394,7 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
         frozen=True,
-        extra="ignore",
+        extra="forbid",
         cli_kebab_case=True,
         cli_implicit_flags=True,
         nested_model_default_partial_update=True,
@@ -440,6 +414,11 @@ class Settings(BaseSettings):
         default_factory=lambda: ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
         description="inference server base URLs (SGLang, or llama.cpp locally), one consumer each",
     )
+    home: str = Field(
+        ".local",
+        description="folder of this machine's kafkagen state: run folders, serve fleets, datasets and "
+        "the local stack's services (relative to cwd)",
+    )
     kafka: KafkaSettings = Field(KafkaSettings(), description="how every Kafka client connects")
     topics: TopicSettings = Field(TopicSettings(), description="topic names and partitions")
     s3: S3Settings = Field(S3Settings(), description="where the sink writes")
@@ -450,9 +429,6 @@ class Settings(BaseSettings):
     consumer: ConsumerSettings = Field(ConsumerSettings(), description="the generation consumers")
     sink: SinkSettings = Field(SinkSettings(), description="the S3 sink")
     gate: GateSettings = Field(GateSettings(), description="the fleet-wide quality gate")
-    stack: StackSettings = Field(
-        StackSettings(), description="the local development stack (python -m launch.stack) only"
-    )
 
     @model_validator(mode="before")
     @classmethod
@@ -526,6 +502,9 @@ def load_settings(
         ConfigError: a value is malformed; the message names the setting and its env variable.
         SystemExit: on ``--help`` or an unknown flag (argparse behaviour).
     """
+    unknown = unknown_environment(cls, os.environ)
+    if unknown:
+        raise ConfigError("\n".join(["invalid settings:", *unknown]))
     try:
         if overrides is not None:
             return cls(**overrides)

@@ -6,7 +6,7 @@ which run ``LocalStack.up`` for the services they need (idempotent: a stack star
 prefixes are unique per test so tests never see each other's data.
 
 Two Kafka shapes: the configured single broker, and a 3-broker cluster beside it
-(:func:`launch.stack.cluster_beside`: home ``<stack.home>/cluster3``, brokers on the configured
+(:func:`launch.stack.cluster_beside`: home ``<home>/cluster3``, brokers on the configured
 Kafka port + 2, + 4, + 6, controllers one above each), started on first use, reused by the
 session and stopped by ``scripts/test.sh`` (``python -m launch.stack --cluster3 down``). A test
 runs on both shapes with ``@broker_shapes()`` (:mod:`tests.helpers`); its ``settings`` then point
@@ -33,6 +33,8 @@ from tests.helpers import port_free
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA = REPO_ROOT / "data"
 """Public prompt sets shipped with the repository (GSM8K, MT-Bench, BFCL; see data/README.md)."""
+# The stack's jars, shared by every home a test gives its own stack, wherever pytest runs.
+os.environ.setdefault("KAFKAGEN_STACK__CACHE", str(REPO_ROOT / ".local" / "cache"))
 
 
 @pytest.fixture(scope="session")
@@ -47,15 +49,8 @@ def base_settings() -> Settings:
     """Settings from the environment (defaults: the local stack's addresses), with the stack's
     home and cache pinned to the repository so tests find the stack wherever pytest runs."""
     s = Settings()
-    home = Path(s.stack.home)
-    cache = Path(s.stack.cache)
-    stack = s.stack.model_copy(
-        update={
-            "home": str(home if home.is_absolute() else REPO_ROOT / home),
-            "cache": str(cache if cache.is_absolute() else REPO_ROOT / cache),
-        }
-    )
-    return s.model_copy(update={"stack": stack})
+    home = Path(s.home)
+    return s.model_copy(update={"home": str(home if home.is_absolute() else REPO_ROOT / home)})
 
 
 @pytest.fixture(scope="session")
@@ -150,7 +145,7 @@ def own_kafka(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     own = settings.model_copy(
         update={
             "kafka": settings.kafka.model_copy(update={"bootstrap_servers": f"127.0.0.1:{port}"}),
-            "stack": settings.stack.model_copy(update={"home": str(tmp_path / "own-kafka")}),
+            "home": str(tmp_path / "own-kafka"),
         }
     )
     stack = LocalStack(own)

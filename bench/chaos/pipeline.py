@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError
 from bench.children import REPO_ROOT, Children
 from launch.gate.control import change_gate
 from launch.stack import LocalStack
+from launch.stack.settings import load_stack_settings
 from streams.audit_trace import PLANT_ENV, TRACE_ENV
 from streams.config import Settings, settings_to_env
 from streams.runs.naming import derived_topics
@@ -159,12 +160,6 @@ def audit_settings(
             "heartbeat_interval_ms": 1000,
         }
     )
-    stack = base.stack.model_copy(
-        update={
-            "home": str(work_dir / "stack"),
-            "cache": str((REPO_ROOT / base.stack.cache).resolve()),
-        }
-    )
     return base.model_copy(
         update={
             "run_id": run_id,
@@ -177,7 +172,7 @@ def audit_settings(
             "consumer": consumer,
             "producer": producer,
             "sink": sink,
-            "stack": stack,
+            "home": str(work_dir / "stack"),
         }
     )
 
@@ -226,7 +221,7 @@ class Pipeline:
     (README: exit 3, unreachable), restarted like any exit."""
 
     def __post_init__(self) -> None:
-        self.stack = LocalStack(self.settings)
+        self.stack = LocalStack(self.settings, load_stack_settings().pinned_to(REPO_ROOT))
         self.trace_dir = self.work_dir / "trace"
         self.env = {
             **settings_to_env(self.settings),

@@ -339,13 +339,14 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     # The preflight names a fleet's servers gpu-<i>, any other server by its URL.
     names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
-        Fleet(settings.stack.home, options.serve.name).up(options.serve, echo=say)
+        Fleet(settings.home, options.serve.name).up(options.serve, echo=say)
         if same_servers(options.serve.urls, settings.servers):
             names = options.serve.servers
     if plan.embedded:
         _check_llm_ports(stack)
         stack.up(["kafka", "s3", "llm"], echo=say)
-        wait_s, hint = settings.stack.ready_timeout_s, "the local llama.cpp servers: see kafkagen stack logs"
+        wait_s = stack.stack_settings.ready_timeout_s
+        hint = "the local llama.cpp servers: see kafkagen stack logs"
     else:
         wait_s = options.server_timeout_s or settings.consumer.startup_timeout_s
         hint = (

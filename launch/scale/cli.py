@@ -110,7 +110,7 @@ async def _scale(
         record = await scale_fleet(
             settings, add=add, remove=remove, servers=servers, by=by, server_timeout_s=server_timeout_s
         )
-        home = Path(settings.stack.home) / "runs" / settings.run_id
+        home = Path(settings.home) / "runs" / settings.run_id
         if record is not None and not Supervisor(home).running():
             print(
                 f"note: no main job of run {settings.run_id} runs on this host (no supervisord in {home}): "

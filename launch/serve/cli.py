@@ -119,7 +119,7 @@ _fleet_name = click.option(
     "fleet_name",
     default="fleet",
     show_default=True,
-    help="the fleet's name: its folder <stack.home>/serve/<fleet>",
+    help="the fleet's name: its folder <home>/serve/<fleet>",
 )
 
 
@@ -205,7 +205,7 @@ def _preflight(
 
 
 def _fleet(ctx: click.Context, name: str) -> Fleet:
-    return Fleet(command_settings(ctx).stack.home, name)
+    return Fleet(command_settings(ctx).home, name)
 
 
 @click.group(help="A fleet of SGLang servers, one per GPU, detached under supervisord.")
@@ -223,7 +223,7 @@ def serve() -> None:
 @fleet_options
 @budget_options
 @preflight_options
-@settings_options("stack.home", "generation.model", log_default="warning")
+@settings_options("home", "generation.model", log_default="warning")
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -247,7 +247,7 @@ def up(
 
 @serve.command(help="Each server: URL, pid, supervisord state, health answer. Exit 1 when one is not ready.")
 @_fleet_name
-@settings_options("stack.home", log_default="warning")
+@settings_options("home", log_default="warning")
 @click.pass_context
 def status(ctx: click.Context, fleet_name: str) -> int:
     states = _fleet(ctx, fleet_name).status()
@@ -266,7 +266,7 @@ def status(ctx: click.Context, fleet_name: str) -> int:
 
 @serve.command(help="Stop every server gracefully and supervisord; waits until the ports are free.")
 @_fleet_name
-@settings_options("stack.home", log_default="warning")
+@settings_options("home", log_default="warning")
 @click.pass_context
 def down(ctx: click.Context, fleet_name: str) -> None:
     _fleet(ctx, fleet_name).down(echo=print)
@@ -283,7 +283,7 @@ def down(ctx: click.Context, fleet_name: str) -> None:
 @budget_options
 @sample_options
 @_fleet_name
-@settings_options("stack.home", "generation.model", log_default="warning")
+@settings_options("home", "generation.model", log_default="warning")
 @click.pass_context
 def probe(
     ctx: click.Context,
@@ -315,7 +315,7 @@ def probe(
     "-n", "--lines", type=click.IntRange(min=1), default=30, show_default=True, help="lines per server"
 )
 @_fleet_name
-@settings_options("stack.home", log_default="warning")
+@settings_options("home", log_default="warning")
 @click.pass_context
 def logs(ctx: click.Context, gpus: tuple[str, ...], lines: int, fleet_name: str) -> None:
     launched = _fleet(ctx, fleet_name)

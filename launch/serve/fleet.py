@@ -1,6 +1,6 @@
 """A fleet of inference servers, one per GPU, running detached under supervisord.
 
-``<stack.home>/serve/<fleet name>/`` holds supervisord's files, one log per GPU and the fleet record
+``<home>/serve/<fleet name>/`` holds supervisord's files, one log per GPU and the fleet record
 ``fleet.json``, which ``serve status``, ``down``, ``logs`` and the main job read. A server that
 exits within :data:`START_SECS` seconds of a start failed to start; after :data:`START_RETRIES`
 such failures in a row it ends ``FATAL``. docs/serve.md, "Detached".

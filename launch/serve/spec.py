@@ -100,7 +100,7 @@ class FleetSpec:
         copy_model_to: a folder (e.g. a RAM disk, ``/dev/shm/models``) to copy the model folder to
             once before starting (:func:`launch.serve.model_copy.copy_model`); the servers then
             load the copy, served under the original path's name unless ``served_model_name``.
-        name: the fleet's name: its folder ``<stack.home>/serve/<name>/``.
+        name: the fleet's name: its folder ``<home>/serve/<name>/``.
     """
 
     model_path: str

@@ -21,10 +21,11 @@ from launch.stack.kafka import KafkaNode, kafka_broker_ids, kafka_nodes, kafka_s
 from launch.stack.llm import LOOPBACK_HOSTS, llm_spec, local_port
 from launch.stack.process import ProcessManager, ServiceSpec, wait_until
 from launch.stack.s3 import s3_ready, s3_spec
+from launch.stack.settings import StackSettings, load_stack_settings
 from streams.config import Settings
 from streams.errors import ConfigError, ServiceNotReadyError
 
-__all__ = ["SERVICES", "LocalStack", "ServiceState", "cluster_beside"]
+__all__ = ["SERVICES", "LocalStack", "ServiceState", "StackSettings", "cluster_beside"]
 
 SERVICES = ("kafka", "s3", "llm")
 """Service kinds, in start order."""
@@ -48,9 +49,15 @@ class ServiceState:
 class LocalStack:
     """Starts, stops and inspects the local services described by ``settings``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, stack: StackSettings | None = None) -> None:
+        """``stack``: the stack's own settings; ``None`` reads them from the environment.
+
+        Raises:
+            ConfigError: a ``KAFKAGEN_STACK__`` variable is malformed or names no setting.
+        """
         self.settings = settings
-        self.home = Path(settings.stack.home).resolve()
+        self.stack_settings = stack or load_stack_settings()
+        self.home = Path(settings.home).resolve()
         self.processes = ProcessManager(self.home)
 
     # -- addresses ---------------------------------------------------------------------------
@@ -142,13 +149,13 @@ class LocalStack:
         node = self.kafka_node(name)
         if node is not None:
             nodes = self.kafka_nodes
-            cache = Path(self.settings.stack.cache).resolve()
-            st = self.settings.stack
+            st = self.stack_settings
+            cache = Path(st.cache).resolve()
             heap = st.kafka_heap if len(nodes) == 1 else st.kafka_node_heap
             return kafka_spec(self.home, cache, node, nodes, heap)
         if name == "s3":
             return s3_spec(self.home, self.s3_port, self.settings.s3)
-        return llm_spec(int(name.removeprefix("llm-")), self.settings.stack)
+        return llm_spec(int(name.removeprefix("llm-")), self.stack_settings)
 
     def ready(self, name: str) -> bool:
         """True when the service answers: a Kafka node when it answers a metadata request
@@ -173,7 +180,7 @@ class LocalStack:
 
         Raises:
             StackError: a service could not be installed or started (port taken, Java missing...).
-            ServiceNotReadyError: a service did not become ready within ``stack.ready_timeout_s``;
+            ServiceNotReadyError: a service did not become ready within ``KAFKAGEN_STACK__READY_TIMEOUT_S``;
                 the message holds the end of its log.
         """
         names = self.names(kinds)
@@ -199,7 +206,7 @@ class LocalStack:
                 )
             return self.ready(name)
 
-        timeout_s = self.settings.stack.ready_timeout_s
+        timeout_s = self.stack_settings.ready_timeout_s
         if not wait_until(check, timeout_s=timeout_s, interval_s=0.5):
             raise ServiceNotReadyError(
                 f"{name} not ready after {timeout_s:.0f} s at {self.address(name)}; "
@@ -244,7 +251,7 @@ class LocalStack:
 def cluster_beside(settings: Settings, brokers: int = 3) -> Settings:
     """``settings`` pointed at a local ``brokers``-node Kafka cluster that runs beside the
     configured stack without touching it (the tests' 3-broker cluster): node ``i`` on ``P + 2i``
-    (``P`` the configured Kafka's highest port), home ``<stack.home>/cluster<brokers>``. Use
+    (``P`` the configured Kafka's highest port), home ``<home>/cluster<brokers>``. Use
     ``LocalStack(cluster_beside(s)).up(["kafka"])``, never its other kinds (docs/local-stack.md).
 
     Raises:
@@ -259,7 +266,6 @@ def cluster_beside(settings: Settings, brokers: int = 3) -> Settings:
             f"no room above port {top} for a {brokers}-broker cluster (needs up to {ports[-1] + 1}); "
             "configure a lower kafka.bootstrap_servers port"
         )
-    home = Path(settings.stack.home) / f"cluster{brokers}"
+    home = Path(settings.home) / f"cluster{brokers}"
     kafka = settings.kafka.model_copy(update={"bootstrap_servers": ",".join(f"127.0.0.1:{p}" for p in ports)})
-    stack = settings.stack.model_copy(update={"home": str(home)})
-    return settings.model_copy(update={"kafka": kafka, "stack": stack})
+    return settings.model_copy(update={"kafka": kafka, "home": str(home)})

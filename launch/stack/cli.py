@@ -29,7 +29,7 @@ _SERVICE_HELP = f"SERVICE: any of {', '.join(SERVICES)} or one service such as k
 @click.option(
     "--cluster3",
     is_flag=True,
-    help="act on the 3-broker Kafka cluster beside the configured stack (home <stack.home>/cluster3, "
+    help="act on the 3-broker Kafka cluster beside the configured stack (home <home>/cluster3, "
     "brokers on the highest configured Kafka port + 2, + 4, + 6); Kafka only",
 )
 @settings_options(log_default="warning")

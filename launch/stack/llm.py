@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from launch.stack.process import ServiceSpec
-from streams.config import StackSettings
+from launch.stack.settings import StackSettings
 from streams.errors import ConfigError, StackError
 
 __all__ = ["CHAT_TEMPLATE", "LOOPBACK_HOSTS", "llama_server_binary", "llm_spec", "local_port", "model_path"]

@@ -128,7 +128,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
     args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "780"]
     log = tmp_path / "main-job.log"
     job = subprocess.Popen(args, cwd=REPO_ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
-    supervisor = Supervisor(Path(base_settings.stack.home) / "runs" / run_id)
+    supervisor = Supervisor(Path(base_settings.home) / "runs" / run_id)
     try:
         started = time.monotonic()
 

@@ -181,7 +181,7 @@ def idle_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A stack home of its own (empty) and addresses where nothing runs: whatever the main job
     starts shows up under the returned home."""
     home = tmp_path / "stack"
-    monkeypatch.setenv("KAFKAGEN_STACK__HOME", str(home))
+    monkeypatch.setenv("KAFKAGEN_HOME", str(home))
     monkeypatch.setenv("KAFKAGEN_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{unused_port()}")
     monkeypatch.setenv("KAFKAGEN_S3__ENDPOINT_URL", f"http://127.0.0.1:{unused_port()}")
     return home

@@ -28,9 +28,9 @@ SIMULATOR = "{python} -m simulator --port {port} --model-path {model} --time-sca
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A stack home of the test's own (KAFKAGEN_STACK__HOME); every fleet in it stopped after."""
+    """A stack home of the test's own (KAFKAGEN_HOME); every fleet in it stopped after."""
     stack_home = tmp_path / "stack"
-    monkeypatch.setenv("KAFKAGEN_STACK__HOME", str(stack_home))
+    monkeypatch.setenv("KAFKAGEN_HOME", str(stack_home))
     yield stack_home
     for folder in (stack_home / "serve").glob("*"):
         Fleet(stack_home, folder.name).down(echo=lambda _line: None)

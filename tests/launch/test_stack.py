@@ -17,6 +17,7 @@ from launch.stack import LocalStack
 from launch.stack.__main__ import main as stack_main
 from launch.stack.kafka import KAFKA_VERSION, POM
 from launch.stack.process import wait_until
+from launch.stack.settings import load_stack_settings
 from streams.config import Settings
 from streams.errors import ConfigError, StackError
 from streams.kafka import consumer_kwargs, producer_kwargs
@@ -36,7 +37,7 @@ def own_stack(base_settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
             "kafka": base_settings.kafka.model_copy(update={"bootstrap_servers": "127.0.0.1:19092"}),
             "s3": base_settings.s3.model_copy(update={"endpoint_url": "http://127.0.0.1:28333"}),
             "servers": [],
-            "stack": base_settings.stack.model_copy(update={"home": str(tmp_path / "stack")}),
+            "home": str(tmp_path / "stack"),
         }
     )
     stack = LocalStack(settings)
@@ -157,3 +158,12 @@ def test_a_running_service_on_other_ports_is_not_taken_for_the_configured_one(ow
     )
     with pytest.raises(StackError, match=r"s3 is already running .* on port\(s\) 28333"):
         LocalStack(moved).up(["s3"])
+
+
+def test_the_stack_reads_its_own_variables_and_refuses_unknown_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKAGEN_STACK__LLM_PARALLEL", "8")
+    assert load_stack_settings().llm_parallel == 8
+    monkeypatch.setenv("KAFKAGEN_STACK__HOME", "/tmp/x")  # the state folder is KAFKAGEN_HOME
+    refused = r"KAFKAGEN_STACK__HOME: no such setting \(KAFKAGEN_STACK__\* are: cache"
+    with pytest.raises(ConfigError, match=refused):
+        load_stack_settings()

@@ -237,7 +237,7 @@ def own_s3(settings: Settings, tmp_path: Path) -> Iterator[LocalStack]:
     own = settings.model_copy(
         update={
             "s3": settings.s3.model_copy(update={"endpoint_url": f"http://127.0.0.1:{port}"}),
-            "stack": settings.stack.model_copy(update={"home": str(tmp_path / "stack")}),
+            "home": str(tmp_path / "stack"),
         }
     )
     stack = LocalStack(own)

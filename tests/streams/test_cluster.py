@@ -110,7 +110,7 @@ def test_the_cluster_beside_the_stack_never_shares_its_ports_or_home(base_settin
     single = with_kafka_at(base_settings, "127.0.0.1:9092")
     beside = cluster_beside(single)
     assert beside.kafka.bootstrap_servers == "127.0.0.1:9094,127.0.0.1:9096,127.0.0.1:9098"
-    assert Path(beside.stack.home) == Path(single.stack.home) / "cluster3"
+    assert Path(beside.home) == Path(single.home) / "cluster3"
     assert beside.s3 == single.s3
     # Beside a configured cluster, it starts above that cluster's last controller.
     assert cluster_beside(

@@ -126,3 +126,33 @@ def test_malformed_json_in_the_environment_is_a_config_error(monkeypatch: pytest
     monkeypatch.setenv("KAFKAGEN_SERVERS", "http://not-a-json-list")
     with pytest.raises(ConfigError, match=r"servers.*JSON"):
         load_settings(Settings, [], prog="t")
+
+
+@pytest.mark.parametrize(
+    ("variable", "says"),
+    [
+        ("KAFKAGEN_GENRATION__MAX_TOKENS", "did you mean KAFKAGEN_GENERATION?"),
+        ("KAFKAGEN_RUNID", "did you mean KAFKAGEN_RUN_ID?"),
+        ("KAFKAGEN_SERVER", "did you mean KAFKAGEN_SERVERS?"),
+        ("KAFKAGEN_PROMPTS__TOPIC", "KAFKAGEN_* are: run_id, replay_of, servers, home, kafka"),
+    ],
+)
+def test_a_misspelt_environment_variable_is_refused_not_ignored(
+    monkeypatch: pytest.MonkeyPatch, variable: str, says: str
+) -> None:
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(ConfigError) as err:
+        load_settings(Settings)
+    assert f"{variable}: no such setting ({says}" in str(err.value)
+
+
+def test_variables_of_other_owners_under_the_prefix_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    others = ("KAFKAGEN_AUDIT_TRACE", "KAFKAGEN_KEEP_STACK", "KAFKAGEN_STACK__LLM_PARALLEL")
+    for name in (*others, "KAFKAGEN_HOME"):
+        monkeypatch.setenv(name, "8")
+    assert load_settings(Settings).home == "8"
+
+
+def test_an_unknown_top_level_setting_given_in_code_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"stack: no such setting \(unset KAFKAGEN_STACK"):
+        load_settings(Settings, overrides={"stack": {"home": "x"}})
