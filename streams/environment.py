@@ -45,5 +45,5 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
             if delimiter and not close:
                 continue  # not a setting's name: another tool's variable
         hint = f"did you mean {prefix}{close[0].upper()}?" if close else f"{prefix}* are: {', '.join(fields)}"
-        lines.append(f"  {name}: no such setting ({hint} unset it; --settings-help lists them)")
+        lines.append(f"  {name}: no such setting, {hint} (unset it)")
     return lines

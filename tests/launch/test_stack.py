@@ -164,6 +164,6 @@ def test_the_stack_reads_its_own_variables_and_refuses_unknown_ones(monkeypatch:
     monkeypatch.setenv("KAFKAGEN_STACK__LLM_PARALLEL", "8")
     assert load_stack_settings().llm_parallel == 8
     monkeypatch.setenv("KAFKAGEN_STACK__HOME", "/tmp/x")  # the state folder is KAFKAGEN_HOME
-    refused = r"KAFKAGEN_STACK__HOME: no such setting \(KAFKAGEN_STACK__\* are: cache"
+    refused = r"KAFKAGEN_STACK__HOME: no such setting, KAFKAGEN_STACK__\* are: cache, kafka_heap"
     with pytest.raises(ConfigError, match=refused):
         load_stack_settings()

@@ -143,7 +143,7 @@ def test_a_misspelt_environment_variable_is_refused_not_ignored(
     monkeypatch.setenv(variable, "1")
     with pytest.raises(ConfigError) as err:
         load_settings(Settings)
-    assert f"{variable}: no such setting ({says}" in str(err.value)
+    assert f"{variable}: no such setting, {says}" in str(err.value) and "(unset it)" in str(err.value)
 
 
 def test_variables_of_other_owners_under_the_prefix_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
