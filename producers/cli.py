@@ -35,10 +35,19 @@ from streams.cli import (
     run_command,
     settings_options,
     skip_unreadable_option,
+    template_options,
 )
 from streams.config import KeyBy
 from streams.errors import ConfigError, ExitCode, StorageError, UnavailableError
-from streams.inputs import LAST_TURN_RULES, FormatName, InputMapping, LastTurn, MappingOptions, resolve_inputs
+from streams.inputs import (
+    LAST_TURN_RULES,
+    FormatName,
+    InputMapping,
+    LastTurn,
+    MappingOptions,
+    prompt_template,
+    resolve_inputs,
+)
 from streams.kafka import kafka_unavailable
 from streams.metrics import serve_metrics
 
@@ -71,6 +80,8 @@ MAPPING_OPTIONS: Final = (
     "--key-by",
     "--last-turn",
     "--skip-unreadable",
+    "--template",
+    "--system-template",
 )
 """The flags :func:`mapping_options` adds."""
 
@@ -95,9 +106,12 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         key_by: KeyBy | None,
         last_turn: LastTurn,
         skip_unreadable: bool,
+        template: str | None,
+        system_template: str | None,
         **kwargs: Any,
     ) -> Any:
         rows = MappingOptions(
+            template=prompt_template(template, system_template),
             format=FormatName(format_),  # a click.Choice of the names
             prompt_field=prompt_field,
             id_field=id_field,
@@ -137,6 +151,7 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "sharegpt rows, keep for the others (streams/inputs/answers.py)",
         ),
         skip_unreadable_option(),
+        template_options(),
     ]
     decorated: Callable[..., Any] = wrapper
     for option in reversed(decorators):  # the first listed shows first in --help

@@ -36,8 +36,8 @@ __all__ = [
 def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
     """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`.
 
-    ``last_turn`` is there only when it is not ``auto``, so resume points written before the
-    option existed still match a run that does not give it.
+    ``last_turn`` is there only when it is not ``auto`` and ``template`` (a digest of its texts)
+    only when given, so resume points written before these options existed still match a run without them.
     """
     fingerprint: dict[str, Any] = {
         "format": options.format.value,
@@ -49,6 +49,8 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
     }
     if options.last_turn != "auto":
         fingerprint["last_turn"] = options.last_turn
+    if options.template is not None:
+        fingerprint["template"] = options.template.digest()
     return fingerprint
 
 

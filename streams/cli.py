@@ -56,6 +56,7 @@ __all__ = [
     "run_command",
     "settings_options",
     "skip_unreadable_option",
+    "template_options",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -355,6 +356,28 @@ def skip_unreadable_option() -> Callable[[F], F]:
         help="a folder input: leave out its files that are not prompt files (JSON Lines, JSON arrays, "
         "Parquet, plain or compressed) instead of refusing the folder",
     )
+
+
+def template_options() -> Callable[[F], F]:
+    """``--template`` and ``--system-template`` (passed as ``template``, ``system_template``):
+    prompts rendered from a row's fields (:func:`streams.inputs.prompt_template`)."""
+    user = click.option(
+        "--template",
+        metavar="FILE|TEXT",
+        help="render the user message from the row's fields with this Jinja2 template (a file, or the "
+        "text itself), e.g. '{{ instruction }}'; nested fields as '{{ instances[0].input }}'; a row "
+        "missing a field it reads is a bad row (docs/inputs.md, Templates)",
+    )
+    system = click.option(
+        "--system-template",
+        metavar="FILE|TEXT",
+        help="render the system message likewise (with --template; empty: no system message)",
+    )
+
+    def decorate(command: F) -> F:
+        return user(system(command))
+
+    return decorate
 
 
 def port(text: str | int) -> int:

@@ -195,8 +195,9 @@ def plan_run(settings: Settings, options: RunOptions) -> RunPlan:
 
 def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
     """The ``python -m producers.prompts`` arguments for ``options``: the prompt inputs (default the
-    demo file), the mapping options, and :data:`DEMO_KEEP_FIELDS` unless ``--keep-field`` is given."""
-    mapping = options.mapping
+    demo file), the mapping options, and :data:`DEMO_KEEP_FIELDS` unless ``--keep-field`` is given.
+    A template given as text is written beside ``bad_lines`` (the run folder), the argv names it."""
+    mapping = options.mapping.with_template_files(bad_lines.parent)
     keep = [] if mapping.rows.keep_fields else [a for f in DEMO_KEEP_FIELDS for a in ("--keep-field", f)]
     return [
         *(options.prompts or (str(DEMO_FILE),)),

@@ -28,9 +28,10 @@ from streams.cli import (
     run_command,
     settings_options,
     skip_unreadable_option,
+    template_options,
 )
 from streams.errors import ConfigError
-from streams.inputs import FormatName, MappingOptions
+from streams.inputs import FormatName, MappingOptions, prompt_template
 from streams.kafka import kafka_unavailable
 from streams.runs import naming
 from streams.storage import s3_client, storage_error
@@ -123,6 +124,7 @@ __all__ = ["export_command", "main"]
     "the answer in <think>...</think> (inline), or left out (drop)",
 )
 @skip_unreadable_option()
+@template_options()
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
@@ -143,6 +145,8 @@ def export_command(
     formats: tuple[str, ...],
     reasoning: ReasoningMode,
     skip_unreadable: bool,
+    template: str | None,
+    system_template: str | None,
 ) -> int:
     try:
         formats = parse_formats(formats)
@@ -169,7 +173,10 @@ def export_command(
         if inputs:
             try:
                 options = MappingOptions(
-                    format=FormatName(format_), prompt_field=prompt_field, id_field=id_field
+                    format=FormatName(format_),
+                    prompt_field=prompt_field,
+                    id_field=id_field,
+                    template=prompt_template(template, system_template),
                 )
             except ConfigError as exc:  # worded for the producer, whose flag is --format
                 raise ConfigError(str(exc).replace("--format", "--input-format")) from None

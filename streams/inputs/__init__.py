@@ -29,6 +29,7 @@ from streams.inputs.opening import (
 from streams.inputs.reading import read_rows
 from streams.inputs.resolve import GLOB_CHARS, InputSpec, resolve_inputs, split_s3
 from streams.inputs.rows import Row
+from streams.inputs.template import PromptTemplate, load_template, prompt_template
 
 __all__ = [
     "CHUNK_BYTES",
@@ -43,12 +44,15 @@ __all__ = [
     "LastTurn",
     "MappingOptions",
     "OpenedInput",
+    "PromptTemplate",
     "Row",
     "derived_id",
     "detect_format",
+    "load_template",
     "normalise",
     "open_input",
     "parse_line",
+    "prompt_template",
     "read_rows",
     "resolve_inputs",
     "split_s3",

@@ -31,6 +31,7 @@ from streams.inputs.fields import (
     shortened,
 )
 from streams.inputs.sharegpt import sharegpt_messages, sharegpt_tools
+from streams.inputs.template import PromptTemplate
 from streams.records import GenerationParams, PromptMetadata, PromptRecord
 
 __all__ = [
@@ -75,10 +76,13 @@ class MappingOptions:
         run_id: copied into ``PromptRecord.run_id``.
         last_turn: what becomes of a last assistant turn: ``auto``, ``reference`` or ``keep``
             (:mod:`streams.inputs.answers`).
+        template: renders each row's messages from its fields (``--template``), in place of a
+            format's mapping; the row's other fields still give its id and ``keep_fields``.
 
     Raises:
         ConfigError: unknown format or last-turn rule, ``dataset`` without ``prompt_field``,
-            ``prompt_field`` with another format, or an empty name or system prompt.
+            ``prompt_field`` with another format, or an empty name or system prompt; a
+            ``template`` beside a format, ``prompt_field`` or a system template beside ``system``.
     """
 
     format: FormatName = FormatName.AUTO
@@ -89,6 +93,7 @@ class MappingOptions:
     tags: tuple[str, ...] = field(default=())
     run_id: str | None = None
     last_turn: LastTurn = "auto"
+    template: PromptTemplate | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -111,6 +116,12 @@ class MappingOptions:
                 raise ConfigError(f"{name} is an empty string")
         if self.system is not None and not self.system.strip():
             raise ConfigError("the system prompt is empty: omit it instead")
+        if self.template is not None:
+            if fmt is not FormatName.AUTO or self.prompt_field is not None:
+                given = f"--format {fmt.value}" if fmt is not FormatName.AUTO else "--prompt-field"
+                raise ConfigError(f"--template builds the prompt from the row's fields itself: drop {given}")
+            if self.system is not None and self.template.system is not None:
+                raise ConfigError("--system and --system-template are alternatives: give one")
         for name, values in (("keep_fields", self.keep_fields), ("tags", self.tags)):
             if not all(isinstance(v, str) and v for v in values):
                 raise ConfigError(f"{name} must be non-empty strings, got {list(values)!r}")
@@ -271,14 +282,18 @@ def normalise(row: object, *, source: str, line: int, options: MappingOptions) -
         if not isinstance(row, dict):
             fail(f"row is {json_type(row)}, expected a JSON object")
         fmt = options.format
-        if fmt is FormatName.AUTO:
-            fmt = FormatName.DATASET if options.prompt_field is not None else detect_format(row)
-        messages, tools, params, extra = _mapped(row, fmt, options)
-        rule = options.last_turn
-        if rule == "reference" or (rule == "auto" and fmt is FormatName.SHAREGPT):
-            path = options.prompt_field if fmt is FormatName.DATASET else _MESSAGES_PATH.get(fmt)
-            messages, answer = split_answer(messages, path or "messages")
-            extra.update(answer)
+        if options.template is not None:
+            extra: dict[str, Any] = {}
+            messages, tools, params = options.template.messages(row), None, GenerationParams()
+        else:
+            if fmt is FormatName.AUTO:
+                fmt = FormatName.DATASET if options.prompt_field is not None else detect_format(row)
+            messages, tools, params, extra = _mapped(row, fmt, options)
+            rule = options.last_turn
+            if rule == "reference" or (rule == "auto" and fmt is FormatName.SHAREGPT):
+                path = options.prompt_field if fmt is FormatName.DATASET else _MESSAGES_PATH.get(fmt)
+                messages, answer = split_answer(messages, path or "messages")
+                extra.update(answer)
         id_key = options.id_field or _ID_FIELDS.get(fmt, "id")
         required = options.id_field is not None or fmt is FormatName.OPENAI_BATCH
         record_id = _row_id(row, id_key, required=required, source=source, line=line)

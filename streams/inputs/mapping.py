@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from streams.config import KeyBy
 from streams.inputs.formats import FormatName, MappingOptions
@@ -31,6 +32,14 @@ class InputMapping:
         """The reader's :class:`streams.inputs.MappingOptions` for run ``run_id``."""
         return dataclasses.replace(self.rows, run_id=run_id)
 
+    def with_template_files(self, folder: Path) -> InputMapping:
+        """This mapping with its template texts that came from no file written to ``folder``
+        (:meth:`PromptTemplate.with_files`), so :meth:`argv` names files, never multi-line text."""
+        if self.rows.template is None:
+            return self
+        rows = dataclasses.replace(self.rows, template=self.rows.template.with_files(folder))
+        return dataclasses.replace(self, rows=rows)
+
     def argv(self) -> list[str]:
         """The same options as ``kafkagen produce`` flags, for a command line that runs the
         producer (the main job); options not given are left out."""
@@ -50,6 +59,13 @@ class InputMapping:
         ):
             if value is not None:
                 args += [flag, value]
+        if rows.template is not None:
+            for flag, text, path in (
+                ("--template", rows.template.user, rows.template.files[0]),
+                ("--system-template", rows.template.system, rows.template.files[1]),
+            ):
+                if text is not None:
+                    args += [flag, str(path) if path is not None else text]
         for name in rows.keep_fields:
             args += ["--keep-field", name]
         for tag in rows.tags:

@@ -171,3 +171,37 @@ def test_a_file_of_only_bad_lines_ends_the_run_instead_of_waiting_forever(
     assert done.returncode == 1, output[-4000:]
     assert f"error: nothing to generate: e2e-bad-{unique}.prompts holds no prompt" in output
     assert "every input line was bad: see" in output and "bad-lines.jsonl" in output
+
+
+ALPACA_TEMPLATE = "{{ instruction }}\n{%- if instances[0].input %}\n\n{{ instances[0].input }}\n{%- endif %}"
+"""The bundled ``data/instructions/template.j2``, given as text (several lines) on the command line."""
+
+
+def test_a_template_given_as_text_puts_every_input_into_its_prompt(
+    kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    tasks = REPO_ROOT / "data" / "instructions" / "tasks.jsonl"
+    rows = {r["id"]: r for r in map(json.loads, tasks.read_text().splitlines())}
+    run_id = f"e2e-template-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(tasks)]
+    args += ["--template", ALPACA_TEMPLATE, "--server", user_servers[0], "--server", user_servers[1]]
+    args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
+    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+    completions = _dataset(dataset)
+    assert sorted(r["id"] for r in completions) == sorted(rows)
+    for record in completions:
+        row = rows[record["id"]]
+        [user] = record["prompt"]["messages"]
+        given = row["instances"][0]["input"]
+        assert user["content"] == (f"{row['instruction']}\n\n{given}" if given else row["instruction"])
+
+    # The export's expected-id check reads the input through the same template.
+    export = [sys.executable, "-m", "sinks.export", "--run-id", run_id, "--to", str(tmp_path / "again")]
+    export += ["--input", str(tasks), "--template", ALPACA_TEMPLATE]
+    done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    assert manifest["missing"]["count"] == 0 and manifest["records"]["completions"] == len(rows), manifest

@@ -443,3 +443,39 @@ async def test_s3_objects_by_uri_and_glob(
     capsys.readouterr()
     assert await run_main(settings, f"s3://{bucket}/{prefix}/in/missing.jsonl", *s3_flags) == 2
     assert "missing.jsonl: no such S3 object" in capsys.readouterr().err
+
+
+async def test_a_template_renders_nested_fields_and_a_row_missing_one_is_a_bad_line(
+    kafka: str, settings: Settings, sample_data: Path, tmp_path: Path
+) -> None:
+    tasks = sample_data / "instructions" / "tasks.jsonl"
+    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    broken = {"id": "no-input", "name": "t", "instruction": "Translate it.", "instances": [{"output": "x"}]}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:5], broken, *rows[5:]]))
+    template = str(sample_data / "instructions" / "template.j2")
+    rc, err = run_cli(
+        settings,
+        "tasks.jsonl",
+        "--template",
+        template,
+        "--system-template",
+        "Task: {{ name }}.",
+        cwd=tmp_path,
+    )
+    assert rc == 1, err
+    [bad] = [json.loads(line) for line in (tmp_path / "bad-lines.jsonl").read_text().splitlines()]
+    assert (bad["line"], bad["id"]) == (6, "no-input")
+    assert "template field instances[0].input is missing" in bad["reason"], bad
+    got = {r.id: r.messages for r in await prompts_on_topic(settings)}
+    assert set(got) == {r["id"] for r in rows}
+    for row in rows:
+        system, user = got[row["id"]]
+        assert system == {"role": "system", "content": f"Task: {row['name']}."}
+        assert (
+            user["content"].startswith(row["instruction"]) and row["instances"][0]["input"] in user["content"]
+        )
+
+    # The same run id with another template: refused, the earlier records are not re-published.
+    rc, err = run_cli(settings, "tasks.jsonl", "--template", "{{ instruction }}", cwd=tmp_path)
+    assert rc == 2 and "other mapping options (template:" in err, err
