@@ -41,6 +41,7 @@ from streams.config import KeyBy
 from streams.errors import ConfigError, ExitCode, StorageError, UnavailableError
 from streams.inputs import (
     LAST_TURN_RULES,
+    MAX_SAMPLES,
     FormatName,
     InputMapping,
     LastTurn,
@@ -82,6 +83,7 @@ MAPPING_OPTIONS: Final = (
     "--skip-unreadable",
     "--template",
     "--system-template",
+    "--samples",
 )
 """The flags :func:`mapping_options` adds."""
 
@@ -108,10 +110,12 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         skip_unreadable: bool,
         template: str | None,
         system_template: str | None,
+        samples: int,
         **kwargs: Any,
     ) -> Any:
         rows = MappingOptions(
             template=prompt_template(template, system_template),
+            samples=samples,
             format=FormatName(format_),  # a click.Choice of the names
             prompt_field=prompt_field,
             id_field=id_field,
@@ -152,6 +156,15 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         skip_unreadable_option(),
         template_options(),
+        click.option(
+            "--samples",
+            type=click.IntRange(1, MAX_SAMPLES),
+            default=1,
+            show_default=True,
+            metavar="N",
+            help="completions per prompt: each row is published as N records <id>#0 .. <id>#N-1, each "
+            "with its own seed (docs/inputs.md, Samples)",
+        ),
     ]
     decorated: Callable[..., Any] = wrapper
     for option in reversed(decorators):  # the first listed shows first in --help

@@ -36,8 +36,9 @@ __all__ = [
 def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
     """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`.
 
-    ``last_turn`` is there only when it is not ``auto`` and ``template`` (a digest of its texts)
-    only when given, so resume points written before these options existed still match a run without them.
+    ``last_turn`` is there only when it is not ``auto``, ``template`` (a digest of its texts)
+    only when given and ``samples`` only when not 1, so resume points written before these
+    options existed still match a run without them.
     """
     fingerprint: dict[str, Any] = {
         "format": options.format.value,
@@ -51,6 +52,8 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
         fingerprint["last_turn"] = options.last_turn
     if options.template is not None:
         fingerprint["template"] = options.template.digest()
+    if options.samples != 1:
+        fingerprint["samples"] = options.samples
     return fingerprint
 
 

@@ -210,7 +210,8 @@ class InputPublisher:
                     report.add(name, line, parsed.reason, parsed.record_id)
                     stats.bad += 1
                     continue
-                record_id, key, value, partition = cast(Made, parsed)
+                made = parsed if type(parsed) is list else [cast(Made, parsed)]
+                record_id = made[0][0]  # a line's samples share its prompt id: the first stands for all
                 first = index.add(record_id, file_base | line)
                 if first is not None:
                     first_file, first_line = unpack_where(first)
@@ -221,11 +222,12 @@ class InputPublisher:
                     stats.bad += 1
                     continue
                 if line <= resume_line:
-                    stats.skipped += 1
+                    stats.skipped += len(made)
                     continue
-                await self._append(partition, key, value)
-                stats.published += 1
-                self.txn_records += 1
+                for _, key, value, partition in made:  # all of a line's samples before a checkpoint
+                    await self._append(partition, key, value)
+                stats.published += len(made)
+                self.txn_records += len(made)
                 if self.txn_records >= self.checkpoint_every or self._txn_due():
                     await self._checkpoint(done=False)
                 if self.max_rate is not None:

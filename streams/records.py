@@ -114,6 +114,14 @@ class PromptRecord(_Record, frozen=True, kw_only=True):
     """the run that published it; a replay under a new run id re-publishes with its own."""
     attempt: int = 0
     """0 for the first publication; incremented by each re-publish of the same id."""
+    sample: int | None = None
+    """k (0-based) of the prompt's ``--samples`` completions, its id ``<prompt id>#<k>``; None: the
+    prompt's only one (docs/inputs.md, Samples)."""
+
+    @property
+    def prompt_id(self) -> str:
+        """The id of the input row this record came from: ``id`` without its ``#<k>`` sample suffix."""
+        return self.id if self.sample is None else self.id.removesuffix(f"#{self.sample}")
 
 
 class Usage(_Record, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ never read here. Why and how: docs/main-job.md, "The preflight".
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ def read_sample(
         for spec in specs:
             make = RecordMaker(
                 spec.name,
-                options,
+                dataclasses.replace(options, samples=1),  # the prompts themselves, not their samples
                 partitions=settings.topics.partitions,
                 key_by=settings.producer.key_by,
                 record_limit=settings.kafka.max_message_bytes,
@@ -132,7 +133,7 @@ def read_sample(
                     chunk = await reader.next_chunk()
                     eof = chunk.eof
                     for parsed in chunk.parsed:
-                        if parsed is None or isinstance(parsed, Rejected):
+                        if parsed is None or isinstance(parsed, (Rejected, list)):  # never a list: samples=1
                             continue
                         if parsed[0] in ids:  # one request id per prompt: a server refuses a repeat
                             repeated += 1

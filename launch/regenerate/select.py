@@ -21,6 +21,7 @@ import msgspec
 from consumers.quality.gate import GATE_CLASSES, result_classes
 from sinks.export.sources import Rank, attempt_of, rank
 from streams.errors import ConfigError
+from streams.inputs import reseeded
 from streams.records import CompletionRecord, FinishReason, GenerationParams, PromptRecord
 
 __all__ = [
@@ -172,8 +173,10 @@ def merged_params(params: GenerationParams, overrides: GenerationParams) -> Gene
 
 
 def regenerated(prompt: PromptRecord, attempt: int, overrides: GenerationParams) -> PromptRecord:
-    """``prompt`` as attempt ``attempt`` with ``overrides`` merged over its parameters."""
-    return msgspec.structs.replace(prompt, attempt=attempt, params=merged_params(prompt.params, overrides))
+    """``prompt`` as attempt ``attempt`` with ``overrides`` merged over its parameters; a sample
+    (``--samples``) with a seed of its own unless the overrides set one (:func:`streams.inputs.reseeded`)."""
+    base = reseeded(prompt) if overrides.seed is None else prompt
+    return msgspec.structs.replace(base, attempt=attempt, params=merged_params(base.params, overrides))
 
 
 def next_turn_prompt(completion: CompletionRecord) -> PromptRecord | None:

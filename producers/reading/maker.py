@@ -4,15 +4,15 @@ size (:mod:`producers.reading.limits`) and choose the partition (:mod:`producers
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from producers.partitioning import input_salt, partition_for
 from producers.reading.badlines import id_of_bad_row
 from producers.reading.limits import record_size
 from streams.config import KeyBy
 from streams.errors import InputError
-from streams.inputs import MappingOptions, parse_line
-from streams.records import encode, key_of
+from streams.inputs import MappingOptions, parse_line, sampled
+from streams.records import PromptRecord, encode, key_of
 
 __all__ = ["Made", "Parsed", "RecordMaker", "Rejected"]
 
@@ -26,8 +26,9 @@ class Rejected(NamedTuple):
 
 Made = tuple[str, bytes, bytes, int]
 """A record ready to publish: ``(id, key, value, partition)`` (key and value: bytes to send)."""
-Parsed = Made | Rejected | None
-"""What one input line became: a record, a :class:`Rejected` line, or ``None`` for a blank line."""
+Parsed = Made | list[Made] | Rejected | None
+"""What one input line became: a record, its samples' records (``--samples`` over 1), a
+:class:`Rejected` line, or ``None`` for a blank line."""
 
 
 class RecordMaker:
@@ -62,12 +63,20 @@ class RecordMaker:
         self.salt = input_salt(source)  # the reader sets the input's identity once it is open
         self.record_limit = record_limit
 
-    def __call__(self, raw: bytes, line: int) -> Made | Rejected:
-        """Line ``line`` (1-based; ``raw``: its bytes, not blank) as a record, or why it is bad."""
+    def __call__(self, raw: bytes, line: int) -> Made | list[Made] | Rejected:
+        """Line ``line`` (1-based; ``raw``: its bytes, not blank) as a record (a list of them, one per
+        sample, with ``--samples`` over 1), or why it is bad."""
         try:
             record = parse_line(raw, source=self.source, line=line, options=self.options)
         except InputError as exc:
             return Rejected(exc.reason, id_of_bad_row(raw, self.options))
+        if self.options.samples == 1:
+            return self._made(record, line)
+        made = [self._made(sample, line) for sample in sampled(record, self.options.samples)]
+        rejected = next((m for m in made if type(m) is Rejected), None)
+        return rejected or cast(list[Made], made)
+
+    def _made(self, record: PromptRecord, line: int) -> Made | Rejected:
         value = encode(record)
         key = key_of(record.id)
         size = record_size(key, value)

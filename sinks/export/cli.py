@@ -31,7 +31,7 @@ from streams.cli import (
     template_options,
 )
 from streams.errors import ConfigError
-from streams.inputs import FormatName, MappingOptions, prompt_template
+from streams.inputs import MAX_SAMPLES, FormatName, MappingOptions, prompt_template
 from streams.kafka import kafka_unavailable
 from streams.runs import naming
 from streams.storage import s3_client, storage_error
@@ -125,6 +125,13 @@ __all__ = ["export_command", "main"]
 )
 @skip_unreadable_option()
 @template_options()
+@click.option(
+    "--samples",
+    type=click.IntRange(1, MAX_SAMPLES),
+    default=1,
+    show_default=True,
+    help="--input: the run's --samples (completions per prompt)",
+)
 @settings_options("run_id", "replay_of", log_default="warning")
 @click.pass_context
 def export_command(
@@ -147,6 +154,7 @@ def export_command(
     skip_unreadable: bool,
     template: str | None,
     system_template: str | None,
+    samples: int,
 ) -> int:
     try:
         formats = parse_formats(formats)
@@ -177,6 +185,7 @@ def export_command(
                     prompt_field=prompt_field,
                     id_field=id_field,
                     template=prompt_template(template, system_template),
+                    samples=samples,
                 )
             except ConfigError as exc:  # worded for the producer, whose flag is --format
                 raise ConfigError(str(exc).replace("--format", "--input-format")) from None

@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from streams.config import Settings
 from streams.errors import ConfigError, InputError
-from streams.inputs import MappingOptions, open_input, parse_line, read_rows, resolve_inputs
+from streams.inputs import MappingOptions, open_input, parse_line, read_rows, resolve_inputs, sampled
 from streams.kafka import read_to_end, topic_partitions
 from streams.records import PromptRecord, RecordDecodeError, decode
 from streams.storage import storage_error
@@ -38,6 +38,10 @@ class Expected:
     """input records whose id could not be read (bad rows, undecodable prompts without a key)."""
     attempts: dict[str, int] = field(default_factory=dict)
     """id → its latest ``attempt`` on the prompts topic, for the ids re-published (attempt > 0)."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """sample id → its prompt's id, for the records of a ``--samples`` run (empty otherwise)."""
+    per_prompt: int = 1
+    """samples wanted per prompt (the most seen)."""
 
 
 async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout_s: float = 30.0) -> Expected:
@@ -58,12 +62,17 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
         )
     ids: set[str] = set()
     attempts: dict[str, int] = {}
+    prompts: dict[str, str] = {}
+    per_prompt = 1
     unreadable = 0
     async for records in read_to_end(settings.kafka, topic, stall_timeout_s=stall_timeout_s):
         for rec in records:
             try:
                 prompt = decode(rec.value or b"", PromptRecord)
                 ids.add(prompt.id)
+                if prompt.sample is not None:
+                    prompts[prompt.id] = prompt.prompt_id
+                    per_prompt = max(per_prompt, prompt.sample + 1)
                 if prompt.attempt > attempts.get(prompt.id, 0):
                     attempts[prompt.id] = prompt.attempt
             except RecordDecodeError:
@@ -71,7 +80,7 @@ async def prompt_ids_from_topic(settings: Settings, topic: str, *, stall_timeout
                     ids.add(rec.key.decode("utf-8", "replace"))
                 else:
                     unreadable += 1
-    return Expected(f"topic:{topic}", ids, unreadable, attempts)
+    return Expected(f"topic:{topic}", ids, unreadable, attempts, prompts, per_prompt)
 
 
 def prompt_ids_from_inputs(
@@ -94,6 +103,7 @@ def prompt_ids_from_inputs(
         StorageError: S3 failed.
     """
     ids: set[str] = set()
+    prompts: dict[str, str] = {}
     unreadable = 0
     specs = resolve_inputs(items, s3, skip_unreadable=skip_unreadable)
     for spec in specs:
@@ -105,9 +115,14 @@ def prompt_ids_from_inputs(
                     if row.text is None:
                         continue
                     try:
-                        ids.add(parse_line(row.text, source=spec.name, line=number, options=options).id)
+                        record = parse_line(row.text, source=spec.name, line=number, options=options)
                     except InputError:
                         unreadable += 1
+                        continue
+                    for sample in sampled(record, options.samples):
+                        ids.add(sample.id)
+                        if sample.sample is not None:
+                            prompts[sample.id] = record.id
         except (ClientError, BotoCoreError) as exc:
             bucket = spec.name.removeprefix("s3://").split("/")[0]
             raise storage_error(exc, f"reading {spec.name}", bucket, name_it=True) from None
@@ -117,4 +132,10 @@ def prompt_ids_from_inputs(
                 f"cannot be read {where}: {type(exc).__name__}: {exc} (a corrupt or truncated file?)",
                 source=spec.name,
             ) from None
-    return Expected("file:" + ", ".join(s.name for s in specs), ids, unreadable)
+    return Expected(
+        "file:" + ", ".join(s.name for s in specs),
+        ids,
+        unreadable,
+        prompts=prompts,
+        per_prompt=options.samples,
+    )

@@ -161,12 +161,26 @@ def build_manifest(
         if expected is None
         else {"source": expected.source, "ids": len(expected.ids), "unreadable": expected.unreadable},
         "missing": _capped(missing, list_cap),
+        "samples": _samples(expected, missing, list_cap),
         "unwritten": _capped(unwritten, list_cap),
         "pending_attempts": _capped(pending, list_cap),
         "unexpected": _capped(unexpected, list_cap),
         "formats": formats or {"formats": ["jsonl"], "reasoning": None},
         "shards": shards,
         "card": card,
+    }
+
+
+def _samples(expected: Expected | None, missing: list[str], list_cap: int) -> dict[str, Any] | None:
+    """``--samples`` runs: samples wanted per prompt, the prompts, and the prompts with fewer
+    samples than that (``short``: their prompt ids); None for a run of one completion per prompt."""
+    if expected is None or not expected.prompts:
+        return None
+    short = sorted({expected.prompts[i] for i in missing if i in expected.prompts})
+    return {
+        "per_prompt": expected.per_prompt,
+        "prompts": len(set(expected.prompts.values())),
+        "short": _capped(short, list_cap),
     }
 
 

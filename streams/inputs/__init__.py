@@ -29,12 +29,14 @@ from streams.inputs.opening import (
 from streams.inputs.reading import read_rows
 from streams.inputs.resolve import GLOB_CHARS, InputSpec, resolve_inputs, split_s3
 from streams.inputs.rows import Row
+from streams.inputs.samples import MAX_SAMPLES, reseeded, sample_id, sampled
 from streams.inputs.template import PromptTemplate, load_template, prompt_template
 
 __all__ = [
     "CHUNK_BYTES",
     "GLOB_CHARS",
     "LAST_TURN_RULES",
+    "MAX_SAMPLES",
     "STDIN_IDENTITY_BYTES",
     "Container",
     "CountingRaw",
@@ -54,6 +56,9 @@ __all__ = [
     "parse_line",
     "prompt_template",
     "read_rows",
+    "reseeded",
     "resolve_inputs",
+    "sample_id",
+    "sampled",
     "split_s3",
 ]

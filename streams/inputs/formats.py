@@ -30,6 +30,7 @@ from streams.inputs.fields import (
     nonempty_text,
     shortened,
 )
+from streams.inputs.samples import MAX_SAMPLES
 from streams.inputs.sharegpt import sharegpt_messages, sharegpt_tools
 from streams.inputs.template import PromptTemplate
 from streams.records import GenerationParams, PromptMetadata, PromptRecord
@@ -78,6 +79,8 @@ class MappingOptions:
             (:mod:`streams.inputs.answers`).
         template: renders each row's messages from its fields (``--template``), in place of a
             format's mapping; the row's other fields still give its id and ``keep_fields``.
+        samples: completions wanted per row (``--samples``); the producer publishes each row as
+            this many records (:func:`streams.inputs.samples.sampled`).
 
     Raises:
         ConfigError: unknown format or last-turn rule, ``dataset`` without ``prompt_field``,
@@ -94,6 +97,7 @@ class MappingOptions:
     run_id: str | None = None
     last_turn: LastTurn = "auto"
     template: PromptTemplate | None = None
+    samples: int = 1
 
     def __post_init__(self) -> None:
         try:
@@ -116,6 +120,8 @@ class MappingOptions:
                 raise ConfigError(f"{name} is an empty string")
         if self.system is not None and not self.system.strip():
             raise ConfigError("the system prompt is empty: omit it instead")
+        if not isinstance(self.samples, int) or not 1 <= self.samples <= MAX_SAMPLES:
+            raise ConfigError(f"--samples must be 1 to {MAX_SAMPLES}, not {self.samples!r}")
         if self.template is not None:
             if fmt is not FormatName.AUTO or self.prompt_field is not None:
                 given = f"--format {fmt.value}" if fmt is not FormatName.AUTO else "--prompt-field"

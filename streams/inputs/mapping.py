@@ -51,6 +51,8 @@ class InputMapping:
             args += ["--last-turn", rows.last_turn]
         if self.skip_unreadable:
             args.append("--skip-unreadable")
+        if rows.samples != 1:
+            args += ["--samples", str(rows.samples)]
         for flag, value in (
             ("--prompt-field", rows.prompt_field),
             ("--id-field", rows.id_field),

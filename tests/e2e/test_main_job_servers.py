@@ -205,3 +205,54 @@ def test_a_template_given_as_text_puts_every_input_into_its_prompt(
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
     assert manifest["missing"]["count"] == 0 and manifest["records"]["completions"] == len(rows), manifest
+
+
+def test_samples_give_each_prompt_n_completions_and_the_export_names_prompts_short_of_them(
+    kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    tasks = REPO_ROOT / "data" / "instructions" / "tasks.jsonl"
+    template = str(REPO_ROOT / "data" / "instructions" / "template.j2")
+    ids = [json.loads(line)["id"] for line in tasks.read_text().splitlines()]
+    run_id = f"e2e-samples-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(tasks)]
+    args += [
+        "--template",
+        template,
+        "--samples",
+        "2",
+        "--server",
+        user_servers[0],
+        "--server",
+        user_servers[1],
+    ]
+    args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
+    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+    completions = _dataset(dataset)
+    assert sorted(r["id"] for r in completions) == sorted(f"{i}#{k}" for i in ids for k in (0, 1))
+    by_prompt: dict[str, list[dict[str, Any]]] = {}
+    for record in completions:
+        by_prompt.setdefault(record["id"].rsplit("#", 1)[0], []).append(record)
+    for samples in by_prompt.values():
+        assert sorted(r["prompt"]["sample"] for r in samples) == [0, 1]
+        assert len({r["params"]["seed"] for r in samples}) == 2, "each sample its own seed"
+        assert len({json.dumps(r["prompt"]["messages"]) for r in samples}) == 1, "the same prompt"
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["samples"] == {
+        "per_prompt": 2,
+        "prompts": len(ids),
+        "short": {"count": 0, "ids": [], "truncated": False},
+    }, manifest["samples"]
+
+    # Checked against the input asking for 3 samples: every prompt is short of one.
+    export = [sys.executable, "-m", "sinks.export", "--run-id", run_id, "--to", str(tmp_path / "three")]
+    export += ["--input", str(tasks), "--template", template, "--samples", "3"]
+    done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    manifest = json.loads((tmp_path / "three" / "manifest.json").read_text())
+    assert manifest["samples"]["per_prompt"] == 3 and manifest["samples"]["short"]["count"] == len(ids)
+    assert manifest["missing"]["count"] == len(ids) and all(
+        i.endswith("#2") for i in manifest["missing"]["ids"]
+    )

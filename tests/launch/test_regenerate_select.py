@@ -19,6 +19,7 @@ from launch.regenerate.select import (
     regenerated,
 )
 from streams.errors import ConfigError
+from streams.inputs import sampled
 from streams.records import CompletionRecord, GenerationParams, PromptMetadata, PromptRecord, Timings, Usage
 
 RUN = "r"
@@ -122,6 +123,14 @@ def test_a_second_regeneration_builds_on_the_latest_attempt_and_its_parameters()
         max_tokens=4096, temperature=0.2, chat_template_kwargs={"enable_thinking": True, "x": 2}
     )
     assert merged_params(GenerationParams(top_p=0.5), GenerationParams()) == GenerationParams(top_p=0.5)
+
+
+def test_a_regenerated_sample_asks_for_a_new_seed_unless_the_overrides_set_one() -> None:
+    [first, second] = sampled(_prompt("a"), 2)
+    again = regenerated(second, 1, GenerationParams(max_tokens=8192))
+    assert again.id == "a#1" and again.sample == 1 and again.params.max_tokens == 8192
+    assert again.params.seed not in {first.params.seed, second.params.seed}
+    assert regenerated(second, 1, GenerationParams(seed=7)).params.seed == 7
 
 
 def test_the_command_digest_names_the_run_the_selection_and_the_overrides() -> None:

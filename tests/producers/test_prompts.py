@@ -479,3 +479,37 @@ async def test_a_template_renders_nested_fields_and_a_row_missing_one_is_a_bad_l
     # The same run id with another template: refused, the earlier records are not re-published.
     rc, err = run_cli(settings, "tasks.jsonl", "--template", "{{ instruction }}", cwd=tmp_path)
     assert rc == 2 and "other mapping options (template:" in err, err
+
+
+async def test_samples_survive_a_sigkill_mid_file_each_exactly_once_with_its_own_seed(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``--samples 3`` publishes a line as 3 records; a checkpoint (every 200 records, not a
+    multiple of 3) never splits a line's samples, so a SIGKILL and a re-run publish each sample
+    exactly once."""
+    lines, samples = 1200, 3
+    path = tmp_path / "big.jsonl"
+    write_chat_rows(path, lines, pad=50)
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
+    slow = ["--samples", "3", "--producer.checkpoint-every", "200", "--producer.max-records-per-s", "250"]
+    committed = await sigkill_mid_file(settings, str(path), *slow, n=lines * samples, cwd=tmp_path)
+    assert committed % samples == 0, f"a checkpoint split a line's samples: {committed} records"
+
+    rc, err = run_cli(settings, str(path), "--samples", "3", cwd=tmp_path)
+    assert rc == 0, err
+    assert f"continuing after line {committed // samples}" in err
+    got = await prompts_on_topic(settings)
+    assert Counter(r.id for r in got) == Counter(
+        f"k-{i:05d}#{k}" for i in range(lines) for k in range(samples)
+    )
+    for record in got:
+        assert record.sample is not None and record.prompt_id == record.id.removesuffix(f"#{record.sample}")
+    seeds: dict[str, set[int | None]] = {r.prompt_id: set() for r in got}
+    for record in got:
+        seeds[record.prompt_id].add(record.params.seed)
+    assert {len(s) for s in seeds.values()} == {samples}, "each sample of a prompt has its own seed"
+
+    # Another --samples for the same run id: refused, not mixed.
+    rc, err = run_cli(settings, str(path), "--samples", "2", cwd=tmp_path)
+    assert rc == 2 and "samples: 3 then, 2 now" in err, err
