@@ -40,7 +40,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
 from bench.children import python_argv, start  # noqa: E402
-from streams.config import Settings, settings_to_env  # noqa: E402
+from streams.config import Settings  # noqa: E402
+from streams.environment import settings_to_env  # noqa: E402
 from streams.kafka import client_kwargs, consumer_kwargs, end_offsets, producer_kwargs  # noqa: E402
 from streams.records import (  # noqa: E402
     CompletionRecord,

@@ -55,10 +55,12 @@ def completion_record(
     run_id: str,
     server: str,
     consumer: str,
+    invalid_retries: int = 0,
 ) -> CompletionRecord:
     """The completion of ``prompt`` (``job``'s record): the server's ``result`` for the request
     ``body`` sent at ``sent_at`` (Unix seconds), with its quality flags (:mod:`consumers.quality.flags`)
-    and timings in seconds; ``consumer`` is the writer's instance id."""
+    and timings in seconds; ``consumer`` is the writer's instance id; ``invalid_retries`` the
+    answers refused before this one (``consumer.retry_invalid``)."""
     flags = answer_flags(prompt, body, result)
     return CompletionRecord(
         id=prompt.id,
@@ -82,6 +84,7 @@ def completion_record(
         quality=flags,
         source=source_of(job.record),
         consumer=consumer,
+        invalid_retries=invalid_retries,
     )
 
 
@@ -139,7 +142,14 @@ class Emitter:
         self._finished_early: set[tuple[int, int]] = set()
 
     async def completion(
-        self, job: Job, prompt: PromptRecord, body: dict[str, Any], result: ChatResult, sent_at: float
+        self,
+        job: Job,
+        prompt: PromptRecord,
+        body: dict[str, Any],
+        result: ChatResult,
+        sent_at: float,
+        *,
+        invalid_retries: int = 0,
     ) -> None:
         """Write ``prompt``'s completion (:func:`completion_record`), or its dead letter when the
         completion does not fit a Kafka record."""
@@ -152,6 +162,7 @@ class Emitter:
             run_id=self.settings.run_id,
             server=self.server_url,
             consumer=self.instance_id,
+            invalid_retries=invalid_retries,
         )
         value = encode(completion)
         if len(value) > self.value_budget(prompt.id):

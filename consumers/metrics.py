@@ -25,6 +25,8 @@ class ConsumerStats:
     completions: int = 0
     errors: int = 0
     retries: int = 0
+    invalid_retries: int = 0
+    """answers asked for again for breaking their structured output (``consumer.retry_invalid``)."""
     started: float = field(default_factory=time.monotonic)
 
     def status_line(self, *, in_flight: int, window: int, waiting: int, server_up: bool, kafka: str) -> str:
@@ -34,7 +36,9 @@ class ConsumerStats:
         elapsed = max(1e-9, time.monotonic() - self.started)
         return (
             f"completions {self.completions} ({self.completions / elapsed:.2f}/s), "
-            f"dead letters {self.errors}, retries {self.retries}, in flight {in_flight}/{window}, "
+            f"dead letters {self.errors}, retries {self.retries}"
+            + (f", invalid answers asked again {self.invalid_retries}" if self.invalid_retries else "")
+            + f", in flight {in_flight}/{window}, "
             f"waiting {waiting}, server {'up' if server_up else 'down'}, kafka {kafka}"
         )
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import random
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from consumers.emit import Emitter
 from consumers.group.ownership import foreign_prompt_reason
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
+from consumers.quality.structured import structured_flags
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient
 from consumers.servers.answers import ChatResult
@@ -107,12 +109,14 @@ class PromptRunner:
         if foreign is not None:
             await self.emitter.error(job, self.dead_letters.foreign(record, prompt, foreign))
             return
-        attempts = 0
+        attempts = invalid = 0
         while True:
             await self.server.ok.wait()
             attempts += 1
             rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, attempts)
             body = self.client.request_body(prompt, rid)
+            if invalid:  # asked again for a valid answer: another seed, or the same answer comes back
+                body["seed"] = zlib.crc32(rid.encode()) % 2**31
             sent_at = time.time()
             sent_mono = time.monotonic()
             try:
@@ -132,8 +136,12 @@ class PromptRunner:
                 self.window().observe_completion(result.latency_s, time.monotonic())
                 # the server's output rate counts at the answer: a Kafka stall is not a collapse
                 self.server.observe_output(time.monotonic(), result.usage.completion_tokens)
+                if invalid < self.settings.consumer.retry_invalid and structured_flags(body, result.content):
+                    invalid += 1
+                    self.stats.invalid_retries += 1
+                    continue
                 self.answered(job)
-                await self.emitter.completion(job, prompt, body, result, sent_at)
+                await self.emitter.completion(job, prompt, body, result, sent_at, invalid_retries=invalid)
                 return
             # a retriable failure
             now = time.monotonic()

@@ -108,7 +108,7 @@ class Supervisor:
     Args:
         home: folder for the config, socket, pid file and logs (created).
         env: environment for every program on top of the caller's (e.g.
-            ``streams.config.settings_to_env(settings)``); passed to supervisord's process, never
+            ``streams.environment.settings_to_env(settings)``); passed to supervisord's process, never
             written to its config file.
     """
 

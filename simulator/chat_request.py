@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.profile import SimulatorProfile
+from simulator.structured import json_constraint
 
 __all__ = ["BadRequest", "ChatRequest", "context_error", "parse_chat"]
 
@@ -35,6 +36,8 @@ class ChatRequest:
         tools: the OpenAI tool definitions (empty when none).
         tool_choice: the OpenAI ``tool_choice`` ("auto" when not sent).
         priority: SGLang's request ``priority``, None when not sent.
+        json_schema: the JSON Schema the answer must follow (``response_format`` ``json_object``
+            or ``json_schema``; :func:`simulator.structured.json_constraint`), None without.
     """
 
     rid: str | None
@@ -47,6 +50,7 @@ class ChatRequest:
     tools: list[Any]
     tool_choice: object
     priority: int | None = None
+    json_schema: dict[str, Any] | None = None
 
 
 def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
@@ -105,6 +109,10 @@ def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
         raise BadRequest("'rid' must be a non-empty string.")
     model = body.get("model")
     tool_choice = body.get("tool_choice")
+    try:
+        json_schema, _ = json_constraint(body)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
     return ChatRequest(
         rid=rid,
         model=model if isinstance(model, str) else None,
@@ -116,6 +124,7 @@ def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
         tools=tools,
         tool_choice="auto" if tool_choice is None else tool_choice,
         priority=priority,
+        json_schema=json_schema,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator.profile import FaultConfig, SimulatorProfile
+from simulator.structured import answer_words
 
 __all__ = ["OutputPlan", "ToolCallPlan", "estimate_prompt_tokens", "plan_output", "request_seed"]
 
@@ -220,6 +221,8 @@ def plan_output(
     tool_choice: object = "auto",
     faults: FaultConfig | None = None,
     abort_fraction: float | None = None,
+    json_schema: dict[str, Any] | None = None,
+    violate: bool = False,
 ) -> OutputPlan:
     """Plan one request's output.
 
@@ -236,6 +239,8 @@ def plan_output(
             default none.
         abort_fraction: if set, the request ends with "abort" after this fraction (0–1)
             of its tokens.
+        json_schema: the answer is JSON this schema accepts (grammar-constrained decoding), or
+            with ``violate`` one it refuses (:func:`simulator.structured.answer_words`).
     """
     faults = faults if faults is not None else FaultConfig()
     rng = random.Random(seed)
@@ -270,6 +275,8 @@ def plan_output(
         )
         raw = f'<tool_call>\n{{"name": {json.dumps(call.name)}, "arguments": {call.arguments}}}\n</tool_call>'
         fixed_answer, tool_calls, finish_reason = raw.split(), (call,), "tool_calls"
+    elif json_schema is not None:
+        fixed_answer = answer_words(json_schema, extra_rng, violate=violate)
     if fixed_answer is not None:
         n_answer = len(fixed_answer)
 

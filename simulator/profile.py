@@ -264,6 +264,7 @@ class FaultConfig:
     abort_status: int | None = None
     reasoning_parse_error_rate: float = 0.0
     omit_usage: bool = False
+    structured_violation_rate: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("error_503_count", "error_503_for_s"):
@@ -275,7 +276,7 @@ class FaultConfig:
                 raise ConfigError(f"fault {name} must be >= 0 or null, got {value}")
         if not (self.slow_factor > 0 and math.isfinite(self.slow_factor)):
             raise ConfigError(f"fault slow_factor must be a finite number > 0, got {self.slow_factor}")
-        for name in ("abort_rate", "reasoning_parse_error_rate"):
+        for name in ("abort_rate", "reasoning_parse_error_rate", "structured_violation_rate"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"fault {name} must be in [0, 1], got {getattr(self, name)}")
         if self.abort_status not in (None, 400, 500, 503):

@@ -31,8 +31,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsConfigDict, SettingsError
 
-from streams.environment import unknown_environment
+from streams.environment import ENV_PREFIX, unknown_environment
 from streams.errors import ConfigError
+from streams.records import output_constraint_problem
 from streams.runs import naming
 
 __all__ = [
@@ -50,13 +51,10 @@ __all__ = [
     "SettingsT",
     "SinkSettings",
     "TopicSettings",
-    "aws_environment",
     "check_server_url",
     "load_settings",
-    "settings_to_env",
 ]
 
-ENV_PREFIX = "KAFKAGEN_"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -142,6 +140,20 @@ class GenerationSettings(BaseModel):
         description="SGLang chat template switches; thinking is on unless turned off here",
     )
     separate_reasoning: bool = True
+    response_format: dict[str, Any] | None = Field(
+        None,
+        description='every answer JSON: {"type": '
+        '"json_object"} or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}',
+    )
+    regex: str | None = Field(None, description="SGLang: every answer must match this regular expression")
+    ebnf: str | None = Field(None, description="SGLang: every answer must follow this EBNF grammar")
+
+    @model_validator(mode="after")
+    def _one_output_constraint(self) -> GenerationSettings:
+        problem = output_constraint_problem(self.response_format, self.regex, self.ebnf)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def with_budget(self, max_tokens: int | None = None, thinking: bool | None = None) -> GenerationSettings:
         """A copy with ``max_tokens`` (tokens) and thinking (``chat_template_kwargs.enable_thinking``,
@@ -246,6 +258,13 @@ class ConsumerSettings(GroupMemberSettings):
         "past running + standing_queue",
     )
     max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
+    retry_invalid: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="times an answer that breaks its request's "
+        "response_format or regex is asked again (another seed); the last one is kept, flagged",
+    )
     retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
     retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")
     request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")
@@ -350,6 +369,11 @@ class GateSettings(BaseModel):
         0.25, ge=0, le=1, description="share of results: chat template in output"
     )
     max_echoed_prompt: float = Field(0.25, ge=0, le=1, description="share of results: the prompt repeated")
+    max_invalid_json: float = Field(0.1, ge=0, le=1, description="share of results: JSON asked, not JSON")
+    max_schema_mismatch: float = Field(
+        0.1, ge=0, le=1, description="share of results: JSON that the response_format schema refuses"
+    )
+    max_pattern_mismatch: float = Field(0.1, ge=0, le=1, description="share of results: regex not matched")
     max_error: float = Field(0.2, ge=0, le=1, description="share of results: dead letters")
     max_degenerate: float = Field(0.5, ge=0, le=1, description="share of results: any unusable flag")
 
@@ -535,42 +559,3 @@ def _describe(exc: ValidationError) -> str:
         else:
             lines.append(f"  {'.'.join(path)}: {err['msg']} (set {env} or {flag})")
     return "\n".join(lines)
-
-
-def settings_to_env(settings: BaseSettings, prefix: str = ENV_PREFIX) -> dict[str, str]:
-    """The environment variables that reproduce ``settings`` in a child process.
-
-    Nested groups become ``PREFIX_GROUP__FIELD``; lists and dicts are JSON; ``None`` is left
-    out. Secrets are written in clear (the child needs them): pass the result only to
-    ``subprocess`` environments, never to a log.
-    """
-    import json
-
-    env: dict[str, str] = {}
-
-    def walk(obj: BaseModel, path: list[str]) -> None:
-        for name in type(obj).model_fields:
-            value = getattr(obj, name)
-            key = "__".join([*path, name]).upper()
-            if isinstance(value, BaseModel):
-                walk(value, [*path, name])
-            elif isinstance(value, SecretStr):
-                env[prefix + key] = value.get_secret_value()
-            elif isinstance(value, (list, dict)):
-                env[prefix + key] = json.dumps(value)
-            elif isinstance(value, bool):
-                env[prefix + key] = "true" if value else "false"
-            elif value is not None:
-                env[prefix + key] = str(value)
-
-    walk(settings, [])
-    return env
-
-
-def aws_environment() -> dict[str, str]:
-    """Environment variables every process that talks to S3 gets: ``AWS_EC2_METADATA_DISABLED``,
-    so botocore never probes 169.254.169.254 for credentials (docs/local-stack.md)."""
-    return {"AWS_EC2_METADATA_DISABLED": "true"}
-
-
-os.environ.update(aws_environment())

@@ -1,14 +1,27 @@
-"""Which ``KAFKAGEN_*`` environment variables name no setting (:func:`unknown_environment`)."""
+"""Settings and environment variables: the variables that reproduce settings in a child process
+(:func:`settings_to_env`), those every S3 client needs (:func:`aws_environment`), and the
+``KAFKAGEN_*`` variables that name no setting (:func:`unknown_environment`)."""
 
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Mapping
 from typing import Final
 
+from pydantic import BaseModel, SecretStr
 from pydantic_settings import BaseSettings
 
-__all__ = ["ENV_GROUPS_ELSEWHERE", "unknown_environment"]
+__all__ = [
+    "ENV_GROUPS_ELSEWHERE",
+    "ENV_PREFIX",
+    "aws_environment",
+    "settings_to_env",
+    "unknown_environment",
+]
+
+ENV_PREFIX: Final = "KAFKAGEN_"
+"""The prefix of every kafkagen environment variable."""
 
 ENV_GROUPS_ELSEWHERE: Final[frozenset[str]] = frozenset({"stack"})
 """``KAFKAGEN_<GROUP>__`` groups read by another owner: ``stack``, the local stack's
@@ -47,3 +60,42 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
         hint = f"did you mean {prefix}{close[0].upper()}?" if close else f"{prefix}* are: {', '.join(fields)}"
         lines.append(f"  {name}: no such setting, {hint} (unset it)")
     return lines
+
+
+def settings_to_env(settings: BaseSettings, prefix: str = ENV_PREFIX) -> dict[str, str]:
+    """The environment variables that reproduce ``settings`` in a child process.
+
+    Nested groups become ``PREFIX_GROUP__FIELD``; lists and dicts are JSON; ``None`` is left
+    out. Secrets are written in clear (the child needs them): pass the result only to
+    ``subprocess`` environments, never to a log.
+    """
+    import json
+
+    env: dict[str, str] = {}
+
+    def walk(obj: BaseModel, path: list[str]) -> None:
+        for name in type(obj).model_fields:
+            value = getattr(obj, name)
+            key = "__".join([*path, name]).upper()
+            if isinstance(value, BaseModel):
+                walk(value, [*path, name])
+            elif isinstance(value, SecretStr):
+                env[prefix + key] = value.get_secret_value()
+            elif isinstance(value, (list, dict)):
+                env[prefix + key] = json.dumps(value)
+            elif isinstance(value, bool):
+                env[prefix + key] = "true" if value else "false"
+            elif value is not None:
+                env[prefix + key] = str(value)
+
+    walk(settings, [])
+    return env
+
+
+def aws_environment() -> dict[str, str]:
+    """Environment variables every process that talks to S3 gets: ``AWS_EC2_METADATA_DISABLED``,
+    so botocore never probes 169.254.169.254 for credentials (docs/local-stack.md)."""
+    return {"AWS_EC2_METADATA_DISABLED": "true"}
+
+
+os.environ.update(aws_environment())

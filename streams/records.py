@@ -22,6 +22,7 @@ from streams.errors import RecordDecodeError
 
 __all__ = [
     "MAX_ERROR_ID_CHARS",
+    "RESPONSE_FORMAT_TYPES",
     "SCHEMA_VERSION",
     "AnyRecord",
     "CompletionRecord",
@@ -42,6 +43,7 @@ __all__ = [
     "encode",
     "fit_error",
     "key_of",
+    "output_constraint_problem",
     "prompt_identity",
 ]
 
@@ -77,10 +79,61 @@ class GenerationParams(_Record, frozen=True, kw_only=True, omit_defaults=True):
     chat_template_kwargs: dict[str, Any] | None = None
     """e.g. ``{"enable_thinking": true}``; per-request values beat the server's defaults."""
     separate_reasoning: bool | None = None
+    response_format: dict[str, Any] | None = None
+    """OpenAI ``response_format``: ``{"type": "json_object"}`` or ``{"type": "json_schema",
+    "json_schema": {"name", "schema", "strict"?}}`` (``text``: none); checked by
+    :func:`output_constraint_problem`, answers validated (docs/structured-output.md)."""
+    regex: str | None = None
+    """SGLang: the answer must match this regular expression."""
+    ebnf: str | None = None
+    """SGLang: the answer must follow this EBNF grammar."""
 
     def as_request_fields(self) -> dict[str, Any]:
         """The non-``None`` fields as a dict, ready to merge into a request body."""
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+RESPONSE_FORMAT_TYPES: Final = ("text", "json_object", "json_schema")
+"""SGLang 0.5.23 ``entrypoints/openai/protocol.py`` ``ResponseFormat.type``."""
+
+
+def output_constraint_problem(response_format: Any, regex: Any, ebnf: Any) -> str | None:
+    """Why these output constraints cannot be sent, or None when they can: a ``response_format``
+    that is not SGLang's (type one of :data:`RESPONSE_FORMAT_TYPES`; ``json_schema`` with a
+    ``name`` and a ``schema`` that is a valid JSON Schema), or more than one constraint (SGLang
+    0.5.23 ``sampling/sampling_params.py``: "Only one of json_schema, regex, ebnf, or
+    structural_tag can be set"). ``regex`` must compile in Python too (the answers are checked
+    with it)."""
+    import re
+
+    kind = None
+    if response_format is not None:
+        if not isinstance(response_format, dict) or response_format.get("type") not in RESPONSE_FORMAT_TYPES:
+            return (
+                f"response_format must be an object whose type is one of {', '.join(RESPONSE_FORMAT_TYPES)}"
+            )
+        kind = response_format["type"]
+        if kind == "json_schema":
+            spec = response_format.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or "schema" not in spec:
+                return 'response_format json_schema needs {"json_schema": {"name": "...", "schema": {...}}}'
+            from jsonschema import SchemaError, validators
+
+            try:
+                validators.validator_for(spec["schema"]).check_schema(spec["schema"])
+            except SchemaError as exc:
+                return f"response_format's schema is not a valid JSON Schema: {exc.message}"
+    given = [name for name, v in (("regex", regex), ("ebnf", ebnf)) if v is not None]
+    if kind in ("json_object", "json_schema"):
+        given.insert(0, f"response_format {kind}")
+    if len(given) > 1:
+        return f"only one output constraint at a time (SGLang's rule), not {' and '.join(given)}"
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return f"regex {regex!r} does not compile: {exc}"
+    return None
 
 
 class PromptMetadata(_Record, frozen=True, kw_only=True):
@@ -183,6 +236,9 @@ class CompletionRecord(_Record, frozen=True, kw_only=True):
     source: SourceOffset | None = None
     consumer: str | None = None
     """the consumer instance id that produced it."""
+    invalid_retries: int = 0
+    """answers refused before this one for breaking the request's structured output
+    (``consumer.retry_invalid``; docs/structured-output.md)."""
 
 
 ErrorStage = Literal["produce", "generate", "sink", "export"]

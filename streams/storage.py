@@ -19,7 +19,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from streams.config import S3Settings, aws_environment
+from streams.config import S3Settings
+from streams.environment import aws_environment
 from streams.errors import KafkagenError, PermanentStorageError, StorageError
 
 __all__ = ["PERMANENT_S3_CODES", "http_status", "permanent_error", "s3_client", "storage_error"]

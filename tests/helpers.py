@@ -23,7 +23,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.kafka import client_kwargs, consumer_kwargs, producer_kwargs, topic_partitions
 from streams.records import (
     CompletionRecord,

@@ -34,7 +34,8 @@ from launch.gate.control import change_gate
 from launch.stack import LocalStack
 from launch.stack.settings import load_stack_settings
 from streams.audit_trace import PLANT_ENV, TRACE_ENV
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.runs.naming import derived_topics
 from streams.topics import ensure_topics, topic_specs
 

@@ -20,7 +20,8 @@ from bench.fleet.context import BenchContext, PhaseOutcome, print_progress
 from bench.fleet.cpu import CpuClock, CpuUsage
 from bench.fleet.kafka_io import CompletionView, group_assignment, publish_prompts, read_all_values
 from bench.fleet.sim_fleet import Sampler
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.topics import ensure_topics, topic_specs
 
 __all__ = ["PERIODIC_REPORT", "run_ours", "wait_group_ready"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
+from consumers.quality.structured import INVALID_JSON, PATTERN_MISMATCH, SCHEMA_MISMATCH, structured_flags
 from consumers.servers.requests import last_user_text, thinking_requested
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ class QualityFlag(StrEnum):
     MALFORMED_TOOL_CALL = "malformed_tool_call"
     TEMPLATE_LEAK = "template_leak"
     ECHOED_PROMPT = "echoed_prompt"
+    INVALID_JSON = INVALID_JSON
+    SCHEMA_MISMATCH = SCHEMA_MISMATCH
+    PATTERN_MISMATCH = PATTERN_MISMATCH
 
 
 DEGENERATE_FLAGS: Final = frozenset(
@@ -57,6 +61,9 @@ DEGENERATE_FLAGS: Final = frozenset(
         QualityFlag.MALFORMED_TOOL_CALL,
         QualityFlag.TEMPLATE_LEAK,
         QualityFlag.ECHOED_PROMPT,
+        QualityFlag.INVALID_JSON,
+        QualityFlag.SCHEMA_MISMATCH,
+        QualityFlag.PATTERN_MISMATCH,
     }
 )
 """Flags that make a completion unusable as a training/eval example (see :func:`degenerate`)."""
@@ -231,16 +238,20 @@ def quality_flags(
 def answer_flags(prompt: PromptRecord, body: dict[str, Any], answer: ChatResult) -> list[str]:
     """The quality flags (:func:`quality_flags`) of the server's ``answer`` to the request ``body``
     sent for ``prompt``: tools offered by the prompt, thinking as the body asked for it, the last
-    user message as the text an answer must not echo."""
-    return quality_flags(
-        content=answer.content,
-        reasoning_content=answer.reasoning_content,
-        finish_reason=answer.finish_reason,
-        tool_calls=answer.tool_calls,
-        tools_offered=bool(prompt.tools),
-        thinking_requested=thinking_requested(body),
-        prompt_text=last_user_text(prompt),
-    )
+    user message as the text an answer must not echo; then the structured-output check of the
+    body's ``response_format`` or ``regex`` (:func:`consumers.quality.structured.structured_flags`)."""
+    return [
+        *quality_flags(
+            content=answer.content,
+            reasoning_content=answer.reasoning_content,
+            finish_reason=answer.finish_reason,
+            tool_calls=answer.tool_calls,
+            tools_offered=bool(prompt.tools),
+            thinking_requested=thinking_requested(body),
+            prompt_text=last_user_text(prompt),
+        ),
+        *structured_flags(body, answer.content),
+    ]
 
 
 def degenerate(flags: Iterable[str]) -> bool:

@@ -126,6 +126,12 @@ _FIXES: Final[dict[str, str]] = {
     QualityFlag.MALFORMED_TOOL_CALL.value: "start the servers with the model's --tool-call-parser",
     QualityFlag.TEMPLATE_LEAK.value: "check the server's chat template (--chat-template) for this model",
     QualityFlag.ECHOED_PROMPT.value: "check the server's chat template and the prompts' format",
+    QualityFlag.INVALID_JSON.value: "raise --max-tokens if the answers were cut off (truncated); check that "
+    "the servers constrain decoding (SGLang: not --grammar-backend none), or --consumer.retry-invalid K",
+    QualityFlag.SCHEMA_MISMATCH.value: "check that the servers honour response_format json_schema (SGLang "
+    "does), or --consumer.retry-invalid K",
+    QualityFlag.PATTERN_MISMATCH.value: "check that the servers honour regex (an SGLang field), or "
+    "--consumer.retry-invalid K",
     ERROR_CLASS: "read the dead letters (topic <run>.errors): each says why its prompt failed",
     DEGENERATE_CLASS: "look at the flagged completions (kafkagen status lists the classes) and fix the "
     "parameters or the servers",

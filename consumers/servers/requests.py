@@ -55,9 +55,15 @@ def chat_request_body(
         "rid": rid,
         "stream": False,
     }
+    for name in ("response_format", "regex", "ebnf"):  # structured output for every prompt
+        if getattr(g, name) is not None:
+            body[name] = getattr(g, name)
     if prompt.tools:
         body["tools"] = prompt.tools
     overrides = prompt.params.as_request_fields()
+    if any(name in overrides for name in ("response_format", "regex", "ebnf")):  # the row's constraint wins
+        for name in ("response_format", "regex", "ebnf"):
+            body.pop(name, None)
     if "chat_template_kwargs" in overrides:
         body["chat_template_kwargs"].update(overrides.pop("chat_template_kwargs"))
     body.update(overrides)

@@ -39,7 +39,8 @@ from launch.stack.llm import local_port
 from launch.stack.process import port_owner
 from launch.supervise import Program, Supervisor
 from producers.sample import DEMO_FILE
-from streams.config import Settings, check_server_url, settings_to_env
+from streams.config import Settings, check_server_url
+from streams.environment import settings_to_env
 from streams.errors import ConfigError, StackError
 from streams.inputs import InputMapping
 from streams.kafka import end_offsets

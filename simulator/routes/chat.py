@@ -114,6 +114,8 @@ class ChatRoutes:
             tool_choice=chat.tool_choice,
             faults=faults,
             abort_fraction=abort_fraction,
+            json_schema=chat.json_schema,
+            violate=chat.json_schema is not None and server.rng.random() < faults.structured_violation_rate,
         )
         rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
         job = engine.submit(

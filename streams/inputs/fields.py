@@ -12,7 +12,7 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 
-from streams.records import GenerationParams
+from streams.records import GenerationParams, output_constraint_problem
 
 __all__ = [
     "BadRow",
@@ -56,7 +56,6 @@ _UNSUPPORTED_PARAMS: Final[Mapping[str, object]] = {
     "logit_bias": None,
     "tool_choice": "auto",
     "parallel_tool_calls": True,
-    "response_format": {"type": "text"},
     "reasoning_effort": None,
     "ignore_eos": False,
     "functions": None,
@@ -239,3 +238,6 @@ def _check_ranges(p: GenerationParams, prefix: str) -> None:
     for name, value, bad, expected in checks:
         if bad:
             fail(f"{prefix}{name} = {value!r} is out of range: must be {expected}")
+    problem = output_constraint_problem(p.response_format, p.regex, p.ebnf)
+    if problem is not None:
+        fail(f"{problem} (in {prefix.rstrip('.')})" if prefix else problem)

@@ -24,8 +24,9 @@ import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumers.generate import group_id
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
 from streams.control import ControlState, GateRecord, read_control
+from streams.environment import settings_to_env
 from streams.kafka import consumer_kwargs, end_offsets
 from streams.records import CompletionRecord, PromptRecord, decode
 from tests.consumers.support import Fleet, completions, errors

@@ -272,6 +272,9 @@ def test_flag_names_are_stable() -> None:
         "malformed_tool_call",
         "template_leak",
         "echoed_prompt",
+        "invalid_json",
+        "schema_mismatch",
+        "pattern_mismatch",
     ]
     assert {
         "empty_content",
@@ -280,6 +283,9 @@ def test_flag_names_are_stable() -> None:
         "malformed_tool_call",
         "template_leak",
         "echoed_prompt",
+        "invalid_json",
+        "schema_mismatch",
+        "pattern_mismatch",
     } == DEGENERATE_FLAGS
     flags = _flags(content="", reasoning_content=None, finish_reason="length")
     assert all(type(flag) is str for flag in flags), "plain strings for the wire record"

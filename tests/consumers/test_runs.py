@@ -18,7 +18,8 @@ import msgspec
 import pytest
 
 from simulator import SimulatedServer
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.kafka import end_offsets as kafka_end_offsets
 from streams.records import CompletionRecord, PromptRecord
 from streams.runs import naming

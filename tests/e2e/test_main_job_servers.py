@@ -14,7 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
+import jsonschema
 import psutil
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 
@@ -207,34 +210,52 @@ def test_a_template_given_as_text_puts_every_input_into_its_prompt(
     assert manifest["missing"]["count"] == 0 and manifest["records"]["completions"] == len(rows), manifest
 
 
-def test_samples_give_each_prompt_n_completions_and_the_export_names_prompts_short_of_them(
+SUM_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}, "why": {"type": "string"}},
+    "required": ["answer", "why"],
+}
+
+
+def test_samples_and_structured_output_through_the_main_job_into_every_export_format(
     kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
 ) -> None:
+    """Two samples per prompt, a response_format for every prompt; one server breaks every
+    structured answer (the simulator's fault), so its completions are asked for once more and
+    then kept, flagged; every export format carries the samples and the flags."""
     tasks = REPO_ROOT / "data" / "instructions" / "tasks.jsonl"
     template = str(REPO_ROOT / "data" / "instructions" / "template.j2")
     ids = [json.loads(line)["id"] for line in tasks.read_text().splitlines()]
+    faulty = user_servers[1]
+    assert (
+        httpx.post(f"{faulty}/simulator/faults", json={"structured_violation_rate": 1.0}).status_code == 200
+    )
+    response_format = {"type": "json_schema", "json_schema": {"name": "sum", "schema": SUM_SCHEMA}}
     run_id = f"e2e-samples-{unique}"
     dataset = tmp_path / "dataset"
     args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(tasks)]
-    args += [
-        "--template",
-        template,
-        "--samples",
-        "2",
-        "--server",
-        user_servers[0],
-        "--server",
-        user_servers[1],
-    ]
+    args += ["--template", template, "--samples", "2", "--server", user_servers[0], "--server", faulty]
+    args += ["--generation.response-format", json.dumps(response_format), "--consumer.retry-invalid", "1"]
+    args += ["--no-thinking", "--max-tokens", "1000", "--gate.no-enabled", "--export-format", "jsonl,parquet"]
+    args += ["--export-format", "openai-batch", "--export-format", "chat"]
     args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
     done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
     completions = _dataset(dataset)
-    assert sorted(r["id"] for r in completions) == sorted(f"{i}#{k}" for i in ids for k in (0, 1))
+    expected_ids = sorted(f"{i}#{k}" for i in ids for k in (0, 1))
+    assert sorted(r["id"] for r in completions) == expected_ids
     by_prompt: dict[str, list[dict[str, Any]]] = {}
+    flagged = 0
     for record in completions:
         by_prompt.setdefault(record["id"].rsplit("#", 1)[0], []).append(record)
+        broken = {"invalid_json", "schema_mismatch"} & set(record["quality"])
+        if record["server"] == faulty:
+            assert broken and record["invalid_retries"] == 1, record
+            flagged += 1
+        else:
+            assert not broken and record["invalid_retries"] == 0, record
+            jsonschema.validate(json.loads(record["content"]), SUM_SCHEMA)
     for samples in by_prompt.values():
         assert sorted(r["prompt"]["sample"] for r in samples) == [0, 1]
         assert len({r["params"]["seed"] for r in samples}) == 2, "each sample its own seed"
@@ -245,6 +266,18 @@ def test_samples_give_each_prompt_n_completions_and_the_export_names_prompts_sho
         "prompts": len(ids),
         "short": {"count": 0, "ids": [], "truncated": False},
     }, manifest["samples"]
+    flags = manifest["by_quality_flag"]
+    assert flags.get("invalid_json", 0) + flags.get("schema_mismatch", 0) == flagged, flags
+
+    # Every format carries each sample and its flags.
+    table = pq.read_table(sorted(dataset.glob("completions-*.parquet"))).to_pylist()
+    assert sorted(r["id"] for r in table) == expected_ids
+    assert {(r["prompt_id"], r["sample"]) for r in table} == {(i, k) for i in ids for k in (0, 1)}
+    assert sum(bool({"invalid_json", "schema_mismatch"} & set(r["quality"])) for r in table) == flagged
+    batch = [json.loads(line) for f in sorted(dataset.glob("*batch*.jsonl*")) for line in _lines(f)]
+    assert sorted(r["custom_id"] for r in batch) == expected_ids
+    chat = [json.loads(line) for f in sorted(dataset.glob("*chat*.jsonl*")) for line in _lines(f)]
+    assert len(chat) == len(expected_ids)
 
     # Checked against the input asking for 3 samples: every prompt is short of one.
     export = [sys.executable, "-m", "sinks.export", "--run-id", run_id, "--to", str(tmp_path / "three")]
@@ -256,3 +289,10 @@ def test_samples_give_each_prompt_n_completions_and_the_export_names_prompts_sho
     assert manifest["missing"]["count"] == len(ids) and all(
         i.endswith("#2") for i in manifest["missing"]["ids"]
     )
+
+
+def _lines(path: Path) -> list[str]:
+    if path.suffix == ".zst":
+        with zstandard.open(path, "rt", encoding="utf-8") as f:
+            return [line for line in f if line.strip()]
+    return [line for line in path.read_text().splitlines() if line.strip()]

@@ -28,7 +28,8 @@ from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.status.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from tests.helpers import REPO_ROOT, spawn, start_simulator, unused_port, wait_for, with_kafka_at
 
 CHROMIUM = Path("/usr/bin/chromium")

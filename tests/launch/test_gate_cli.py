@@ -10,8 +10,9 @@ import pytest
 
 from launch.cli import main
 from launch.gate.cli import describe_state
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
 from streams.control import ClassCounts, ControlLog, MemberReport, read_control
+from streams.environment import settings_to_env
 from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 from tests.helpers import unused_port

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
 from streams.control import (
     ControlRecord,
     ControlState,
@@ -27,6 +27,7 @@ from streams.control import (
     key_of_control,
     read_control,
 )
+from streams.environment import settings_to_env
 from streams.kafka import producer_kwargs
 from streams.records import (
     CompletionRecord,

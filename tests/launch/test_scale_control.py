@@ -18,8 +18,9 @@ from aiokafka.errors import RequestTimedOutError
 
 from launch.scale.cli import main
 from launch.scale.control import publish_fleet
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
 from streams.control import ControlState, FleetRecord, read_control
+from streams.environment import settings_to_env
 from streams.kafka import topic_partitions
 from streams.runs.record import publish_run_record
 from streams.topics import ensure_topics, topic_specs

@@ -22,7 +22,8 @@ from sinks.lines import record_line
 from sinks.pause import PAUSE_ENV, PAUSE_MARKER
 from sinks.store import ObjectStore
 from sinks.topics import group_id
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.kafka import consumer_kwargs, producer_kwargs
 from streams.records import (
     CompletionRecord,

@@ -29,7 +29,8 @@ from pydantic import SecretStr
 from launch.stack import LocalStack
 from sinks.layout import decode_line, object_key, run_prefix
 from sinks.topics import group_id
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.kafka import KAFKA_STEP_S, end_offsets
 from streams.records import ErrorRecord, decode, encode, key_of
 from tests.helpers import holds, metric_value, partition_leader, port_free, unused_port, with_kafka_at

@@ -102,7 +102,7 @@ def test_http_and_https_server_urls_are_kept_as_given(monkeypatch: pytest.Monkey
 def test_settings_round_trip_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import SecretStr
 
-    from streams.config import settings_to_env
+    from streams.environment import settings_to_env
 
     original = load_settings(
         Settings, ["--run-id", "r7", "--generation.max-tokens", "321", "--topics.partitions", "3"], prog="t"

@@ -380,8 +380,16 @@ def test_openai_batch_row() -> None:
     ("body_extra", "reason"),
     [
         (
-            {"response_format": {"type": "json_object"}},
-            "body.response_format = {'type': 'json_object'} is not supported",
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+            'response_format json_schema needs {"json_schema": {"name": "...", "schema": {...}}} (in body)',
+        ),
+        (
+            {"response_format": {"type": "json_object"}, "regex": "a+"},
+            "only one output constraint at a time (SGLang's rule), not response_format json_object and regex",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+            "response_format's schema is not a valid JSON Schema: 5 is not valid",
         ),
         ({"frequency_penalty": 0.5}, "body.frequency_penalty = 0.5 is not supported"),
         ({"verbosity": "low"}, "unsupported request field(s) body.verbosity"),

@@ -9,7 +9,8 @@ import pytest
 from consumers.generate import group_id as generate_group_id
 from sinks.layout import run_prefix
 from sinks.s3 import group_id as sink_group_id
-from streams.config import Settings, TopicSettings, load_settings, settings_to_env
+from streams.config import Settings, TopicSettings, load_settings
+from streams.environment import settings_to_env
 from streams.errors import ConfigError
 from streams.runs import naming
 

@@ -29,6 +29,9 @@ RUN_GENERATION = {
     "top_p": 0.8,
     "chat_template_kwargs": {"enable_thinking": False},
     "separate_reasoning": True,
+    "response_format": None,
+    "regex": None,
+    "ebnf": None,
 }
 
 RUN_GATE = GateSettings(enabled=False, warmup=50, max_truncated=0.9).model_dump(mode="json")

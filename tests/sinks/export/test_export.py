@@ -26,8 +26,9 @@ from sinks.export.cli import main
 from sinks.export.destination import EXPORT_DIR
 from sinks.layout import Line, ObjectMeta, encode_line, object_key
 from sinks.store import ObjectStore
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
 from streams.control import read_control
+from streams.environment import settings_to_env
 from streams.kafka import producer_kwargs
 from streams.records import CompletionRecord, ErrorRecord, encode, key_of
 from streams.runs import naming

@@ -21,7 +21,8 @@ from botocore.exceptions import ClientError
 import sinks.export.dataset
 import sinks.export.sources
 from sinks.export.cli import main
-from streams.config import Settings, settings_to_env
+from streams.config import Settings
+from streams.environment import settings_to_env
 from streams.retry import Backoff
 from tests.sinks.export.support import export_argv as _argv
 from tests.sinks.support import REPO_ROOT, client
