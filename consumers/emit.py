@@ -22,6 +22,7 @@ from consumers.dead_letters import DeadLetters, source_of
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
 from consumers.quality.flags import answer_flags
+from consumers.reuse import ReuseDeclined, reused
 from consumers.servers.answers import ChatResult
 from consumers.servers.requests import record_params
 from streams.audit_trace import audit_trace
@@ -32,6 +33,7 @@ from streams.records import (
     CompletionRecord,
     ErrorRecord,
     PromptRecord,
+    SourceOffset,
     Timings,
     Usage,
     encode,
@@ -188,6 +190,32 @@ class Emitter:
         )
         if self.counted is not None:
             self.counted(list(completion.quality), result.usage, completion.params)
+        self._done(job)
+
+    async def reused(
+        self, job: Job, prompt: PromptRecord, original: CompletionRecord, where: SourceOffset
+    ) -> None:
+        """Write a copy of ``original`` (found at ``where``, :mod:`consumers.reuse`) as ``prompt``'s
+        completion in this run. It counts as a completion, not as this server's output: no token,
+        latency or quality metrics, and the gate, which judges the servers, does not see it."""
+        completion = reused(
+            original,
+            where,
+            run_id=self.settings.run_id,
+            attempt=prompt.attempt,
+            prompt=prompt,
+            source=source_of(job.record),
+            consumer=self.instance_id,
+        )
+        value = encode(completion)
+        if len(value) > self.value_budget(prompt.id):  # this run's limit may be lower than the other's
+            log.warning(
+                "reuse: the copy of %s does not fit this run's records; generating it", prompt.id[:200]
+            )
+            raise ReuseDeclined(prompt.id)
+        await self.write(job, self.completions_topic, prompt.id, value)
+        self.stats.completions += 1
+        self.stats.reused += 1
         self._done(job)
 
     async def failure(self, job: Job, prompt: PromptRecord, exc: Exception, attempts: int) -> None:

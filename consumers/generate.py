@@ -35,6 +35,7 @@ from consumers.positions.offsets import OffsetTracker
 from consumers.positions.recovery import answered_prompts
 from consumers.process import PromptRunner
 from consumers.quality.fleet_gate import FleetGate
+from consumers.reuse import ReuseIndex
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient, ServerInfo
 from consumers.window import WindowConfig, WindowPolicy
@@ -207,6 +208,8 @@ class GenerationConsumer:
             self.settings,
             [self.topics[role] for role in ("prompts", "completions", "errors", "control")],
         )
+        if self.cfg.reuse_from is not None:  # read once, before the first prompt can ask
+            self.prompts.reuse = await ReuseIndex.load(self.settings, self.cfg.reuse_from)
         await self.gate.start()  # before joining: a run halted already starts nothing
         self.emitter.producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
         await self.emitter.producer.start()
@@ -507,6 +510,9 @@ class GenerationConsumer:
             with contextlib.suppress(Exception):
                 await within(KAFKA_STEP_S, self.emitter.producer.stop())
         await self.gate.stop()
+        if self.prompts.reuse is not None:
+            with contextlib.suppress(Exception):
+                await within(KAFKA_STEP_S, self.prompts.reuse.close())
         await self.client.aclose()
 
     async def _report(self) -> None:

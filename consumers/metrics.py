@@ -25,6 +25,8 @@ class ConsumerStats:
     completions: int = 0
     errors: int = 0
     retries: int = 0
+    reused: int = 0
+    """completions copied from ``consumer.reuse_from``'s run instead of generated."""
     invalid_retries: int = 0
     """answers asked for again for breaking their structured output (``consumer.retry_invalid``)."""
     started: float = field(default_factory=time.monotonic)
@@ -37,6 +39,7 @@ class ConsumerStats:
         return (
             f"completions {self.completions} ({self.completions / elapsed:.2f}/s), "
             f"dead letters {self.errors}, retries {self.retries}"
+            + (f", reused {self.reused}" if self.reused else "")
             + (f", invalid answers asked again {self.invalid_retries}" if self.invalid_retries else "")
             + f", in flight {in_flight}/{window}, "
             f"waiting {waiting}, server {'up' if server_up else 'down'}, kafka {kafka}"

@@ -25,10 +25,11 @@ from consumers.group.ownership import foreign_prompt_reason
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
 from consumers.quality.structured import structured_flags
+from consumers.reuse import ReuseDeclined, ReuseIndex
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient
 from consumers.servers.answers import ChatResult
-from consumers.servers.requests import request_id
+from consumers.servers.requests import request_digest, request_id
 from consumers.window import WindowPolicy
 from streams.config import Settings
 from streams.errors import RecordDecodeError, RetriableServerError, ServerError
@@ -85,6 +86,8 @@ class PromptRunner:
         self.metrics = metrics
         self.stats = stats
         self.answered = answered
+        self.reuse: ReuseIndex | None = None
+        """set by the consumer at start when ``consumer.reuse_from`` names a run."""
 
     async def run(self, job: Job) -> None:
         """Process ``job``, and if anything escapes the processing, a dead letter saying what: a
@@ -108,6 +111,8 @@ class PromptRunner:
         foreign = foreign_prompt_reason(self.settings, prompt, self.prompts_topic)
         if foreign is not None:
             await self.emitter.error(job, self.dead_letters.foreign(record, prompt, foreign))
+            return
+        if self.reuse is not None and await self._reused(job, prompt):
             return
         attempts = invalid = 0
         while True:
@@ -154,6 +159,24 @@ class PromptRunner:
             self.stats.retries += 1
             self.metrics.retries.inc()
             await asyncio.sleep(self.backoff.delay(min(attempts, 30), self.rng))
+
+    async def _reused(self, job: Job, prompt: PromptRecord) -> bool:
+        """Whether ``prompt`` got a copy of a completion answering the same request
+        (:mod:`consumers.reuse`) instead of a generation."""
+        assert self.reuse is not None
+        await self.server.ok.wait()  # the request names the served model: discovery must be done
+        body = self.client.request_body(
+            prompt, request_id(self.settings.run_id, prompt.id, prompt.attempt, 0)
+        )
+        hit = await self.reuse.fetch(self.settings, request_digest(body))
+        if hit is None:
+            return False
+        try:
+            await self.emitter.reused(job, prompt, *hit)
+        except ReuseDeclined:
+            return False
+        self.answered(job)
+        return True
 
     async def _send(self, body: dict[str, Any]) -> ChatResult:
         """One request, abandoned (as a retriable failure) if the server is declared hung."""

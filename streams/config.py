@@ -258,6 +258,11 @@ class ConsumerSettings(GroupMemberSettings):
         "past running + standing_queue",
     )
     max_attempts: int = Field(5, gt=0, description="sends per prompt before it is dead-lettered")
+    reuse_from: str | None = Field(
+        None,
+        description="a run whose completions answering the same request "
+        "(messages, tools, parameters, model) are copied instead of generated again (docs/runs.md)",
+    )
     retry_invalid: int = Field(
         0,
         ge=0,

@@ -239,6 +239,9 @@ class CompletionRecord(_Record, frozen=True, kw_only=True):
     invalid_retries: int = 0
     """answers refused before this one for breaking the request's structured output
     (``consumer.retry_invalid``; docs/structured-output.md)."""
+    reused_from: SourceOffset | None = None
+    """where the completion this one copies lies (a completion of run ``consumer.reuse_from``
+    answering the same request: docs/runs.md, "Reusing identical requests"); None: generated."""
 
 
 ErrorStage = Literal["produce", "generate", "sink", "export"]

@@ -16,7 +16,15 @@ import msgspec
 from streams.config import GenerationSettings
 from streams.records import PromptRecord
 
-__all__ = ["chat_request_body", "last_user_text", "record_params", "request_id", "thinking_requested"]
+__all__ = [
+    "chat_request_body",
+    "completion_digest",
+    "last_user_text",
+    "record_params",
+    "request_digest",
+    "request_id",
+    "thinking_requested",
+]
 
 _NOT_PARAMS = ("messages", "tools", "rid", "request_id", "stream")
 """request fields a completion record does not repeat in ``params``."""
@@ -74,6 +82,22 @@ def record_params(body: dict[str, Any]) -> dict[str, Any]:
     """The generation parameters a completion record keeps (``params``): the request ``body``
     without its messages, tools, request id (``rid``, vLLM's ``request_id``) and ``stream``."""
     return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
+
+
+def request_digest(body: dict[str, Any]) -> bytes:
+    """16 bytes that are equal for two request bodies asking the same (messages, tools, every
+    sampling parameter, the model): the body without its request id and ``stream``."""
+    payload = {k: v for k, v in body.items() if k not in ("rid", "request_id", "stream")}
+    return hashlib.blake2b(msgspec.json.encode(payload, order="sorted"), digest_size=16).digest()
+
+
+def completion_digest(prompt: PromptRecord, params: dict[str, Any]) -> bytes:
+    """:func:`request_digest` of the request a completion record answered, from its ``prompt``
+    and its ``params`` (:func:`record_params`: the body without messages, tools and ids)."""
+    body = {**params, "messages": prompt.messages}
+    if prompt.tools:
+        body["tools"] = prompt.tools
+    return request_digest(body)
 
 
 def thinking_requested(body: dict[str, Any]) -> bool:

@@ -79,12 +79,15 @@ def replay_argv(
     temperature: float | None = None,
     top_p: float | None = None,
     model: str | None = None,
+    reuse_identical: bool = False,
     rest: Sequence[str] = (),
     inherited: Sequence[str] = (),
 ) -> list[str]:
     """The ``kafkagen run`` arguments of a replay of ``run`` as ``new`` (``rest``: other ``run``
     options, passed as they are, ``--max-tokens`` and ``--thinking`` among them; ``inherited``:
-    :func:`inherited_flags`, which leaves out what the overrides and ``rest`` set)."""
+    :func:`inherited_flags`, which leaves out what the overrides and ``rest`` set);
+    ``reuse_identical``: NEW copies ``run``'s completions of requests that did not change
+    (``consumer.reuse_from``)."""
     argv = ["--run-id", new, "--replay-of", run]
     if temperature is not None:
         argv += ["--generation.temperature", repr(temperature)]
@@ -92,6 +95,8 @@ def replay_argv(
         argv += ["--generation.top-p", repr(top_p)]
     if model is not None:
         argv += ["--generation.model", model]
+    if reuse_identical:
+        argv += ["--consumer.reuse-from", run]
     return [*argv, *inherited, *rest]
 
 
@@ -110,9 +115,21 @@ def replay_argv(
     "--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), help="NEW's nucleus sampling"
 )
 @click.option("--model", help="the model name NEW sends (generation.model)")
+@click.option(
+    "--reuse-identical",
+    is_flag=True,
+    help="copy RUN's completion of every prompt whose request (messages, tools, parameters, model) "
+    "did not change instead of generating it again (consumer.reuse_from; docs/runs.md)",
+)
 @click.pass_context
 def replay_command(
-    ctx: click.Context, run: str, new: str, temperature: float | None, top_p: float | None, model: str | None
+    ctx: click.Context,
+    run: str,
+    new: str,
+    temperature: float | None,
+    top_p: float | None,
+    model: str | None,
+    reuse_identical: bool,
 ) -> int:
     try:
         naming.check_run_id(run, what="RUN")
@@ -131,7 +148,14 @@ def replay_command(
         print(f"replay of run {run}: its generation settings unless overridden: {' '.join(inherited)}")
     return run_main(
         replay_argv(
-            run, new, temperature=temperature, top_p=top_p, model=model, rest=ctx.args, inherited=inherited
+            run,
+            new,
+            temperature=temperature,
+            top_p=top_p,
+            model=model,
+            reuse_identical=reuse_identical,
+            rest=ctx.args,
+            inherited=inherited,
         ),
         prog="kafkagen replay",
     )

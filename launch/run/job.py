@@ -241,7 +241,8 @@ def summary(
         "",
         f"run {m['run_id']}: done in {wall_s:.0f} s",
         f"  prompts      {expected}",
-        f"  completions  {records['completions']}",
+        f"  completions  {records['completions']}"
+        + (f" ({records['reused']} reused from another run)" if records.get("reused") else ""),
         f"  errors       {records['errors']}",
         f"  missing      {m['missing']['count']}",
         f"  duplicates   {m['duplicates']['records_dropped']} records dropped by the export",

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from consumers.servers.requests import (
     chat_request_body,
+    completion_digest,
     last_user_text,
     record_params,
+    request_digest,
     request_id,
     thinking_requested,
 )
@@ -63,3 +67,21 @@ def test_last_user_text() -> None:
     assert last_user_text(prompt([{"role": "user", "content": parts}])) == "x  y"
     assert last_user_text(prompt([{"role": "system", "content": "s"}])) is None
     assert last_user_text(prompt([{"role": "user", "content": None}])) is None
+
+
+def test_a_completion_digest_is_the_digest_of_the_request_it_answered() -> None:
+    g = GenerationSettings(model="m")
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    prompt = msgspec.structs.replace(make_prompt(1, max_tokens=5), tools=tools)
+    body = chat_request_body(prompt, "kg-1", g)
+    assert completion_digest(prompt, record_params(body)) == request_digest(body)
+    assert request_digest(body) == request_digest(chat_request_body(prompt, "kg-other-rid", g)), "ids aside"
+    assert request_digest(body) == request_digest(dict(reversed(list(body.items())))), "key order aside"
+    changed = [
+        chat_request_body(prompt, "kg-1", g, model="other"),
+        chat_request_body(msgspec.structs.replace(prompt, tools=None), "kg-1", g),
+        chat_request_body(make_prompt(2, max_tokens=5), "kg-1", g),
+        chat_request_body(make_prompt(1, max_tokens=6), "kg-1", g),
+        chat_request_body(prompt, "kg-1", g.with_budget(thinking=False)),
+    ]
+    assert len({request_digest(b) for b in [body, *changed]}) == 6, "any change asks something else"

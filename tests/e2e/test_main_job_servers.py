@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from consumers.quality.flags import degenerate
 from launch.serve.fleet import Fleet
 from launch.stack import LocalStack
 from tests.helpers import REPO_ROOT, unused_port
@@ -296,3 +297,49 @@ def _lines(path: Path) -> list[str]:
         with zstandard.open(path, "rt", encoding="utf-8") as f:
             return [line for line in f if line.strip()]
     return [line for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_run_of_an_edited_dataset_reuses_the_completions_of_unchanged_requests(
+    kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    tasks = REPO_ROOT / "data" / "instructions" / "tasks.jsonl"
+    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    template = str(REPO_ROOT / "data" / "instructions" / "template.j2")
+    common = ["--template", template, "--server", user_servers[0], "--server", user_servers[1]]
+    # the gate judges what the servers generate (3 prompts here, too few to judge): off
+    common += ["--server-timeout", "60", "--no-progress", "--timeout", "480", "--gate.no-enabled"]
+
+    def run(run_id: str, prompts: Path, *extra: str) -> tuple[str, list[dict[str, Any]]]:
+        dataset = tmp_path / run_id
+        args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(prompts), *common]
+        args += ["--to", str(dataset), *extra]
+        done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return done.stdout, _dataset(dataset)
+
+    first_id = f"e2e-reuse-a-{unique}"
+    _, first = run(first_id, tasks)
+    edited = tmp_path / "edited.jsonl"
+    changed = {rows[i]["id"] for i in (0, 4, 7)}
+    edited_rows = [
+        {**r, "instruction": r["instruction"] + " Be brief."} if r["id"] in changed else r for r in rows
+    ]
+    edited.write_text("".join(json.dumps(r) + "\n" for r in edited_rows))
+    out, second = run(f"e2e-reuse-b-{unique}", edited, "--consumer.reuse-from", first_id)
+
+    before = {r["id"]: r for r in first}
+    # a degenerate completion is never reused: generating it again may give a usable one
+    reusable = {i for i, r in before.items() if i not in changed and not degenerate(r["quality"])}
+    assert f"completions  {len(rows)} ({len(reusable)} reused from another run)" in out, out
+    assert sorted(r["id"] for r in second) == sorted(before)
+    for record in second:
+        old = before[record["id"]]
+        if record["id"] not in reusable:
+            assert record["reused_from"] is None
+            if record["id"] in changed:
+                assert record["prompt"]["messages"] != old["prompt"]["messages"]
+        else:
+            assert record["reused_from"]["topic"] == f"{first_id}.completions", record["reused_from"]
+            assert (record["content"], record["usage"]) == (old["content"], old["usage"]), "the same answer"
+            assert record["run_id"] != old["run_id"], "this run's record"
+            assert record["source"] != old["source"], "this run's prompt"

@@ -49,6 +49,7 @@ def test_what_the_user_gives_beats_the_parent() -> None:
         "--run-id", "b", "--replay-of", "a",
         "--generation.temperature", "0.7", "--generation.top-p", "0.5", *rest,
     ]  # fmt: skip
+    assert replay_argv("a", "b", reuse_identical=True)[-2:] == ["--consumer.reuse-from", "a"]
     no_thinking_known = _parent(chat_template_kwargs={})
     assert inherited_flags(no_thinking_known, [], {"KAFKAGEN_GENERATION__MAX_TOKENS": "8"}) == [
         "--generation.temperature", "0.6", "--generation.top-p", "0.95",
