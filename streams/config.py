@@ -486,6 +486,14 @@ class Settings(BaseSettings):
             check_server_url(url)
         return value
 
+    @model_validator(mode="after")
+    def _reuse_from_another_run(self) -> Settings:
+        if self.consumer.reuse_from is not None:
+            naming.check_run_id(self.consumer.reuse_from, what="consumer.reuse_from")
+            if self.consumer.reuse_from == self.run_id:  # a regenerate would copy what it redoes
+                raise ValueError("consumer.reuse_from names this run itself: name the run to copy from")
+        return self
+
 
 def check_server_url(url: str) -> str:
     """``url`` unchanged when it can be an inference server's base URL: an ``http`` or ``https``

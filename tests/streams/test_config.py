@@ -156,3 +156,14 @@ def test_variables_of_other_owners_under_the_prefix_are_left_alone(monkeypatch: 
 def test_an_unknown_top_level_setting_given_in_code_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"stack: no such setting \(unset KAFKAGEN_STACK"):
         load_settings(Settings, overrides={"stack": {"home": "x"}})
+
+
+def test_reuse_from_must_name_another_run() -> None:
+    with pytest.raises(ConfigError, match=r"consumer\.reuse_from names this run itself"):
+        load_settings(Settings, overrides={"run_id": "a", "consumer": {"reuse_from": "a"}})
+    assert (
+        load_settings(
+            Settings, overrides={"run_id": "b", "consumer": {"reuse_from": "a"}}
+        ).consumer.reuse_from
+        == "a"
+    )
