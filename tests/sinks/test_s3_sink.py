@@ -86,7 +86,7 @@ def dangling_uploads(settings: Settings) -> list[str]:
 def assert_export_is_exact(settings: Settings, dest: Path, n: int) -> dict[str, Any]:
     status, manifest, out = run_export(settings, dest)
     assert status == 0, out
-    assert manifest["records"] == {"ids": n, "completions": n, "errors": 0}
+    assert manifest["records"] == {"ids": n, "completions": n, "reused": 0, "errors": 0}
     assert manifest["missing"]["count"] == 0 and manifest["unexpected"]["count"] == 0
     assert manifest["duplicates"]["records_dropped"] == 0
     assert manifest["source"]["offset_overlaps"] == [] and manifest["source"]["offset_gaps"] == []
@@ -357,7 +357,7 @@ async def test_a_corrupt_record_is_reported_with_its_offset_and_the_rest_is_writ
 
     status, manifest, out = run_export(cfg, tmp_path / "export")
     assert status == 0, out
-    assert manifest["records"] == {"ids": 82, "completions": 80, "errors": 2}
+    assert manifest["records"] == {"ids": 82, "completions": 80, "reused": 0, "errors": 2}
     assert manifest["source"]["lines_by_kind"] == {"completion": 80, "undecodable": 2}
     assert manifest["errors_by_type"] == {"sink:RecordDecodeError": 2}
     assert manifest["missing"]["count"] == 0 and manifest["unexpected"]["ids"] == ["bad-1", "bad-2"]

@@ -72,7 +72,7 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     assert "2 missing" in capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["run_id"] == cfg.run_id and manifest["created_at"] and manifest["ok"] is False
-    assert manifest["records"] == {"ids": 5, "completions": 4, "errors": 1}
+    assert manifest["records"] == {"ids": 5, "completions": 4, "reused": 0, "errors": 1}
     assert manifest["duplicates"] == {
         "records_dropped": 2,
         "ids": 2,
@@ -467,7 +467,7 @@ async def test_a_record_of_another_run_in_the_folder_is_reported_and_fails_the_e
         ],
         "truncated": False,
     }
-    assert manifest["records"] == {"ids": 3, "completions": 3, "errors": 0}
+    assert manifest["records"] == {"ids": 3, "completions": 3, "reused": 0, "errors": 0}
     assert manifest["unexpected"]["count"] == 0 and manifest["missing"]["count"] == 0
     assert manifest["duplicates"]["records_dropped"] == 0 and manifest["by_attempt"] == {"0": 3}
     assert manifest["source"]["lines"] == 5

@@ -223,7 +223,7 @@ def test_a_transient_s3_error_in_the_second_pass_is_retried(
     assert main(_argv(cfg, to, run, "--allow-missing")) == 0
     assert len(failed) == 1, "the fault was injected"
     manifest = Dataset(cfg, to).check()
-    assert manifest["records"] == {"ids": 5, "completions": 4, "errors": 1}
+    assert manifest["records"] == {"ids": 5, "completions": 4, "reused": 0, "errors": 1}
     assert manifest["unwritten"]["count"] == 0
 
 

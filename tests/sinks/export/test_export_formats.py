@@ -74,7 +74,7 @@ def test_every_format_from_one_export(
     )
     assert main([*argv, "--reasoning", "inline", "--shard-records", "2"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["records"] == {"ids": 6, "completions": 4, "errors": 2}
+    assert manifest["records"] == {"ids": 6, "completions": 4, "reused": 0, "errors": 2}
     assert manifest["formats"] == {
         "formats": ["jsonl", "parquet", "openai-batch", "chat"],
         "reasoning": "inline",
