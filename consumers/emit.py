@@ -201,6 +201,7 @@ class Emitter:
         completion = reused(
             original,
             where,
+            id=prompt.id,
             run_id=self.settings.run_id,
             attempt=prompt.attempt,
             prompt=prompt,

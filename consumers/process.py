@@ -112,13 +112,16 @@ class PromptRunner:
         if foreign is not None:
             await self.emitter.error(job, self.dead_letters.foreign(record, prompt, foreign))
             return
-        if self.reuse is not None and await self._reused(job, prompt):
+        # a regenerated prompt (attempt > 0) asks for a new generation: never a copy
+        if self.reuse is not None and prompt.attempt == 0 and await self._reused(job, prompt):
             return
-        attempts = invalid = 0
+        sends = failures = invalid = 0
+        # the last answer in hand, one that broke its structured output: kept if a re-ask fails
+        kept: tuple[dict[str, Any], ChatResult, float] | None = None
         while True:
             await self.server.ok.wait()
-            attempts += 1
-            rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, attempts)
+            sends += 1
+            rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, sends)
             body = self.client.request_body(prompt, rid)
             if invalid:  # asked again for a valid answer: another seed, or the same answer comes back
                 body["seed"] = zlib.crc32(rid.encode()) % 2**31
@@ -134,7 +137,10 @@ class PromptRunner:
                 else:
                     self.server.record_success(time.monotonic())
                     self.answered(job)
-                    await self.emitter.failure(job, prompt, exc, attempts)
+                    if kept is not None:  # the answer in hand, flagged, beats a dead letter
+                        await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
+                        return
+                    await self.emitter.failure(job, prompt, exc, sends)
                     return
             else:
                 self.server.record_success(time.monotonic())
@@ -143,22 +149,29 @@ class PromptRunner:
                 self.server.observe_output(time.monotonic(), result.usage.completion_tokens)
                 if invalid < self.settings.consumer.retry_invalid and structured_flags(body, result.content):
                     invalid += 1
+                    failures = 0  # a re-ask has the whole max_attempts for its failures
+                    kept = (body, result, sent_at)
                     self.stats.invalid_retries += 1
                     continue
                 self.answered(job)
                 await self.emitter.completion(job, prompt, body, result, sent_at, invalid_retries=invalid)
                 return
             # a retriable failure
+            failures += 1
             now = time.monotonic()
             if last.status in (429, 503):
                 self.window().observe_overload(now)
             self.server.record_failure(now, str(last), sent_at=sent_mono)
-            if attempts >= self.settings.consumer.max_attempts:
-                await self.emitter.failure(job, prompt, last, attempts)
+            if failures >= self.settings.consumer.max_attempts:
+                if kept is not None:
+                    self.answered(job)
+                    await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
+                    return
+                await self.emitter.failure(job, prompt, last, sends)
                 return
             self.stats.retries += 1
             self.metrics.retries.inc()
-            await asyncio.sleep(self.backoff.delay(min(attempts, 30), self.rng))
+            await asyncio.sleep(self.backoff.delay(min(failures, 30), self.rng))
 
     async def _reused(self, job: Job, prompt: PromptRecord) -> bool:
         """Whether ``prompt`` got a copy of a completion answering the same request

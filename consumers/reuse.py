@@ -122,6 +122,6 @@ class ReuseIndex:
 
 
 def reused(original: CompletionRecord, where: SourceOffset, **changes: object) -> CompletionRecord:
-    """A copy of ``original`` for the current run: ``changes`` (run id, attempt, prompt, source,
+    """A copy of ``original`` for the current run: ``changes`` (id, run id, attempt, prompt, source,
     consumer) applied, ``reused_from`` set to ``where``, no structured-output retries of its own."""
     return msgspec.structs.replace(original, reused_from=where, invalid_retries=0, **changes)

@@ -28,6 +28,11 @@ ENV_GROUPS_ELSEWHERE: Final[frozenset[str]] = frozenset({"stack"})
 (:class:`launch.stack.settings.StackSettings`)."""
 
 
+def _is_group(cls: type[BaseSettings], name: str) -> bool:
+    annotation = cls.model_fields[name].annotation
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> list[str]:
     """One line per variable of ``environ`` under ``cls``'s prefix that names no setting of it.
 
@@ -35,7 +40,9 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
     top-level name, so a misspelt ``KAFKAGEN_GENRATION__MAX_TOKENS`` or ``KAFKAGEN_RUNID`` would
     silently fall back to a default. Refused here: a group that is neither ``cls``'s nor in
     :data:`ENV_GROUPS_ELSEWHERE`; a top-level name close to one of ``cls``'s (the prefix also
-    carries variables that are no settings, e.g. ``KAFKAGEN_AUDIT_TRACE``); for a class without
+    carries variables that are no settings, e.g. ``KAFKAGEN_AUDIT_TRACE``); a group's setting with
+    one ``_`` where ``__`` belongs (``KAFKAGEN_GENERATION_MAX_TOKENS``); a top-level setting under
+    another owner's group (``KAFKAGEN_STACK__HOME``); for a class without
     groups (its prefix its own, e.g. ``KAFKAGEN_STACK__``), any name that is not its field.
     """
     prefix = (cls.model_config.get("env_prefix") or "").upper()
@@ -48,11 +55,17 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
         rest = name[len(prefix) :].lower()
         if rest in fields:
             continue
+        groups = [f for f in fields if delimiter and _is_group(cls, f)]
         if delimiter and delimiter in rest:
-            head = rest.split(delimiter)[0]
-            if head in fields or head in ENV_GROUPS_ELSEWHERE:
+            head, tail = rest.split(delimiter, 1)
+            if head in ENV_GROUPS_ELSEWHERE and tail in fields:  # e.g. KAFKAGEN_STACK__HOME, now HOME
+                close = [tail]
+            elif head in fields or head in ENV_GROUPS_ELSEWHERE:
                 continue
-            close = difflib.get_close_matches(head, fields, n=1)
+            else:
+                close = difflib.get_close_matches(head, fields, n=1)
+        elif delimiter and (group := next((g for g in groups if rest.startswith(g + "_")), None)):
+            close = [group + delimiter + rest.removeprefix(group + "_")]  # one _ where __ was meant
         else:
             close = difflib.get_close_matches(rest, fields, n=1, cutoff=0.8)
             if delimiter and not close:

@@ -117,12 +117,18 @@ def output_constraint_problem(response_format: Any, regex: Any, ebnf: Any) -> st
             spec = response_format.get("json_schema")
             if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or "schema" not in spec:
                 return 'response_format json_schema needs {"json_schema": {"name": "...", "schema": {...}}}'
+            if "strict" in spec and not isinstance(spec["strict"], bool):
+                return "response_format json_schema.strict must be true or false (SGLang takes booleans only)"
             from jsonschema import SchemaError, validators
 
+            schema = spec["schema"]
             try:
-                validators.validator_for(spec["schema"]).check_schema(spec["schema"])
+                validators.validator_for(schema).check_schema(schema)
             except SchemaError as exc:
                 return f"response_format's schema is not a valid JSON Schema: {exc.message}"
+            dangling = _dangling_ref(schema)
+            if dangling is not None:
+                return f"response_format's schema has $ref {dangling!r}, which points nowhere in it"
     given = [name for name, v in (("regex", regex), ("ebnf", ebnf)) if v is not None]
     if kind in ("json_object", "json_schema"):
         given.insert(0, f"response_format {kind}")
@@ -133,6 +139,37 @@ def output_constraint_problem(response_format: Any, regex: Any, ebnf: Any) -> st
             re.compile(regex)
         except re.error as exc:
             return f"regex {regex!r} does not compile: {exc}"
+    return None
+
+
+def _dangling_ref(schema: Any) -> str | None:
+    """The first ``$ref`` of ``schema`` that is not a JSON pointer into ``schema`` itself (a
+    remote reference, or a local one to nothing), else None: answers are checked offline."""
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    for ref in refs:
+        if not ref.startswith("#"):
+            return ref
+        node: Any = schema
+        for part in ref[1:].lstrip("/").split("/") if ref not in ("#", "#/") else ():
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                return ref
     return None
 
 

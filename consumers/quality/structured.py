@@ -26,6 +26,11 @@ PATTERN_MISMATCH: Final = "pattern_mismatch"
 """The answer does not match the request's ``regex`` (whole answer)."""
 
 
+def _not_json(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json module reads them, JSON has none."""
+    raise ValueError(f"{name} is not JSON")
+
+
 @functools.lru_cache(maxsize=64)
 def _validator(schema_text: str) -> Any:
     schema = json.loads(schema_text)
@@ -50,7 +55,7 @@ def structured_flags(body: dict[str, Any], content: str) -> list[str]:
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     if kind in ("json_object", "json_schema"):
         try:
-            value = json.loads(content)
+            value = json.loads(content, parse_constant=_not_json)
         except ValueError:
             return [INVALID_JSON]
         if kind == "json_object":
@@ -59,8 +64,11 @@ def structured_flags(body: dict[str, Any], content: str) -> list[str]:
         schema = (response_format.get("json_schema") or {}).get("schema")
         if schema is None:
             return []
-        validator = _validator(json.dumps(schema, sort_keys=True))
-        return [] if validator.is_valid(value) else [SCHEMA_MISMATCH]
+        try:
+            valid = _validator(json.dumps(schema, sort_keys=True)).is_valid(value)
+        except Exception:  # a schema the pre-send check let through but cannot evaluate: not judged
+            return []
+        return [] if valid else [SCHEMA_MISMATCH]
     regex = body.get("regex")
     if isinstance(regex, str):
         pattern = _pattern(regex)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +30,12 @@ _FieldPath = tuple[str, tuple[_Step, ...]]
 
 
 class _Missing(Exception):
-    """A field the template read is not in the row: ``parent[name]`` (parent None: top level)."""
+    """A field the template read is not in the row, or null there (``null``): ``parent[name]``
+    (parent None: top level)."""
 
-    def __init__(self, parent: object, name: object) -> None:
+    def __init__(self, parent: object, name: object, *, null: bool = False) -> None:
         super().__init__(name)
-        self.parent, self.name = parent, name
+        self.parent, self.name, self.null = parent, name, null
 
 
 class _Null(Exception):
@@ -47,7 +49,12 @@ class _StrictField(StrictUndefined):
         if self._undefined_hint is not None:  # e.g. the sandbox's "access to attribute ... is unsafe"
             raise self._undefined_exception(self._undefined_hint)
         parent = None if self._undefined_obj is jinja2.utils.missing else self._undefined_obj
-        raise _Missing(parent, self._undefined_name)
+        raise _Missing(parent, self._undefined_name, null=isinstance(self, _NullField))
+
+
+class _NullField(_StrictField):
+    """A field that is null in the row: as missing as an absent one (``is defined`` is false,
+    ``default`` applies, printing it or testing it is a bad row naming it)."""
 
 
 # Undefined binds its operators (__getitem__, __str__, __iter__ ...) to its own failing method when
@@ -63,7 +70,51 @@ def _printed(value: object) -> object:
     return value
 
 
-_ENV: Final = ImmutableSandboxedEnvironment(undefined=_StrictField, autoescape=False, finalize=_printed)
+class _RowSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``a.b`` on a mapping reading its key ``b`` only: a row's fields are data,
+    so ``meta.items`` is the field ``items``, never the dict's method (missing: a bad row)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Mapping):
+            return obj[attribute] if attribute in obj else self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+
+_ENV: Final = _RowSandbox(undefined=_StrictField, autoescape=False, finalize=_printed)
+
+
+def _unmarked(value: Any) -> Any:
+    """``value`` with its :class:`_NullField` marks back to null (for ``tojson``)."""
+    if isinstance(value, _NullField):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _unmarked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unmarked(item) for item in value]
+    return value
+
+
+_ENV.filters["tojson"] = lambda value, indent=None: json.dumps(
+    _unmarked(value), ensure_ascii=False, indent=indent
+)
+
+
+def _with_nulls_marked(value: Any, parent: Any = None, name: Any = None) -> Any:
+    """``value`` with every null (a dict's value, a list's item) replaced by a :class:`_NullField`
+    that knows where it was; containers are copied, the row itself is not changed."""
+    if value is None:
+        return _NullField(obj=jinja2.utils.missing if parent is None else parent, name=name)
+    if isinstance(value, Mapping):
+        copy: dict[str, Any] = {}
+        for key, item in value.items():
+            copy[key] = _with_nulls_marked(item, copy, key)
+        return copy
+    if isinstance(value, list):
+        items: list[Any] = []
+        for i, item in enumerate(value):
+            items.append(_with_nulls_marked(item, items, i))
+        return items
+    return value
 
 
 def load_template(value: str, flag: str = "--template") -> tuple[str, Path | None]:
@@ -176,6 +227,7 @@ class PromptTemplate:
                 message renders empty, or the template fails on this row (its error).
         """
         user, system = self._compiled
+        row = {key: _with_nulls_marked(value, None, key) for key, value in row.items()}
         system_text = self._render(system, row, "system") if system is not None else ""
         user_text = self._render(user, row, "user")
         if not user_text.strip():
@@ -187,7 +239,8 @@ class PromptTemplate:
         try:
             return template.render(row)
         except _Missing as exc:
-            fail(f"template field {self._where(row, exc)} is missing; the row has {', '.join(sorted(row))}")
+            state = "null" if exc.null else "missing"
+            fail(f"template field {self._where(row, exc)} is {state}; the row has {', '.join(sorted(row))}")
         except _Null:
             nulls = [_shown(p) for p in self._fields if _value(row, p) is None]
             fail(f"the {role} template prints a null field ({', '.join(nulls) or 'a computed value'})")
@@ -204,6 +257,9 @@ class PromptTemplate:
                 if value is missing.parent and key == missing.name:
                     return _shown((root, steps[: i + 1]))
                 value = _step(value, key)
+        for root, value in row.items():  # e.g. an item of a list the template joins
+            if value is missing.parent:
+                return _shown((root, (("item", missing.name),)))
         return f"{missing.name!r} (of {shortened(missing.parent)})"
 
 

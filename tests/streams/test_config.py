@@ -134,6 +134,8 @@ def test_malformed_json_in_the_environment_is_a_config_error(monkeypatch: pytest
         ("KAFKAGEN_GENRATION__MAX_TOKENS", "did you mean KAFKAGEN_GENERATION?"),
         ("KAFKAGEN_RUNID", "did you mean KAFKAGEN_RUN_ID?"),
         ("KAFKAGEN_SERVER", "did you mean KAFKAGEN_SERVERS?"),
+        ("KAFKAGEN_GENERATION_MAX_TOKENS", "did you mean KAFKAGEN_GENERATION__MAX_TOKENS?"),
+        ("KAFKAGEN_STACK__HOME", "did you mean KAFKAGEN_HOME?"),
         ("KAFKAGEN_PROMPTS__TOPIC", "KAFKAGEN_* are: run_id, replay_of, servers, home, kafka"),
     ],
 )

@@ -51,7 +51,7 @@ KEYED = ALPACA.replace("instances[0].input", "instances[0]['input']")
         (ALPACA, {"instruction": "a", "instances": []}, "template field instances[0] is missing"),
         (ALPACA, {"instruction": "a", "instances": [{}]}, "template field instances[0].input is missing"),
         (KEYED, {"instruction": "a", "instances": [{}]}, "template field instances[0]['input'] is missing"),
-        (ALPACA, {"instruction": None, "instances": [{"input": ""}]}, "prints a null field (instruction)"),
+        (ALPACA, {"instruction": None, "instances": [{"input": ""}]}, "template field instruction is null"),
         (
             ALPACA,
             {"instruction": " ", "instances": [{"input": ""}]},
@@ -133,3 +133,34 @@ def test_a_changed_template_changes_the_resume_fingerprint() -> None:
     other = options_fingerprint(MappingOptions(template=prompt_template("{{ b }}")))
     assert "template" not in plain and one["template"] != other["template"]
     assert one == options_fingerprint(MappingOptions(template=prompt_template("{{ a }}")))
+
+
+@pytest.mark.parametrize(
+    ("template", "row", "reason"),
+    [
+        ("{{ meta.items }}", {"meta": {"other": 1}}, "template field meta.items is missing"),
+        ("{{ a.b }}", {"a": None}, "template field a is null"),
+        ("{{ a ~ '' }}", {"a": None}, "template field a is null"),
+        ("{{ a | string }}", {"a": None}, "template field a is null"),
+        ("{{ xs | join(', ') }}", {"xs": ["a", None]}, "template field xs[1] is null"),
+    ],
+)
+def test_a_null_or_missing_field_is_never_rendered_as_text(
+    template: str, row: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(InputError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        _parse(row, template)
+
+
+def test_a_mapping_field_named_like_a_dict_method_is_the_field_and_tojson_keeps_nulls() -> None:
+    assert _parse({"meta": {"items": "apples"}}, "{{ meta.items }}")[-1]["content"] == "apples"
+    tools = [{"name": "f", "default": None}]
+    assert (
+        _parse({"tools": tools}, "{{ tools | tojson }}")[-1]["content"] == '[{"name": "f", "default": null}]'
+    )
+    assert (
+        _parse({"a": None, "b": "x"}, "{{ a | default('none given') }} {{ b }}")[-1]["content"]
+        == "none given x"
+    )
+    optional = "{% if a is defined %}{{ a }}{% else %}-{% endif %}"
+    assert _parse({"a": None}, optional)[-1]["content"] == "-"
