@@ -28,9 +28,23 @@ ENV_GROUPS_ELSEWHERE: Final[frozenset[str]] = frozenset({"stack"})
 (:class:`launch.stack.settings.StackSettings`)."""
 
 
-def _is_group(cls: type[BaseSettings], name: str) -> bool:
+def _group_fields(cls: type[BaseSettings], name: str) -> list[str]:
+    """The fields of settings group ``name`` (empty: not a group)."""
     annotation = cls.model_fields[name].annotation
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return (
+        list(annotation.model_fields)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        else []
+    )
+
+
+def _misjoined(cls: type[BaseSettings], groups: list[str], rest: str) -> str | None:
+    """The group of ``<group>_<field>`` (one ``_`` where ``__`` belongs) when ``field`` is one of
+    its settings, else None (``KAFKAGEN_SINK_TEST_PAUSE`` is a test's variable, not a setting)."""
+    for group in groups:
+        if rest.startswith(group + "_") and rest.removeprefix(group + "_") in _group_fields(cls, group):
+            return group
+    return None
 
 
 def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> list[str]:
@@ -55,7 +69,7 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
         rest = name[len(prefix) :].lower()
         if rest in fields:
             continue
-        groups = [f for f in fields if delimiter and _is_group(cls, f)]
+        groups = [f for f in fields if delimiter and _group_fields(cls, f)]
         if delimiter and delimiter in rest:
             head, tail = rest.split(delimiter, 1)
             if head in ENV_GROUPS_ELSEWHERE and tail in fields:  # e.g. KAFKAGEN_STACK__HOME, now HOME
@@ -64,7 +78,7 @@ def unknown_environment(cls: type[BaseSettings], environ: Mapping[str, str]) -> 
                 continue
             else:
                 close = difflib.get_close_matches(head, fields, n=1)
-        elif delimiter and (group := next((g for g in groups if rest.startswith(g + "_")), None)):
+        elif delimiter and (group := _misjoined(cls, groups, rest)):
             close = [group + delimiter + rest.removeprefix(group + "_")]  # one _ where __ was meant
         else:
             close = difflib.get_close_matches(rest, fields, n=1, cutoff=0.8)

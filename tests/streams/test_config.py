@@ -149,7 +149,7 @@ def test_a_misspelt_environment_variable_is_refused_not_ignored(
 
 
 def test_variables_of_other_owners_under_the_prefix_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    others = ("KAFKAGEN_AUDIT_TRACE", "KAFKAGEN_KEEP_STACK", "KAFKAGEN_STACK__LLM_PARALLEL")
+    others = ("KAFKAGEN_AUDIT_TRACE", "KAFKAGEN_SINK_TEST_PAUSE", "KAFKAGEN_STACK__LLM_PARALLEL")
     for name in (*others, "KAFKAGEN_HOME"):
         monkeypatch.setenv(name, "8")
     assert load_settings(Settings).home == "8"
