@@ -72,6 +72,7 @@ def completion_record(
         content=result.content,
         reasoning_content=result.reasoning_content,
         tool_calls=result.tool_calls,
+        logprobs=result.logprobs,
         finish_reason=result.finish_reason,
         usage=result.usage,
         timings=Timings(

@@ -17,6 +17,7 @@ import logging
 import random
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -50,6 +51,11 @@ from streams.topics import ensure_topics, topic_specs
 __all__ = ["GenerationConsumer", "default_instance_id", "group_id"]
 
 log = logging.getLogger("kafkagen.generate")
+
+_FRESH_LOAD_S = 5.0
+"""a ``/metrics`` reading older than this (seconds) no longer shows free slots."""
+_STARTS_KEPT = 4096
+"""start times remembered to discount those made since the last ``/metrics`` reading."""
 
 
 class GenerationConsumer:
@@ -87,6 +93,8 @@ class GenerationConsumer:
         self.stats = ConsumerStats()
         self.server = ServerWatch(self.client, self.cfg, self.metrics, self.server_url)
         self.book = JobBook(self.cfg.max_uncommitted)
+        self._starts: deque[float] = deque()
+        """when the latest prompts started (monotonic seconds), oldest first."""
         self.kafka = KafkaOutage(settings.kafka.bootstrap_servers, log)
         self._rng = random.Random()
         dead_letters = DeadLetters(settings.run_id, self.server_url)
@@ -382,7 +390,13 @@ class GenerationConsumer:
         # span cannot start soon: they do not take room from the partitions that can.
         # Jobs whose answer is being written to Kafka count here too: a produce stall stops the
         # fetching (memory stays within window + prefetch) though they hold no server slot.
-        room = self.window.size + self.cfg.prefetch - len(self.book.jobs) - self.book.startable()
+        room = (
+            self.window.size
+            + self._credit()
+            + self.cfg.prefetch
+            - len(self.book.jobs)
+            - self.book.startable()
+        )
         self._apply_pauses(consumer, room)
         generation = self._generation
         # A partition adopting orphans is fetched even when the buffer is full: its records up
@@ -449,10 +463,32 @@ class GenerationConsumer:
         quality gate."""
         if self.server.is_down or self._stopping.is_set() or self._rebalancing or self.gate.halted:
             return
-        self.book.start_buffered(self.window.size - self.in_flight, self._start)
+        self.book.start_buffered(self._room(), self._start, siblings=self.prompts.shares_samples())
+
+    def _room(self) -> int:
+        """Prompts that may start now: the window, plus :meth:`_credit`, less those in flight."""
+        return self.window.size + self._credit() - self.in_flight
+
+    def _credit(self) -> int:
+        """Places that copies of shared requests may have left on the server (docs/consumer.md,
+        "Parallel samples"): at most :attr:`consumers.sample_groups.SampleGroups.hidden`, as many
+        as the last fresh ``/metrics`` reading shows the server running and queueing fewer than
+        the window, less the prompts started since."""
+        hidden = self.prompts.groups.hidden
+        load = self.server.last_load
+        read_at = self.server.last_load_at
+        if hidden <= 0 or load is None or time.monotonic() - read_at > _FRESH_LOAD_S:
+            return 0
+        while self._starts and self._starts[0] <= read_at:
+            self._starts.popleft()
+        free = self.window.size - load.running - load.queued - len(self._starts)
+        return max(0, min(hidden, free))
 
     def _start(self, job: Job) -> asyncio.Task[None]:
         """The task that processes ``job`` (:meth:`consumers.process.PromptRunner.run`)."""
+        self._starts.append(time.monotonic())
+        if len(self._starts) > _STARTS_KEPT:
+            self._starts.popleft()
         return asyncio.create_task(self.prompts.run(job), name=f"prompt-{job.key[0]}-{job.key[1]}")
 
     def _answered(self, job: Job) -> None:

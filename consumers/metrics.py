@@ -29,6 +29,8 @@ class ConsumerStats:
     """completions copied from ``consumer.reuse_from``'s run instead of generated."""
     invalid_retries: int = 0
     """answers asked for again for breaking their structured output (``consumer.retry_invalid``)."""
+    shared_requests: int = 0
+    """requests that answered several samples of one prompt at once (``consumer.parallel_samples``)."""
     started: float = field(default_factory=time.monotonic)
 
     def status_line(self, *, in_flight: int, window: int, waiting: int, server_up: bool, kafka: str) -> str:
@@ -41,6 +43,7 @@ class ConsumerStats:
             f"dead letters {self.errors}, retries {self.retries}"
             + (f", reused {self.reused}" if self.reused else "")
             + (f", invalid answers asked again {self.invalid_retries}" if self.invalid_retries else "")
+            + (f", requests shared by samples {self.shared_requests}" if self.shared_requests else "")
             + f", in flight {in_flight}/{window}, "
             f"waiting {waiting}, server {'up' if server_up else 'down'}, kafka {kafka}"
         )

@@ -26,6 +26,7 @@ from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
 from consumers.quality.structured import structured_flags
 from consumers.reuse import ReuseDeclined, ReuseIndex
+from consumers.sample_groups import SampleGroups
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient
 from consumers.servers.answers import ChatResult
@@ -39,6 +40,9 @@ from streams.retry import Backoff, retriable
 __all__ = ["DUPLICATE_RID", "PromptRunner"]
 
 log = logging.getLogger("kafkagen.generate")
+
+_Answer = tuple[dict[str, Any], ChatResult, float]
+"""An answer in hand: the request body sent, its result, and the Unix time it was sent."""
 
 DUPLICATE_RID = "Duplicate request ID"
 """SGLang's 400 message for a ``rid`` already in flight (docs/sglang.md, "Errors and overload")."""
@@ -88,6 +92,9 @@ class PromptRunner:
         self.answered = answered
         self.reuse: ReuseIndex | None = None
         """set by the consumer at start when ``consumer.reuse_from`` names a run."""
+        self.groups = SampleGroups()
+        self.sharing_refused: str | None = None
+        """why the server refused a request with ``n`` (samples are then sent one request each)."""
 
     async def run(self, job: Job) -> None:
         """Process ``job``, and if anything escapes the processing, a dead letter saying what: a
@@ -115,9 +122,25 @@ class PromptRunner:
         # a regenerated prompt (attempt > 0) asks for a new generation: never a copy
         if self.reuse is not None and prompt.attempt == 0 and await self._reused(job, prompt):
             return
-        sends = failures = invalid = 0
-        # the last answer in hand, one that broke its structured output: kept if a re-ask fails
-        kept: tuple[dict[str, Any], ChatResult, float] | None = None
+        if prompt.sample is not None and self.shares_samples():
+            shared = await self._shared(prompt)
+            if shared is not None:
+                body, result, sent_at = shared
+                if self._asks_again(body, result, 0):
+                    await self._generate(job, prompt, invalid=1, kept=shared)
+                    return
+                self.answered(job)
+                await self.emitter.completion(job, prompt, body, result, sent_at)
+                return
+        await self._generate(job, prompt)
+
+    async def _generate(
+        self, job: Job, prompt: PromptRecord, *, invalid: int = 0, kept: _Answer | None = None
+    ) -> None:
+        """Send ``prompt`` until it ends in a completion or a dead letter. ``invalid``: answers
+        already refused for their structured output, ``kept`` the last of them (written, flagged,
+        if no valid answer comes)."""
+        sends = failures = 0
         while True:
             await self.server.ok.wait()
             sends += 1
@@ -136,42 +159,117 @@ class PromptRunner:
                     last = RetriableServerError(str(exc), status=exc.status)
                 else:
                     self.server.record_success(time.monotonic())
-                    self.answered(job)
-                    if kept is not None:  # the answer in hand, flagged, beats a dead letter
-                        await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
-                        return
-                    await self.emitter.failure(job, prompt, exc, sends)
+                    await self._kept_or_failure(job, prompt, kept, invalid, exc, sends)
                     return
             else:
-                self.server.record_success(time.monotonic())
-                self.window().observe_completion(result.latency_s, time.monotonic())
-                # the server's output rate counts at the answer: a Kafka stall is not a collapse
-                self.server.observe_output(time.monotonic(), result.usage.completion_tokens)
-                if invalid < self.settings.consumer.retry_invalid and structured_flags(body, result.content):
+                self._observe_answer(result.latency_s, result.usage.completion_tokens)
+                if self._asks_again(body, result, invalid):
                     invalid += 1
                     failures = 0  # a re-ask has the whole max_attempts for its failures
                     kept = (body, result, sent_at)
-                    self.stats.invalid_retries += 1
                     continue
                 self.answered(job)
                 await self.emitter.completion(job, prompt, body, result, sent_at, invalid_retries=invalid)
                 return
             # a retriable failure
             failures += 1
-            now = time.monotonic()
-            if last.status in (429, 503):
-                self.window().observe_overload(now)
-            self.server.record_failure(now, str(last), sent_at=sent_mono)
+            self._observe_failure(last, sent_mono)
             if failures >= self.settings.consumer.max_attempts:
-                if kept is not None:
-                    self.answered(job)
-                    await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
-                    return
-                await self.emitter.failure(job, prompt, last, sends)
+                await self._kept_or_failure(job, prompt, kept, invalid, last, sends)
                 return
             self.stats.retries += 1
             self.metrics.retries.inc()
             await asyncio.sleep(self.backoff.delay(min(failures, 30), self.rng))
+
+    def _asks_again(self, body: dict[str, Any], result: ChatResult, invalid: int) -> bool:
+        """Whether ``result`` breaks ``body``'s structured output with re-asks left
+        (``consumer.retry_invalid``); counts the re-ask."""
+        if invalid < self.settings.consumer.retry_invalid and structured_flags(body, result.content):
+            self.stats.invalid_retries += 1
+            return True
+        return False
+
+    async def _kept_or_failure(
+        self, job: Job, prompt: PromptRecord, kept: _Answer | None, invalid: int, exc: ServerError, sends: int
+    ) -> None:
+        """The end of a prompt no send answered: the answer in hand, flagged, beats a dead letter."""
+        if kept is not None:
+            self.answered(job)
+            await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
+            return
+        if not retriable(exc):
+            self.answered(job)
+        await self.emitter.failure(job, prompt, exc, sends)
+
+    def _observe_answer(self, latency_s: float, completion_tokens: int) -> None:
+        """The server answered: it is healthy, and its latency and output feed the window."""
+        now = time.monotonic()
+        self.server.record_success(now)
+        self.window().observe_completion(latency_s, now)
+        # the server's output rate counts at the answer: a Kafka stall is not a collapse
+        self.server.observe_output(now, completion_tokens)
+
+    def _observe_failure(self, exc: ServerError, sent_mono: float) -> None:
+        """A retriable failure: an overload shrinks the window; every one counts against health."""
+        now = time.monotonic()
+        if exc.status in (429, 503):
+            self.window().observe_overload(now)
+        self.server.record_failure(now, str(exc), sent_at=sent_mono)
+
+    def shares_samples(self) -> bool:
+        """Whether a prompt's samples may share a request (docs/consumer.md, "Parallel samples"):
+        ``consumer.parallel_samples`` is on, no ``reuse_from`` lookup comes first, and the server
+        (once discovered) answers ``n`` distinct choices and has not refused it."""
+        info = self.client.info
+        return (
+            self.settings.consumer.parallel_samples
+            and self.reuse is None
+            and self.sharing_refused is None
+            and info is not None
+            and info.parallel_samples
+        )
+
+    async def _shared(self, prompt: PromptRecord) -> _Answer | None:
+        """This sample's answer from one request for all its siblings that start in this turn
+        (:mod:`consumers.sample_groups`), or None: alone, the server kind cannot, or the shared
+        request failed (each sibling is then sent on its own)."""
+        await self.server.ok.wait()  # the body names the served model: discovery must be done
+        if not self.shares_samples():
+            return None
+        rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, 0)
+        body = self.client.request_body(prompt, rid)
+        body.pop("seed", None)  # the copies share one request's parameters: a seed would make them equal
+        group, place = self.groups.join(request_digest(body))
+        await asyncio.sleep(0)  # the siblings started in this turn join
+        if place > 0:
+            answer = await asyncio.shield(group.answer)  # a cancelled member leaves the others be
+            return None if answer is None else (answer[0], answer[1][place], answer[2])
+        self.groups.close(group)
+        if group.size == 1:
+            group.settle(None)
+            return None
+        body["n"] = group.size
+        sent_at, sent_mono = time.time(), time.monotonic()
+        self.groups.hidden += group.size - 1
+        try:
+            results = await self._send_choices(body)
+        except ServerError as exc:
+            if retriable(exc):
+                self._observe_failure(exc, sent_mono)
+            elif DUPLICATE_RID not in str(exc):  # the server refuses n: send every sample alone
+                self.sharing_refused = str(exc)
+                log.warning("%s: samples are sent one request each from now on", exc)
+            group.settle(None)
+            return None
+        except BaseException:
+            group.settle(None)  # cancelled: the siblings go on alone
+            raise
+        finally:
+            self.groups.hidden -= group.size - 1
+        self.stats.shared_requests += 1
+        self._observe_answer(results[0].latency_s, sum(r.usage.completion_tokens for r in results))
+        group.settle((body, results, sent_at))
+        return body, results[0], sent_at
 
     async def _reused(self, job: Job, prompt: PromptRecord) -> bool:
         """Whether ``prompt`` got a copy of a completion answering the same request
@@ -192,9 +290,14 @@ class PromptRunner:
         return True
 
     async def _send(self, body: dict[str, Any]) -> ChatResult:
-        """One request, abandoned (as a retriable failure) if the server is declared hung."""
+        """One request for one answer (:meth:`_send_choices`)."""
+        return (await self._send_choices(body))[0]
+
+    async def _send_choices(self, body: dict[str, Any]) -> list[ChatResult]:
+        """One request (for ``body["n"]`` answers), abandoned (as a retriable failure) if the server
+        is declared hung."""
         abandon = self.server.abandon
-        request = asyncio.ensure_future(self.client.chat(body))
+        request = asyncio.ensure_future(self.client.chat_choices(body))
         waiter = asyncio.ensure_future(abandon.wait())
         try:
             done, _ = await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)

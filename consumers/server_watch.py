@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -83,6 +84,8 @@ class ServerWatch:
         self._give_up = False
         """leave the group at once, without waiting for ``down_grace_s``."""
         self.last_load: ServerLoad | None = None
+        self.last_load_at = -math.inf
+        """when :attr:`last_load` was read (monotonic seconds)."""
 
     @property
     def is_down(self) -> bool:
@@ -229,6 +232,7 @@ class ServerWatch:
                 try:
                     load = await self.client.load()
                     self.last_load = load
+                    self.last_load_at = time.monotonic()
                     if load is not None:
                         window().observe_metrics(
                             load.running,

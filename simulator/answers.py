@@ -17,7 +17,7 @@ from simulator.chat_request import ChatRequest
 from simulator.output import OutputPlan
 from simulator.profile import SimulatorProfile
 
-__all__ = ["chat_body", "error_response", "join_words"]
+__all__ = ["chat_body", "error_response", "join_words", "token_logprobs"]
 
 
 def join_words(words: tuple[str, ...]) -> str:
@@ -79,7 +79,7 @@ def chat_body(
     # _maybe_update_reasoning_tokens skips requests without require_reasoning).
     reasoning_tokens = len(plan.reasoning) if parser is not None and chat.enable_thinking else 0
     completion_tokens = plan.completion_tokens if prompt_tokens or plan.completion_tokens else 0
-    return shapes.chat_response(
+    body = shapes.chat_response(
         profile,
         rid=rid,
         created=int(time.time()),
@@ -95,3 +95,25 @@ def chat_body(
             cached_tokens=cached_tokens,
         ),
     )
+    if chat.logprobs:
+        body["choices"][0]["logprobs"] = token_logprobs((*plan.reasoning, *plan.answer), chat.top_logprobs)
+    return body
+
+
+def token_logprobs(words: tuple[str, ...], top: int) -> dict[str, Any]:
+    """``choices[i].logprobs`` for these output tokens (one per word), as SGLang builds it
+    (0.5.23 ``entrypoints/openai/serving_chat.py`` ``_process_response_logprobs``: every output
+    token, reasoning included, each with ``top`` alternatives). The values are synthetic."""
+    content = []
+    for i, word in enumerate(words):
+        token = word if i == 0 else " " + word
+        logprob = -0.05 - 0.01 * (len(word) % 7)
+        names = [token, *(f" alt{k}" for k in range(1, top))][:top]
+        alternatives = [
+            {"token": name, "bytes": list(name.encode()), "logprob": logprob - 1.5 * k}
+            for k, name in enumerate(names)
+        ]
+        content.append(
+            {"token": token, "bytes": list(token.encode()), "logprob": logprob, "top_logprobs": alternatives}
+        )
+    return {"content": content}

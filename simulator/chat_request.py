@@ -38,6 +38,10 @@ class ChatRequest:
         priority: SGLang's request ``priority``, None when not sent.
         json_schema: the JSON Schema the answer must follow (``response_format`` ``json_object``
             or ``json_schema``; :func:`simulator.structured.json_constraint`), None without.
+        n: choices asked for (SGLang's parallel sampling: the prompt is prefilled once).
+        logprobs: whether each output token's log probability is returned.
+        top_logprobs: the most likely tokens returned per position with ``logprobs``.
+        seed: the request's ``seed``, None when not sent.
     """
 
     rid: str | None
@@ -51,6 +55,10 @@ class ChatRequest:
     tool_choice: object
     priority: int | None = None
     json_schema: dict[str, Any] | None = None
+    n: int = 1
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
 
 
 def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
@@ -69,8 +77,20 @@ def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
             raise BadRequest(f"messages[{index}] must be an object with a string 'role'.")
     if body.get("stream") is True:
         raise BadRequest("The simulator does not support stream=true; send stream=false.")
-    if body.get("n") not in (None, 1):
-        raise BadRequest("The simulator supports only n=1.")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise BadRequest("'n' must be a positive integer.")
+    logprobs = body.get("logprobs") or False
+    top_logprobs = body.get("top_logprobs") or 0
+    if not isinstance(logprobs, bool):
+        raise BadRequest("'logprobs' must be a boolean.")
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 0 <= top_logprobs <= 20:
+        raise BadRequest("'top_logprobs' must be an integer from 0 to 20.")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("'seed' must be an integer.")
     max_tokens = body.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
@@ -125,6 +145,10 @@ def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
         tool_choice="auto" if tool_choice is None else tool_choice,
         priority=priority,
         json_schema=json_schema,
+        n=n,
+        seed=seed,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
     )
 
 

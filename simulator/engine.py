@@ -61,6 +61,7 @@ class Job:
         cancel_reason: why it was cancelled ("disconnect", "abort_request", "shutdown").
         decoded: tokens decoded so far (fractional between events).
         prefill_left_s: prefill seconds still to run.
+        cached_tokens: leading prompt tokens already in the prefix cache: not prefilled again.
         submitted_at / admitted_at / finished_at: simulated timestamps, seconds since start.
         priority: the request's ``priority`` (for the per-priority metric series), or None.
         done: resolved (with ``None``) when the job completes or is cancelled.
@@ -74,6 +75,7 @@ class Job:
     done: asyncio.Future[None]
     submitted_at: float
     priority: int | None = None
+    cached_tokens: int = 0
     state: JobState = "waiting"
     cancel_reason: str | None = None
     decoded: float = 0.0
@@ -240,9 +242,11 @@ class Engine:
         probe: bool = False,
         ends_in_abort: bool = False,
         priority: int | None = None,
+        cached_tokens: int = 0,
     ) -> Job:
         """Queue a request of ``prompt_tokens`` that decodes ``target_tokens`` at ``base_rate``
-        tokens/s (batch 1); it is admitted as soon as a slot is free."""
+        tokens/s (batch 1); it is admitted as soon as a slot is free and prefills the prompt but
+        its first ``cached_tokens``."""
         self.sync()
         job = Job(
             prompt_tokens=prompt_tokens,
@@ -253,6 +257,7 @@ class Engine:
             done=asyncio.get_running_loop().create_future(),
             submitted_at=self._last,
             priority=priority,
+            cached_tokens=min(max(0, cached_tokens), prompt_tokens),
         )
         if self.closed:
             self._cancel(job, "shutdown")
@@ -459,7 +464,7 @@ class Engine:
             job = self._waiting.popleft()
             job.state = "running"
             job.admitted_at = self._last
-            job.prefill_left_s = job.prompt_tokens / self.profile.prefill_tok_s
+            job.prefill_left_s = (job.prompt_tokens - job.cached_tokens) / self.profile.prefill_tok_s
             if not self._warm:
                 job.prefill_left_s += self.profile.warmup_s
                 self._warm = True

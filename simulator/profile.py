@@ -62,6 +62,9 @@ class SimulatorProfile:
             queue is unbounded and load never causes a 503.
         enable_cache_report: SGLang's ``--enable-cache-report`` (on in ``docker-compose.yml``):
             ``usage.prompt_tokens_details.cached_tokens`` is reported.
+        enable_deterministic_inference: SGLang's ``--enable-deterministic-inference``: every
+            request samples with its ``seed`` (42 when it sends none; SGLang 0.5.23
+            ``sampling/sampling_batch_info.py``), so the ``n`` copies of a request are equal.
         enable_priority_scheduling: SGLang's ``--enable-priority-scheduling``: every metric
             series gets a ``priority`` label ("" for the total) and the running/queued gauges
             add one series per request ``priority`` seen.
@@ -129,6 +132,7 @@ class SimulatorProfile:
     max_queued_requests: int | None = None
     enable_cache_report: bool = True
     enable_priority_scheduling: bool = False
+    enable_deterministic_inference: bool = False
     decode_log_interval: int = 40
     load_s: float = 0.0
 

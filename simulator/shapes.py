@@ -87,6 +87,7 @@ def _server_args(profile: SimulatorProfile, host: str, port: int) -> dict[str, A
         "mem_fraction_static": 0.836,
         "schedule_policy": "fcfs",
         "enable_priority_scheduling": profile.enable_priority_scheduling,
+        "enable_deterministic_inference": profile.enable_deterministic_inference,
         "tp_size": 1,
         "dp_size": 1,
         "reasoning_parser": profile.reasoning_parser,
@@ -120,6 +121,8 @@ def _launch_command(profile: SimulatorProfile, host: str, port: int) -> str:
         parts.append(f"--max-queued-requests {profile.max_queued_requests}")
     if profile.enable_priority_scheduling:
         parts.append("--enable-priority-scheduling")
+    if profile.enable_deterministic_inference:
+        parts.append("--enable-deterministic-inference")
     return " ".join(parts)
 
 

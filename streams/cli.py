@@ -164,6 +164,26 @@ def _flag(path: _Path) -> str:
     return "--" + ".".join(p.replace("_", "-") for p in path)
 
 
+_SHORT_FLAGS: Final[dict[_Path, str]] = {
+    ("consumer", "retry_invalid"): "--retry-invalid",
+    **{
+        ("generation", name): "--" + name.replace("_", "-")
+        for name in (
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "stop",
+            "seed",
+            "top_logprobs",
+            "extra_body",
+        )
+    },
+}
+"""Settings that also answer to a short flag (the names users of peer tools know)."""
+
+
 def _off_flag(path: _Path) -> str:
     """The flag that turns a bool setting off: ``--group.no-field``."""
     return _flag((*path[:-1], "no_" + path[-1]))
@@ -286,7 +306,8 @@ def settings_options(*shown: str, log_default: str = "info") -> Callable[[F], F]
                 old_off = "--no-" + _flag(path)[2:]  # pydantic-settings' spelling: --no-group.field
                 option = click.option(name, f"{flag}/{off}", f" /{old_off}", **common)
             else:
-                option = click.option(name, flag, metavar="VALUE", multiple=kind == "list", **common)
+                flags = (flag, _SHORT_FLAGS[path]) if path in _SHORT_FLAGS else (flag,)
+                option = click.option(name, *flags, metavar="VALUE", multiple=kind == "list", **common)
             command = option(command)
         command = click.option(
             "--log-level",

@@ -33,7 +33,7 @@ from pydantic_settings import BaseSettings, CliApp, CliSettingsSource, SettingsC
 
 from streams.environment import ENV_PREFIX, unknown_environment
 from streams.errors import ConfigError
-from streams.records import output_constraint_problem
+from streams.records import extra_body_problem, output_constraint_problem
 from streams.runs import naming
 
 __all__ = [
@@ -147,10 +147,28 @@ class GenerationSettings(BaseModel):
     )
     regex: str | None = Field(None, description="SGLang: every answer must match this regular expression")
     ebnf: str | None = Field(None, description="SGLang: every answer must follow this EBNF grammar")
+    top_k: int | None = Field(None, description="sample from the k most likely tokens (-1 or unset: all)")
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="drop tokens under min_p x the top one")
+    repetition_penalty: float | None = Field(None, gt=0.0, description="SGLang: >1 discourages repeats")
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="OpenAI: per prior use")
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="OpenAI: once a token is used")
+    stop: list[str] | None = Field(None, description="strings that end the answer (not included)")
+    seed: int | None = Field(None, description="sampling seed of every request (a row's seed wins)")
+    logprobs: bool = Field(False, description="keep each output token's log probability in the completion")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, description="with logprobs: the k likeliest tokens too"
+    )
+    extra_body: dict[str, Any] | None = Field(
+        None,
+        description="more request fields sent verbatim, e.g. '{\"stop_token_ids\": [7]}'; each must be "
+        "a field of SGLang's chat request (misspelt ones are refused, not ignored)",
+    )
 
     @model_validator(mode="after")
     def _one_output_constraint(self) -> GenerationSettings:
         problem = output_constraint_problem(self.response_format, self.regex, self.ebnf)
+        if problem is None and self.extra_body is not None:
+            problem = extra_body_problem(self.extra_body)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -269,6 +287,12 @@ class ConsumerSettings(GroupMemberSettings):
         le=10,
         description="times an answer that breaks its request's "
         "response_format or regex is asked again (another seed); the last one is kept, flagged",
+    )
+    parallel_samples: bool = Field(
+        True,
+        description="send a prompt's samples (--samples) that start together as one request with "
+        "the server's own n, the prompt prefilled once, where the server kind supports it "
+        "(SGLang without --enable-deterministic-inference; docs/inputs.md, Samples)",
     )
     retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
     retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")

@@ -13,7 +13,9 @@ timestamps are Unix epoch seconds (``float``, UTC).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
@@ -22,8 +24,10 @@ from streams.errors import RecordDecodeError
 
 __all__ = [
     "MAX_ERROR_ID_CHARS",
+    "OWN_FIELDS",
     "RESPONSE_FORMAT_TYPES",
     "SCHEMA_VERSION",
+    "SGLANG_CHAT_FIELDS",
     "AnyRecord",
     "CompletionRecord",
     "ErrorRecord",
@@ -41,6 +45,7 @@ __all__ = [
     "content_identity",
     "decode",
     "encode",
+    "extra_body_problem",
     "fit_error",
     "key_of",
     "output_constraint_problem",
@@ -87,14 +92,137 @@ class GenerationParams(_Record, frozen=True, kw_only=True, omit_defaults=True):
     """SGLang: the answer must match this regular expression."""
     ebnf: str | None = None
     """SGLang: the answer must follow this EBNF grammar."""
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logprobs: bool | None = None
+    """return each output token's log probability (kept in the completion's ``logprobs``)."""
+    top_logprobs: int | None = None
+    """with ``logprobs``: this many most likely tokens per position too."""
+    extra_body: dict[str, Any] | None = None
+    """more request fields, sent verbatim (each a field of SGLang's chat request:
+    :func:`extra_body_problem`); they win over the others."""
 
     def as_request_fields(self) -> dict[str, Any]:
-        """The non-``None`` fields as a dict, ready to merge into a request body."""
+        """The non-``None`` fields as a dict, ready to merge into a request body (``extra_body``
+        left as one field: the body's builder merges it last)."""
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
 RESPONSE_FORMAT_TYPES: Final = ("text", "json_object", "json_schema")
 """SGLang 0.5.23 ``entrypoints/openai/protocol.py`` ``ResponseFormat.type``."""
+
+
+SGLANG_CHAT_FIELDS: Final = frozenset(
+    # SGLang 0.5.23 entrypoints/openai/protocol.py ChatCompletionRequest (and PDRoutingFields)
+    [
+        "messages",
+        "model",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "presence_penalty",
+        "response_format",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "return_hidden_states",
+        "return_routed_experts",
+        "routed_experts_start_len",
+        "return_cached_tokens_details",
+        "return_spec_tokens_details",
+        "return_prompt_token_ids",
+        "return_token_ids",
+        "return_meta_info",
+        "return_input_ids_in_sglext",
+        "return_output_ids_in_sglext",
+        "return_sampling_mask",
+        "sampling_logprobs_mode",
+        "return_flat_raw_output_top_logprobs",
+        "reasoning_effort",
+        "thinking",
+        "task",
+        "top_k",
+        "min_p",
+        "min_tokens",
+        "regex",
+        "ebnf",
+        "repetition_penalty",
+        "stop_token_ids",
+        "stop_regex",
+        "no_stop_trim",
+        "ignore_eos",
+        "continue_final_message",
+        "skip_special_tokens",
+        "lora_path",
+        "session_id",
+        "session_params",
+        "separate_reasoning",
+        "stream_reasoning",
+        "chat_template_kwargs",
+        "max_dynamic_patch",
+        "min_dynamic_patch",
+        "use_audio_in_video",
+        "images_config",
+        "video_config",
+        "mm_processor_kwargs",
+        "custom_logit_processor",
+        "custom_params",
+        "watermark",
+        "input_ids",
+        "rid",
+        "extra_key",
+        "cache_salt",
+        "priority",
+        "data_parallel_rank",
+        "bootstrap_host",
+        "bootstrap_port",
+        "bootstrap_room",
+        "routed_dp_rank",
+        "disagg_prefill_dp_rank",
+    ]
+)
+"""Every field SGLang's chat-completions request defines."""
+
+OWN_FIELDS: Final[Mapping[str, str]] = {
+    "messages": "the prompt's messages",
+    "tools": "the prompt's tools",
+    "model": "--generation.model (or the model discovery found)",
+    "rid": "the consumer's request id",
+    "stream": "the consumer (it reads whole answers)",
+    "n": "--samples (and consumer.parallel_samples)",
+    "max_tokens": "--max-tokens / --generation.max-tokens",
+    "max_completion_tokens": "--max-tokens / --generation.max-tokens",
+}
+"""Fields kafkagen sets itself, and where to set them instead."""
+
+
+def extra_body_problem(extra: Mapping[str, Any]) -> str | None:
+    """Why ``extra`` cannot be added to the request body verbatim, or None when it can: a field
+    kafkagen sets itself (:data:`OWN_FIELDS`), or one SGLang's request does not define
+    (:data:`SGLANG_CHAT_FIELDS`; the message lists the close names, or all of them)."""
+    for name in extra:
+        if name in OWN_FIELDS:
+            return f"extra_body may not set {name!r}: kafkagen sets it from {OWN_FIELDS[name]}"
+        if name not in SGLANG_CHAT_FIELDS:
+            close = difflib.get_close_matches(name, SGLANG_CHAT_FIELDS, n=3, cutoff=0.6)
+            hint = (
+                f"did you mean {', '.join(close)}?"
+                if close
+                else "known: " + ", ".join(sorted(SGLANG_CHAT_FIELDS - OWN_FIELDS.keys()))
+            )
+            return f"extra_body field {name!r} is not a field of SGLang's chat request ({hint})"
+    return None
 
 
 def output_constraint_problem(response_format: Any, regex: Any, ebnf: Any) -> str | None:
@@ -223,6 +351,11 @@ class Usage(_Record, frozen=True, kw_only=True):
     reasoning_tokens: int = 0
     cached_tokens: int | None = None
     """prompt tokens served from the prefix cache (SGLang ``--enable-cache-report``)."""
+    shared_by: int = 1
+    """samples answered by the one request this usage comes from (``n``; docs/inputs.md,
+    "Samples"). Above 1, ``prompt_tokens`` and ``cached_tokens`` are the request's and
+    ``completion_tokens`` / ``reasoning_tokens`` this sample's share of the request's totals,
+    apportioned by output length: with ``n`` the server reports only totals."""
 
 
 class Timings(_Record, frozen=True, kw_only=True):
@@ -273,6 +406,9 @@ class CompletionRecord(_Record, frozen=True, kw_only=True):
     source: SourceOffset | None = None
     consumer: str | None = None
     """the consumer instance id that produced it."""
+    logprobs: dict[str, Any] | None = None
+    """the choice's ``logprobs`` as the server returned it (``{"content": [{"token", "logprob",
+    "bytes", "top_logprobs"}, ...]}``), when the request asked for them."""
     invalid_retries: int = 0
     """answers refused before this one for breaking the request's structured output
     (``consumer.retry_invalid``; docs/structured-output.md)."""

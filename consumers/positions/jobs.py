@@ -137,9 +137,15 @@ class JobBook:
             return
         self.buffered.setdefault(p, deque()).append(record)
 
-    def start_buffered(self, room: int, start: Callable[[Job], asyncio.Task[None]]) -> None:
+    def start_buffered(
+        self, room: int, start: Callable[[Job], asyncio.Task[None]], *, siblings: bool = False
+    ) -> None:
         """Start up to ``room`` queued records, oldest first per partition and round-robin over
-        partitions, each within its partition's span: ``start(job)`` returns the job's task."""
+        partitions, each within its partition's span: ``start(job)`` returns the job's task.
+
+        With ``siblings``, a started sample (key ``<prompt id>#<k>``) takes the samples of the same
+        prompt queued right behind it along, past ``room`` if need be (at most the prompt's sample
+        count over it), so they can share one request (docs/consumer.md, "Parallel samples")."""
         while room > 0:
             started = False
             for p, queue in list(self.buffered.items()):
@@ -147,17 +153,25 @@ class JobBook:
                     continue
                 if self.head_blocked(p):
                     continue
-                record = queue.popleft()
-                job = Job(record=record, fetched_at=time.time())
-                job.task = start(job)
-                self.jobs[job.key] = job
+                family = _prompt_key(queue[0]) if siblings else None
+                while True:
+                    self._start(queue.popleft(), start)
+                    room -= 1
+                    if family is None or not queue or self.head_blocked(p) or _prompt_key(queue[0]) != family:
+                        break
                 self.buffered[p] = self.buffered.pop(p)  # served: to the back of the round
-                room -= 1
                 started = True
             if not started:
                 break
         for p in [p for p, q in self.buffered.items() if not q]:
             del self.buffered[p]
+
+    def _start(
+        self, record: ConsumerRecord[bytes, bytes], start: Callable[[Job], asyncio.Task[None]]
+    ) -> None:
+        job = Job(record=record, fetched_at=time.time())
+        job.task = start(job)
+        self.jobs[job.key] = job
 
     def finish(self, job: Job) -> None:
         """The job's result is durably in Kafka: let the commit position move past it (an
@@ -241,3 +255,11 @@ class JobBook:
             done = self.done_uncommitted.get(p)
             if done:
                 self.done_uncommitted[p] = {x for x in done if x >= o}
+
+
+def _prompt_key(record: ConsumerRecord[bytes, bytes]) -> bytes | None:
+    """The prompt part of a sample's Kafka key (``<prompt id>#<k>``: its id, docs/inputs.md,
+    "Samples"), None for a key without ``#``."""
+    key = record.key or b""
+    prompt, hash_sign, k = key.rpartition(b"#")
+    return prompt if hash_sign and k.isdigit() else None

@@ -15,7 +15,14 @@ import msgspec
 from streams.errors import FatalRequestError, RetriableServerError, ServerError
 from streams.records import Usage
 
-__all__ = ["FATAL_STATUSES", "ChatResult", "int_or_none", "parse_chat_answer"]
+__all__ = [
+    "FATAL_STATUSES",
+    "ChatResult",
+    "apportion",
+    "int_or_none",
+    "parse_chat_answer",
+    "parse_chat_answers",
+]
 
 FATAL_STATUSES = frozenset({400, 404, 413, 422})
 """HTTP statuses of a chat request that sending again cannot fix."""
@@ -32,6 +39,8 @@ class ChatResult:
     usage: Usage
     model: str
     latency_s: float
+    logprobs: dict[str, Any] | None = None
+    """the choice's ``logprobs`` as returned (when the request asked for them)."""
 
 
 def parse_chat_answer(
@@ -47,35 +56,95 @@ def parse_chat_answer(
         RetriableServerError: any other non-200 status, ``finish_reason == "abort"``, or a 200
             whose body is not a chat completion (``status`` 200).
     """
+    return parse_chat_answers(
+        status, content, base_url=base_url, latency_s=latency_s, requested_model=requested_model, n=1
+    )[0]
+
+
+def parse_chat_answers(
+    status: int, content: bytes, *, base_url: str, latency_s: float, requested_model: str, n: int
+) -> list[ChatResult]:
+    """The ``n`` choices of a chat-completion answer to a request with ``n`` (as
+    :func:`parse_chat_answer` reads one), in ``index`` order.
+
+    With ``n`` over 1 the usage covers the whole request (SGLang 0.5.20/0.5.23
+    ``entrypoints/openai/usage_processor.py`` ``calculate_response_usage``: the prompt counted
+    once, the completion tokens summed over the choices; vLLM likewise): each result carries the
+    prompt's counts and its share of the completion and reasoning tokens, apportioned by the
+    length of its output, with :attr:`~streams.records.Usage.shared_by` set to ``n``.
+
+    Raises:
+        FatalRequestError, RetriableServerError: as :func:`parse_chat_answer`; also retriable when
+            the answer has fewer than ``n`` choices, or any choice was aborted.
+    """
     if status != 200:
         detail = content[:500].decode("utf-8", "replace")
         cls: type[ServerError] = FatalRequestError if status in FATAL_STATUSES else RetriableServerError
         raise cls(f"{base_url}: HTTP {status}: {detail}", status=status)
     try:
         data = msgspec.json.decode(content, type=_ChatResponse)
-        choice = data.choices[0]
-    except (msgspec.DecodeError, IndexError) as exc:
+    except msgspec.DecodeError as exc:
         raise RetriableServerError(f"{base_url}: malformed chat completion: {exc}", status=200) from None
-    if choice.finish_reason == "abort":
+    choices = sorted(data.choices, key=lambda c: c.index)[:n]
+    if len(choices) < n:
+        raise RetriableServerError(
+            f"{base_url}: malformed chat completion: {len(data.choices)} choices, {n} asked for", status=200
+        )
+    if any(choice.finish_reason == "abort" for choice in choices):
         raise RetriableServerError(f"{base_url}: request aborted by the server", status=200)
     usage = data.usage or _UsageWire()
     details = usage.completion_tokens_details or {}
     prompt_details = usage.prompt_tokens_details or {}
-    reasoning = choice.message.reasoning_content
-    return ChatResult(
-        content=choice.message.content or "",
-        reasoning_content=reasoning or None,
-        tool_calls=choice.message.tool_calls or None,
-        finish_reason=choice.finish_reason or "stop",
-        usage=Usage(
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            reasoning_tokens=usage.reasoning_tokens or int(details.get("reasoning_tokens") or 0),
-            cached_tokens=int_or_none(prompt_details.get("cached_tokens")),
-        ),
-        model=data.model or requested_model,
-        latency_s=latency_s,
-    )
+    reasoning_total = usage.reasoning_tokens or int(details.get("reasoning_tokens") or 0)
+    if n == 1:  # the counts as reported
+        reasoning_share, completion_share = [reasoning_total], [usage.completion_tokens]
+    else:
+        thought = [len(c.message.reasoning_content or "") for c in choices]
+        said = [
+            len(c.message.content or "")
+            + (len(msgspec.json.encode(c.message.tool_calls)) if c.message.tool_calls else 0)
+            for c in choices
+        ]
+        reasoning_share = apportion(reasoning_total, thought)
+        answer_share = apportion(usage.completion_tokens - reasoning_total, said)
+        completion_share = [r + a for r, a in zip(reasoning_share, answer_share, strict=True)]
+    return [
+        ChatResult(
+            content=choice.message.content or "",
+            reasoning_content=choice.message.reasoning_content or None,
+            tool_calls=choice.message.tool_calls or None,
+            finish_reason=choice.finish_reason or "stop",
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=completion,
+                reasoning_tokens=reasoning,
+                cached_tokens=int_or_none(prompt_details.get("cached_tokens")),
+                shared_by=n,
+            ),
+            model=data.model or requested_model,
+            latency_s=latency_s,
+            logprobs=choice.logprobs,
+        )
+        for choice, reasoning, completion in zip(choices, reasoning_share, completion_share, strict=True)
+    ]
+
+
+def apportion(total: int, weights: list[int]) -> list[int]:
+    """``total`` (>= 0; a negative total counts as 0) split into ``len(weights)`` non-negative
+    integers in proportion to ``weights`` (all zero: equally), the remainders going to the largest
+    fractions first, so the parts sum to ``total`` exactly."""
+    total = max(0, total)
+    if len(weights) == 1:
+        return [total]
+    if not any(weights):
+        weights = [1] * len(weights)
+    whole = sum(weights)
+    exact = [total * w / whole for w in weights]
+    parts = [int(x) for x in exact]
+    by_fraction = sorted(range(len(weights)), key=lambda i: exact[i] - parts[i], reverse=True)
+    for i in by_fraction[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 def int_or_none(value: Any) -> int | None:
@@ -94,6 +163,8 @@ class _MessageWire(msgspec.Struct):
 
 class _ChoiceWire(msgspec.Struct):
     message: _MessageWire
+    index: int = 0
+    logprobs: dict[str, Any] | None = None
     finish_reason: str | None = None
 
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.servers.answers import ChatResult, int_or_none, parse_chat_answer
+from consumers.servers.answers import ChatResult, int_or_none, parse_chat_answers
 from consumers.servers.requests import chat_request_body
 from streams.config import GenerationSettings
 from streams.records import PromptRecord
@@ -35,6 +35,8 @@ class ServerInfo:
         context_length: tokens per request; None when unknown.
         version: the server's version string, when reported.
         max_total_num_tokens: KV-cache capacity in tokens (SGLang, per DP rank); None elsewhere.
+        parallel_samples: the server answers one request with ``n`` distinct choices, the prompt
+            prefilled once (docs/sglang.md, "Parallel samples"); False where unknown.
         raw: the discovery answers as read, by endpoint.
     """
 
@@ -45,6 +47,7 @@ class ServerInfo:
     context_length: int | None
     version: str | None = None
     max_total_num_tokens: int | None = None
+    parallel_samples: bool = False
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -140,12 +143,13 @@ class ServerKind:
         """The ``/v1/chat/completions`` body (:func:`consumers.servers.requests.chat_request_body`)."""
         return chat_request_body(prompt, rid, generation, model=model)
 
-    def parse_answer(
-        self, status: int, content: bytes, *, base_url: str, latency_s: float, requested_model: str
-    ) -> ChatResult:
-        """The answer to a chat completion (:func:`consumers.servers.answers.parse_chat_answer`)."""
-        return parse_chat_answer(
-            status, content, base_url=base_url, latency_s=latency_s, requested_model=requested_model
+    def parse_answers(
+        self, status: int, content: bytes, *, base_url: str, latency_s: float, requested_model: str, n: int
+    ) -> list[ChatResult]:
+        """The ``n`` choices of the answer to a chat completion
+        (:func:`consumers.servers.answers.parse_chat_answers`)."""
+        return parse_chat_answers(
+            status, content, base_url=base_url, latency_s=latency_s, requested_model=requested_model, n=n
         )
 
 

@@ -226,6 +226,11 @@ class ServerClient:
             RetriableServerError: 408/429/5xx, a transport error or timeout, ``finish_reason
                 == "abort"``, or a 200 whose body is not a chat completion.
         """
+        return (await self.chat_choices(body))[0]
+
+    async def chat_choices(self, body: dict[str, Any]) -> list[ChatResult]:
+        """Send one chat completion asking for ``body["n"]`` choices (default 1) and parse them
+        (:func:`consumers.servers.answers.parse_chat_answers`). Raises as :meth:`chat`."""
         started = time.monotonic()
         try:
             status, content = await self._request("POST", "/v1/chat/completions", body=body, control=False)
@@ -233,10 +238,11 @@ class ServerClient:
             raise RetriableServerError(f"{self.base_url}: timeout ({type(exc).__name__})") from None
         except aiohttp.ClientError as exc:
             raise RetriableServerError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
-        return (self.kind or FALLBACK).parse_answer(
+        return (self.kind or FALLBACK).parse_answers(
             status,
             content,
             base_url=self.base_url,
             latency_s=time.monotonic() - started,
             requested_model=body.get("model", ""),
+            n=int(body.get("n", 1)),
         )

@@ -9,7 +9,7 @@ docs/sglang.md; other OpenAI-compatible servers ignore the ones they do not know
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -17,6 +17,7 @@ from streams.config import GenerationSettings
 from streams.records import PromptRecord
 
 __all__ = [
+    "OUTPUT_CONSTRAINTS",
     "chat_request_body",
     "completion_digest",
     "last_user_text",
@@ -27,6 +28,21 @@ __all__ = [
 ]
 
 _NOT_PARAMS = ("messages", "tools", "rid", "request_id", "stream")
+
+OUTPUT_CONSTRAINTS: Final = ("response_format", "regex", "ebnf")
+"""the structured-output fields; SGLang takes one at a time (docs/structured-output.md)."""
+
+_OPTIONAL_SAMPLING: Final = (
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+    "seed",
+    "top_logprobs",
+)
+"""settings sent only when set (the server's defaults otherwise), in the fields of the same name."""
 """request fields a completion record does not repeat in ``params``."""
 
 
@@ -63,18 +79,23 @@ def chat_request_body(
         "rid": rid,
         "stream": False,
     }
-    for name in ("response_format", "regex", "ebnf"):  # structured output for every prompt
+    for name in (*OUTPUT_CONSTRAINTS, *_OPTIONAL_SAMPLING):  # set for every prompt
         if getattr(g, name) is not None:
             body[name] = getattr(g, name)
+    if g.logprobs:
+        body["logprobs"] = True
     if prompt.tools:
         body["tools"] = prompt.tools
     overrides = prompt.params.as_request_fields()
-    if any(name in overrides for name in ("response_format", "regex", "ebnf")):  # the row's constraint wins
-        for name in ("response_format", "regex", "ebnf"):
+    if any(name in overrides for name in OUTPUT_CONSTRAINTS):  # the row's constraint wins
+        for name in OUTPUT_CONSTRAINTS:
             body.pop(name, None)
     if "chat_template_kwargs" in overrides:
         body["chat_template_kwargs"].update(overrides.pop("chat_template_kwargs"))
+    row_extra = overrides.pop("extra_body", None) or {}
     body.update(overrides)
+    body.update(g.extra_body or {})  # verbatim, last: --extra-body, then the row's
+    body.update(row_extra)
     return body
 
 

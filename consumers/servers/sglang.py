@@ -47,6 +47,9 @@ class SGLang(ServerKind):
             context_length=max_model_len(models) or int_or_none(info.get("context_length")),
             version=info.get("version"),
             max_total_num_tokens=int_or_none(info.get("max_total_num_tokens")),
+            # n copies of a request share its sampling params; with deterministic inference the
+            # seed is honoured, and how each copy's seed is derived differs between versions
+            parallel_samples=bool(info) and not info.get("enable_deterministic_inference", False),
             raw={"server_info": info, "model_info": model, "models": models},
         )
 

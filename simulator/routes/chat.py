@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from simulator import shapes
 from simulator.answers import chat_body, error_response
-from simulator.chat_request import BadRequest, context_error, parse_chat
+from simulator.chat_request import BadRequest, ChatRequest, context_error, parse_chat
 from simulator.engine import Job
 from simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
 
@@ -96,27 +97,14 @@ class ChatRoutes:
         limit = profile.max_queued_requests
         if limit is not None:
             engine.sync()
-            if engine.queued + 1 > limit:
+            if engine.queued + chat.n > limit:
                 return self._reject(503, "The request queue is full.")
         cached_tokens = server.prefix_cache.cached_tokens(chat.messages, prompt_tokens)
+        if chat.n > 1:
+            return await self._parallel(request, chat, prompt_tokens, cached_tokens)
 
         faults = control.config
-        abort_fraction = None
-        if faults.abort_rate > 0 and server.rng.random() < faults.abort_rate:
-            abort_fraction = server.rng.random()
-        plan = plan_output(
-            profile,
-            seed=request_seed(chat.rid, chat.messages, profile.seed),
-            enable_thinking=chat.enable_thinking,
-            min_tokens=chat.min_tokens,
-            budget=chat.max_tokens if chat.max_tokens is not None else context - prompt_tokens - 1,
-            tools=chat.tools if profile.tool_call_parser is not None else (),
-            tool_choice=chat.tool_choice,
-            faults=faults,
-            abort_fraction=abort_fraction,
-            json_schema=chat.json_schema,
-            violate=chat.json_schema is not None and server.rng.random() < faults.structured_violation_rate,
-        )
+        plan = self._plan(chat, None, prompt_tokens)
         rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
         job = engine.submit(
             prompt_tokens=prompt_tokens,
@@ -125,17 +113,10 @@ class ChatRoutes:
             ends_in_abort=plan.finish_reason == "abort",
             priority=chat.priority,
         )
-        server.inflight.add(rid, job)
         server.telemetry.admitted(prompt_tokens, cached_tokens)
-        try:
-            disconnected = await self._wait(job, request, rid)
-        finally:
-            server.inflight.remove(rid, job)
-            engine.cancel(job, "disconnect")  # no-op unless this handler was cancelled
-        if disconnected:
-            return web.Response(status=499)
-        if job.cancel_reason == "shutdown":
-            return error_response(503, "The server is shutting down.")
+        outcome = await self._run(job, request, rid)
+        if outcome is not None:
+            return outcome
         queued_abort = False
         if job.cancel_reason == "abort_request":
             # Aborted while waiting: the tokenizer answers with no tokens at all (SGLang 0.5.20
@@ -155,6 +136,119 @@ class ChatRoutes:
         if faults.omit_usage:
             body.pop("usage", None)
         return web.json_response(body, headers=headers)
+
+    def _plan(
+        self, chat: ChatRequest, rid: str | None, prompt_tokens: int, *, seed: int | None = None
+    ) -> OutputPlan:
+        """The output of one generation of ``chat`` (its faults drawn now); ``seed`` overrides
+        the one drawn from ``rid``."""
+        server = self.server
+        profile = server.profile
+        faults = server.fault_control.config
+        abort_fraction = None
+        if faults.abort_rate > 0 and server.rng.random() < faults.abort_rate:
+            abort_fraction = server.rng.random()
+        budget = (
+            chat.max_tokens if chat.max_tokens is not None else profile.context_length - prompt_tokens - 1
+        )
+        return plan_output(
+            profile,
+            seed=request_seed(chat.rid if rid is None else rid, chat.messages, profile.seed)
+            if seed is None
+            else seed,
+            enable_thinking=chat.enable_thinking,
+            min_tokens=chat.min_tokens,
+            budget=budget,
+            tools=chat.tools if profile.tool_call_parser is not None else (),
+            tool_choice=chat.tool_choice,
+            faults=faults,
+            abort_fraction=abort_fraction,
+            json_schema=chat.json_schema,
+            violate=chat.json_schema is not None and server.rng.random() < faults.structured_violation_rate,
+        )
+
+    async def _parallel(
+        self, request: web.Request, chat: ChatRequest, prompt_tokens: int, cached_tokens: int
+    ) -> web.Response:
+        """A request with ``n`` over 1, as SGLang runs it (0.5.23 ``managers/tokenizer_manager.py``
+        ``_handle_batch_request``): one request with ``max_new_tokens`` 0 prefills and caches the
+        prompt, then ``n`` copies, each under a new random ``rid`` (so an ``/abort_request`` for the
+        client's ``rid`` reaches none of them), decode from the cached prompt; the usage counts the
+        prompt once and sums the completions (``entrypoints/openai/usage_processor.py``). With
+        ``--enable-deterministic-inference`` every copy samples with the same seed: equal answers."""
+        server = self.server
+        engine = server.engine
+        rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
+        # like any request here, the prefill pays for the whole prompt: the simulator credits no cache
+        warm = engine.submit(prompt_tokens=prompt_tokens, target_tokens=0, base_rate=1.0)
+        server.telemetry.admitted(prompt_tokens, cached_tokens)
+        outcome = await self._run(warm, request, uuid.uuid4().hex)
+        if outcome is not None:
+            return outcome
+        copies: list[tuple[OutputPlan, Job]] = []
+        same_seed = chat.seed if chat.seed is not None else 42
+        for _ in range(chat.n):
+            copy_rid = uuid.uuid4().hex
+            seed = same_seed if server.profile.enable_deterministic_inference else None
+            plan = self._plan(chat, copy_rid, prompt_tokens, seed=seed)
+            job = engine.submit(
+                prompt_tokens=prompt_tokens,
+                target_tokens=plan.completion_tokens,
+                base_rate=plan.base_rate,
+                ends_in_abort=plan.finish_reason == "abort",
+                priority=chat.priority,
+                cached_tokens=prompt_tokens - 1,  # the whole prompt but its last token is cached
+            )
+            server.telemetry.admitted(prompt_tokens, prompt_tokens - 1)
+            copies.append((plan, job))
+        waits = [self._run(job, request, uuid.uuid4().hex) for _, job in copies]
+        for outcome in await asyncio.gather(*waits):
+            if outcome is not None:
+                return outcome
+        plans = [
+            plan.truncated(job.tokens, "abort") if job.cancel_reason == "abort_request" else plan
+            for plan, job in copies
+        ]
+        for plan in plans:
+            failed = self._injected_failure(plan)
+            if failed is not None:
+                return failed
+        bodies = [
+            chat_body(server.profile, rid, chat, plan, prompt_tokens, prompt_tokens - 1) for plan in plans
+        ]
+        body = bodies[0]
+        body["choices"] = [dict(b["choices"][0], index=i) for i, b in enumerate(bodies)]
+        body["usage"] = shapes.usage(
+            server.profile,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=sum(b["usage"]["completion_tokens"] for b in bodies),
+            reasoning_tokens=sum(b["usage"]["reasoning_tokens"] for b in bodies),
+            cached_tokens=prompt_tokens - 1,
+        )
+        if server.fault_control.config.omit_usage:
+            body.pop("usage", None)
+        first, last = copies[0][1], max((job for _, job in copies), key=lambda j: j.finished_at or 0.0)
+        headers = {
+            "X-Simulator-Queue-Seconds": f"{warm.queue_s + first.queue_s:.6f}",
+            "X-Simulator-E2E-Seconds": f"{(last.finished_at or warm.submitted_at) - warm.submitted_at:.6f}",
+        }
+        return web.json_response(body, headers=headers)
+
+    async def _run(self, job: Job, request: web.Request, rid: str) -> web.Response | None:
+        """Wait for ``job`` registered under ``rid``; the answer to send instead of a result
+        (a disconnect: 499, a shutdown: 503), or None once it ended."""
+        server = self.server
+        server.inflight.add(rid, job)
+        try:
+            disconnected = await self._wait(job, request, rid)
+        finally:
+            server.inflight.remove(rid, job)
+            server.engine.cancel(job, "disconnect")  # no-op unless this handler was cancelled
+        if disconnected:
+            return web.Response(status=499)
+        if job.cancel_reason == "shutdown":
+            return error_response(503, "The server is shutting down.")
+        return None
 
     def _injected_failure(self, plan: OutputPlan) -> web.Response | None:
         """The error answer a fault puts in place of a finished request's answer, if any

@@ -12,7 +12,7 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 
-from streams.records import GenerationParams, output_constraint_problem
+from streams.records import GenerationParams, extra_body_problem, output_constraint_problem
 
 __all__ = [
     "BadRow",
@@ -49,10 +49,6 @@ _PARAM_FIELDS: Final = frozenset(GenerationParams.__struct_fields__)
 _UNSUPPORTED_PARAMS: Final[Mapping[str, object]] = {
     "n": 1,
     "stream": False,
-    "logprobs": False,
-    "top_logprobs": None,
-    "frequency_penalty": 0,
-    "presence_penalty": 0,
     "logit_bias": None,
     "tool_choice": "auto",
     "parallel_tool_calls": True,
@@ -234,10 +230,36 @@ def _check_ranges(p: GenerationParams, prefix: str) -> None:
         ("temperature", p.temperature, p.temperature is not None and p.temperature < 0, "at least 0"),
         ("top_p", p.top_p, p.top_p is not None and not 0 < p.top_p <= 1, "in (0, 1]"),
         ("min_p", p.min_p, p.min_p is not None and not 0 <= p.min_p <= 1, "in [0, 1]"),
+        (
+            "frequency_penalty",
+            p.frequency_penalty,
+            p.frequency_penalty is not None and not -2 <= p.frequency_penalty <= 2,
+            "in [-2, 2]",
+        ),
+        (
+            "presence_penalty",
+            p.presence_penalty,
+            p.presence_penalty is not None and not -2 <= p.presence_penalty <= 2,
+            "in [-2, 2]",
+        ),
+        (
+            "top_logprobs",
+            p.top_logprobs,
+            p.top_logprobs is not None and not 0 <= p.top_logprobs <= 20,
+            "in [0, 20]",
+        ),
+        (
+            "repetition_penalty",
+            p.repetition_penalty,
+            p.repetition_penalty is not None and p.repetition_penalty <= 0,
+            "above 0",
+        ),
     ]
     for name, value, bad, expected in checks:
         if bad:
             fail(f"{prefix}{name} = {value!r} is out of range: must be {expected}")
     problem = output_constraint_problem(p.response_format, p.regex, p.ebnf)
+    if problem is None and p.extra_body is not None:
+        problem = extra_body_problem(p.extra_body)
     if problem is not None:
         fail(f"{problem} (in {prefix.rstrip('.')})" if prefix else problem)

@@ -10,14 +10,14 @@ from consumers.positions.jobs import Job, JobBook
 from consumers.positions.recovery import Answered
 
 
-def record(partition: int, offset: int) -> ConsumerRecord[bytes, bytes]:
+def record(partition: int, offset: int, key: bytes = b"k") -> ConsumerRecord[bytes, bytes]:
     return ConsumerRecord(
         topic="t.prompts",
         partition=partition,
         offset=offset,
         timestamp=0,
         timestamp_type=0,
-        key=b"k",
+        key=key,
         value=b"{}",
         checksum=None,
         serialized_key_size=1,
@@ -41,6 +41,24 @@ def test_accepted_records_are_buffered_once_and_started_round_robin() -> None:
     assert book.in_flight == 3 and book.waiting == 2
     book.start_buffered(5, no_task)
     assert book.waiting == 0 and not book.buffered
+
+
+def test_a_started_sample_takes_its_queued_siblings_along_past_the_room() -> None:
+    book = JobBook(max_uncommitted=6)
+    keys = [b"a#0", b"a#1", b"a#2", b"b#0", b"b#1", b"x#y", b"x#z", b"c#0"]
+    for o, key in enumerate(keys):
+        book.accept(record(0, o, key))
+    book.start_buffered(1, no_task, siblings=True)
+    assert sorted(book.jobs) == [(0, 0), (0, 1), (0, 2)], "a#0 brings a#1 and a#2"
+    book.start_buffered(1, no_task, siblings=True)
+    assert len(book.jobs) == 5, "then b#0 and b#1"
+    book.start_buffered(1, no_task, siblings=True)
+    assert len(book.jobs) == 6, "x#y is no sample: alone, and the span (6) stops the rest"
+    plain = JobBook(max_uncommitted=100)
+    for o, key in enumerate(keys):
+        plain.accept(record(0, o, key))
+    plain.start_buffered(1, no_task)
+    assert len(plain.jobs) == 1, "without siblings the room is the limit"
 
 
 def test_a_record_past_its_span_waits_and_does_not_count_as_startable() -> None:

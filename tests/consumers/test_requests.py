@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import msgspec
+import pytest
 
 from consumers.servers.requests import (
     chat_request_body,
@@ -18,6 +19,51 @@ from consumers.servers.requests import (
 from streams.config import GenerationSettings
 from streams.records import GenerationParams, PromptMetadata, PromptRecord
 from tests.helpers import make_prompt
+
+
+def test_every_sampling_parameter_is_sent_when_set_and_extra_fields_go_last() -> None:
+    bare = chat_request_body(make_prompt(1), "kg-1", GenerationSettings())
+    for name in ("top_k", "min_p", "frequency_penalty", "presence_penalty", "seed", "stop", "logprobs"):
+        assert name not in bare, f"{name} is left to the server unless set"
+    g = GenerationSettings(
+        top_k=20,
+        min_p=0.05,
+        repetition_penalty=1.1,
+        frequency_penalty=0.3,
+        presence_penalty=-0.2,
+        stop=["END"],
+        seed=9,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={"stop_token_ids": [7], "top_k": 40},
+    )
+    row = msgspec.structs.replace(
+        make_prompt(1), params=GenerationParams(presence_penalty=0.5, extra_body={"no_stop_trim": True})
+    )
+    body = chat_request_body(row, "kg-1", g)
+    assert body["min_p"] == 0.05 and body["repetition_penalty"] == 1.1 and body["frequency_penalty"] == 0.3
+    assert (
+        body["stop"] == ["END"]
+        and body["seed"] == 9
+        and body["logprobs"] is True
+        and body["top_logprobs"] == 2
+    )
+    assert body["presence_penalty"] == 0.5, "the row's value wins"
+    assert body["top_k"] == 40 and body["stop_token_ids"] == [7], "--extra-body verbatim, over the settings"
+    assert body["no_stop_trim"] is True and "extra_body" not in body
+    assert record_params(body)["stop_token_ids"] == [7], "recorded with the completion"
+
+
+def test_extra_body_names_are_checked_against_sglangs_request() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"'stop_token_id' is not a field of SGLang's chat request \(did you mean stop_token_ids",
+    ):
+        GenerationSettings(extra_body={"stop_token_id": [7]})
+    with pytest.raises(ValueError, match="kafkagen sets it from"):
+        GenerationSettings(extra_body={"messages": []})
+    with pytest.raises(ValueError, match=r"known: .*repetition_penalty"):
+        GenerationSettings(extra_body={"qqqqqqqq": 1})
 
 
 def test_the_body_has_the_defaults_then_the_records_overrides() -> None:

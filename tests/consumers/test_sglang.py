@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from consumers.servers.answers import ChatResult, int_or_none, parse_chat_answer
+from consumers.servers.answers import (
+    ChatResult,
+    apportion,
+    int_or_none,
+    parse_chat_answer,
+    parse_chat_answers,
+)
 from streams.errors import FatalRequestError, RetriableServerError
 
 
@@ -67,3 +73,62 @@ def test_an_answer_parses_and_missing_parts_have_defaults() -> None:
 def test_int_or_none() -> None:
     values: list[object] = [None, "7", 7.9, "x", []]
     assert [int_or_none(v) for v in values] == [None, 7, 7, None, None]
+
+
+def n_answer(choices: list[tuple[str, str | None, str]], usage: dict[str, int]) -> bytes:
+    """An answer with these (content, reasoning, finish_reason) choices, listed out of order."""
+    wire = [
+        {"index": i, "message": {"content": c, "reasoning_content": r}, "finish_reason": f}
+        for i, (c, r, f) in enumerate(choices)
+    ]
+    return json.dumps({"choices": wire[::-1], "model": "m", "usage": usage}).encode()
+
+
+def parse_n(content: bytes, n: int) -> list[ChatResult]:
+    return parse_chat_answers(200, content, base_url="http://s", latency_s=1.0, requested_model="m", n=n)
+
+
+def test_n_choices_come_in_index_order_with_the_usage_apportioned() -> None:
+    choices = [("a" * 10, "r" * 30, "stop"), ("b" * 30, None, "length"), ("c" * 20, "r" * 10, "stop")]
+    usage = {"prompt_tokens": 50, "completion_tokens": 107, "reasoning_tokens": 40}
+    results = parse_n(n_answer(choices, usage), 3)
+    assert [r.content[0] for r in results] == ["a", "b", "c"]
+    assert [r.finish_reason for r in results] == ["stop", "length", "stop"]
+    assert results[1].reasoning_content is None
+    assert sum(r.usage.completion_tokens for r in results) == 107, "the parts sum to the request's total"
+    assert sum(r.usage.reasoning_tokens for r in results) == 40
+    assert [r.usage.reasoning_tokens for r in results] == [30, 0, 10]
+    assert [r.usage.completion_tokens - r.usage.reasoning_tokens for r in results] == [11, 34, 22]
+    assert all(r.usage.prompt_tokens == 50 and r.usage.shared_by == 3 for r in results)
+
+
+def test_one_choice_keeps_the_counts_as_reported() -> None:
+    [result] = parse_n(n_answer([("x", None, "stop")], {"completion_tokens": 3, "reasoning_tokens": 9}), 1)
+    assert (result.usage.completion_tokens, result.usage.reasoning_tokens, result.usage.shared_by) == (
+        3,
+        9,
+        1,
+    )
+
+
+def test_fewer_choices_than_asked_or_an_aborted_one_is_retriable() -> None:
+    two = n_answer([("a", None, "stop"), ("b", None, "stop")], {"completion_tokens": 2})
+    with pytest.raises(RetriableServerError, match="2 choices, 3 asked for"):
+        parse_n(two, 3)
+    aborted = n_answer([("a", None, "stop"), ("", None, "abort")], {"completion_tokens": 1})
+    with pytest.raises(RetriableServerError, match="aborted"):
+        parse_n(aborted, 2)
+
+
+@pytest.mark.parametrize(
+    ("total", "weights", "parts"),
+    [
+        (10, [1, 1, 1], [4, 3, 3]),
+        (0, [5, 5], [0, 0]),
+        (7, [0, 0], [4, 3]),
+        (-3, [1, 2], [0, 0]),
+        (5, [0, 9], [0, 5]),
+    ],
+)
+def test_apportion_splits_exactly(total: int, weights: list[int], parts: list[int]) -> None:
+    assert apportion(total, weights) == parts

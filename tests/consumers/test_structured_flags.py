@@ -103,12 +103,12 @@ class _Runner:
             def request_body(self, prompt: PromptRecord, rid: str) -> dict[str, object]:
                 return chat_request_body(prompt, rid, runner.settings.generation, model="m")
 
-            async def chat(self, body: dict[str, object]) -> ChatResult:
+            async def chat_choices(self, body: dict[str, object]) -> list[ChatResult]:
                 runner.sends += 1
                 if runner.sends > runner.answers:
                     raise RetriableServerError("overloaded", status=503)
                 usage = Usage(prompt_tokens=1, completion_tokens=1)
-                return ChatResult("not json", None, None, "stop", usage, "m", 0.01)
+                return [ChatResult("not json", None, None, "stop", usage, "m", 0.01)]
 
         class Emitter:
             async def completion(

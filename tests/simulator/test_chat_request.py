@@ -51,7 +51,7 @@ def test_a_non_string_model_is_ignored() -> None:
         {"messages": []},
         {"messages": [{"content": "no role"}]},
         body(stream=True),
-        body(n=2),
+        body(n=0),
         body(max_tokens=True),
         body(max_tokens=-1),
         body(min_tokens=-1),

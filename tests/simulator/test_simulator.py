@@ -885,3 +885,54 @@ async def test_priority_scheduling_adds_per_priority_series(client: httpx.AsyncC
 def test_profile_rejects_an_unknown_sglang_version() -> None:
     with pytest.raises(ConfigError):
         replace(FAST, sglang_version="0.4.0")
+
+
+async def test_n_answers_n_distinct_choices_and_counts_the_prompt_once(client: httpx.AsyncClient) -> None:
+    async with SimulatedServer(FAST, time_scale=10_000) as server:
+        single = await ok_chat(client, server, chat(rid="one", max_tokens=200))
+        body = await ok_chat(client, server, chat(rid="four", n=4, max_tokens=200))
+
+        choices = body["choices"]
+        assert [c["index"] for c in choices] == [0, 1, 2, 3]
+        texts = {(c["message"]["content"], c["message"]["reasoning_content"]) for c in choices}
+        assert len(texts) == 4, "each copy samples on its own"
+        usage = body["usage"]
+        assert usage["prompt_tokens"] == single["usage"]["prompt_tokens"], "the prompt counts once"
+        assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+        # SGLang: one request with max_new_tokens 0 to cache the prompt, then the n copies
+        assert server.stats().requests_finished == 1 + 1 + 4
+
+
+async def test_n_copies_are_equal_under_deterministic_inference(client: httpx.AsyncClient) -> None:
+    profile = replace(FAST, enable_deterministic_inference=True)
+    async with SimulatedServer(profile, time_scale=10_000) as server:
+        info = (await client.get(f"{server.url}/server_info")).json()
+        assert info["enable_deterministic_inference"] is True
+        body = await ok_chat(client, server, chat(rid="det", n=3, max_tokens=200))
+        assert len({c["message"]["content"] for c in body["choices"]}) == 1
+
+
+async def test_n_prefills_the_prompt_once() -> None:
+    # prefill 1,000 tokens/s and no decode time to speak of: a request's slot time is its prefill
+    profile = steady(prefill_tok_s=1000.0, decode_tok_s_min=1e6, decode_tok_s_max=1e6)
+    long_prompt = "word " * 2000
+    async with SimulatedServer(profile, time_scale=100) as server, httpx.AsyncClient(timeout=30) as http:
+        separate = await asyncio.gather(
+            *(post_chat(http, server, chat(long_prompt, rid=f"s{k}", max_tokens=10)) for k in range(4))
+        )
+        server.engine.sync()
+        slot_s_separate = server.engine.running_request_seconds
+        shared = await post_chat(http, server, chat(long_prompt, rid="n4", n=4, max_tokens=10))
+        server.engine.sync()
+        slot_s_shared = server.engine.running_request_seconds - slot_s_separate
+    assert shared.status_code == 200
+    one_prefill = separate[0].json()["usage"]["prompt_tokens"] / 1000.0
+    assert slot_s_separate == pytest.approx(4 * one_prefill, rel=0.05), "each separate request prefills"
+    assert slot_s_shared == pytest.approx(one_prefill, rel=0.05), "n copies decode from the cached prompt"
+
+
+async def test_n_refuses_a_bad_value(client: httpx.AsyncClient, server: SimulatedServer) -> None:
+    for bad in (0, -1, "2", True):
+        response = await post_chat(client, server, chat(rid="bad", n=bad))
+        assert response.status_code == 400
+        assert "'n' must be a positive integer." in response.text

@@ -41,6 +41,41 @@ def probe(ctx: click.Context, files: tuple[str, ...], servers: tuple[str, ...]) 
     return 0
 
 
+def test_a_short_flag_sets_its_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    seen.clear()
+    assert run_command(probe, ["--retry-invalid", "3"], prog="probe") == 0
+    assert seen[-1].consumer.retry_invalid == 3
+    assert run_command(probe, ["--consumer.retry-invalid", "2"], prog="probe") == 0
+    assert seen[-1].consumer.retry_invalid == 2
+    assert run_command(probe, ["--consumer.no-parallel-samples"], prog="probe") == 0
+    assert seen[-1].consumer.parallel_samples is False
+    argv = [
+        "--top-k",
+        "20",
+        "--stop",
+        "END",
+        "--stop",
+        "STOP",
+        "--seed",
+        "7",
+        "--extra-body",
+        '{"ignore_eos": true}',
+    ]
+    assert run_command(probe, [*argv, "--generation.logprobs"], prog="probe") == 0
+    g = seen[-1].generation
+    assert (g.top_k, g.stop, g.seed, g.extra_body, g.logprobs) == (
+        20,
+        ["END", "STOP"],
+        7,
+        {"ignore_eos": True},
+        True,
+    )
+    assert run_command(probe, ["--extra-body", '{"top_kk": 1}'], prog="probe") == 2, (
+        "a misspelt field is refused"
+    )
+    assert "did you mean top_k" in capsys.readouterr().err
+
+
 def test_settings_flags_beat_the_environment_and_leave_positionals_alone(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

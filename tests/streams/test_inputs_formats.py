@@ -391,7 +391,10 @@ def test_openai_batch_row() -> None:
             {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
             "response_format's schema is not a valid JSON Schema: 5 is not valid",
         ),
-        ({"frequency_penalty": 0.5}, "body.frequency_penalty = 0.5 is not supported"),
+        ({"frequency_penalty": 2.5}, "body.frequency_penalty = 2.5 is out of range: must be in [-2, 2]"),
+        ({"logit_bias": {"7": 1}}, "body.logit_bias = "),
+        ({"extra_body": {"stop_token_id": [7]}}, "extra_body field 'stop_token_id' is not a field of SGLang"),
+        ({"extra_body": {"n": 2}}, "extra_body may not set 'n': kafkagen sets it from --samples"),
         ({"verbosity": "low"}, "unsupported request field(s) body.verbosity"),
         (
             {"max_tokens": "lots"},
