@@ -16,52 +16,35 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, get_args
+from typing import TYPE_CHECKING, Final
 
 import click
-from aiokafka.errors import KafkaError, ProducerFenced
 from tqdm import tqdm
 
-from producers.metrics import ProducerMetrics
-from producers.publisher import publish
-from producers.reading.badlines import BadLineReport
-from producers.results import RunResult
-from producers.transactions import quiet_abandoned_kafka_futures
 from streams.cli import (
     command_settings,
-    input_format_option,
+    mapping_options,
     run_command,
     settings_options,
-    skip_unreadable_option,
-    template_options,
 )
-from streams.config import KeyBy
 from streams.errors import ConfigError, ExitCode, StorageError, UnavailableError
 from streams.inputs import (
-    LAST_TURN_RULES,
-    MAX_SAMPLES,
-    FormatName,
     InputMapping,
-    LastTurn,
-    MappingOptions,
-    prompt_template,
     resolve_inputs,
 )
-from streams.kafka import kafka_unavailable
-from streams.metrics import serve_metrics
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from producers.results import RunResult
+
 __all__ = [
     "EXIT_BAD_LINES",
     "EXIT_OK",
-    "MAPPING_OPTIONS",
     "PROG",
     "main",
-    "mapping_options",
     "produce",
 ]
 
@@ -69,107 +52,6 @@ PROG: Final = "python -m producers.prompts"
 
 EXIT_OK: Final = ExitCode.OK
 EXIT_BAD_LINES: Final = ExitCode.FAILED
-
-
-MAPPING_OPTIONS: Final = (
-    "--format",
-    "--prompt-field",
-    "--id-field",
-    "--system",
-    "--keep-field",
-    "--tag",
-    "--key-by",
-    "--last-turn",
-    "--skip-unreadable",
-    "--template",
-    "--system-template",
-    "--samples",
-)
-"""The flags :func:`mapping_options` adds."""
-
-
-def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator for a click command that reads prompt inputs: the input mapping options
-    (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
-    ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``, ``--skip-unreadable``), handed to
-    the command as one keyword argument ``mapping`` (an :class:`InputMapping`). ``kafkagen
-    produce`` and ``kafkagen run`` both use it, so their options cannot drift apart. Put it below
-    ``@click.command``."""
-
-    @functools.wraps(command)
-    def wrapper(
-        *args: Any,
-        format_: str,
-        prompt_field: str | None,
-        id_field: str | None,
-        system: str | None,
-        keep_field: tuple[str, ...],
-        tag: tuple[str, ...],
-        key_by: KeyBy | None,
-        last_turn: LastTurn,
-        skip_unreadable: bool,
-        template: str | None,
-        system_template: str | None,
-        samples: int,
-        **kwargs: Any,
-    ) -> Any:
-        rows = MappingOptions(
-            template=prompt_template(template, system_template),
-            samples=samples,
-            format=FormatName(format_),  # a click.Choice of the names
-            prompt_field=prompt_field,
-            id_field=id_field,
-            system=system,
-            keep_fields=keep_field,
-            tags=tag,
-            last_turn=last_turn,
-        )
-        mapping = InputMapping(rows, key_by=key_by, skip_unreadable=skip_unreadable)
-        return command(*args, mapping=mapping, **kwargs)
-
-    decorators = [
-        input_format_option("row format (streams/inputs/formats.py)"),
-        click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt"),
-        click.option("--id-field", metavar="NAME", help="the field holding the record id"),
-        click.option("--system", metavar="TEXT", help="system prompt for rows that have none"),
-        click.option(
-            "--keep-field",
-            multiple=True,
-            metavar="NAME",
-            help="copy this row field into metadata.extra (repeatable)",
-        ),
-        click.option("--tag", multiple=True, metavar="TAG", help="add to metadata.tags (repeatable)"),
-        click.option(
-            "--key-by",
-            type=click.Choice(get_args(KeyBy)),
-            help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
-            "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
-        ),
-        click.option(
-            "--last-turn",
-            type=click.Choice(LAST_TURN_RULES),
-            default="auto",
-            show_default=True,
-            help="a conversation ending with an assistant turn: 'reference' sends the turns before it and "
-            "keeps the answer in metadata.extra.reference, 'keep' sends it whole; 'auto': reference for "
-            "sharegpt rows, keep for the others (streams/inputs/answers.py)",
-        ),
-        skip_unreadable_option(),
-        template_options(),
-        click.option(
-            "--samples",
-            type=click.IntRange(1, MAX_SAMPLES),
-            default=1,
-            show_default=True,
-            metavar="N",
-            help="completions per prompt: each row is published as N records <id>#0 .. <id>#N-1, each "
-            "with its own seed (docs/inputs.md, Samples)",
-        ),
-    ]
-    decorated: Callable[..., Any] = wrapper
-    for option in reversed(decorators):  # the first listed shows first in --help
-        decorated = option(decorated)
-    return decorated
 
 
 def _echo(message: str) -> None:
@@ -245,6 +127,16 @@ def produce(
 
             s3_client.append(make_s3_client(settings.s3))
         return s3_client[0]
+
+    # the machinery loads here, not at import: --help answers at once
+    from aiokafka.errors import KafkaError, ProducerFenced
+
+    from producers.metrics import ProducerMetrics
+    from producers.publisher import publish
+    from producers.reading.badlines import BadLineReport
+    from producers.transactions import quiet_abandoned_kafka_futures
+    from streams.kafka import kafka_unavailable
+    from streams.metrics import serve_metrics
 
     report = BadLineReport(bad_lines, echo=_echo)
     metrics = ProducerMetrics(settings.run_id)

@@ -28,6 +28,7 @@ status  name           when
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
@@ -42,16 +43,26 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from streams import logs
-from streams.config import COMMON_SETTINGS, ENV_PREFIX, Settings, load_settings
+from streams.config import COMMON_SETTINGS, ENV_PREFIX, KeyBy, Settings, load_settings
 from streams.errors import ConfigError, ExitCode, KafkagenError
-from streams.inputs import FormatName
+from streams.inputs import (
+    LAST_TURN_RULES,
+    MAX_SAMPLES,
+    FormatName,
+    InputMapping,
+    LastTurn,
+    MappingOptions,
+    prompt_template,
+)
 
 __all__ = [
+    "MAPPING_OPTIONS",
     "command_settings",
     "exit_code",
     "flag_given",
     "input_format_option",
     "log_level",
+    "mapping_options",
     "port",
     "run_command",
     "settings_options",
@@ -414,3 +425,104 @@ def port(text: str | int) -> int:
     if not 1 <= number <= 65535:
         raise ConfigError(f"{text!r} is not a TCP port (1-65535)")
     return number
+
+
+MAPPING_OPTIONS: Final = (
+    "--format",
+    "--prompt-field",
+    "--id-field",
+    "--system",
+    "--keep-field",
+    "--tag",
+    "--key-by",
+    "--last-turn",
+    "--skip-unreadable",
+    "--template",
+    "--system-template",
+    "--samples",
+)
+"""The flags :func:`mapping_options` adds."""
+
+
+def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for a click command that reads prompt inputs: the input mapping options
+    (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
+    ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``, ``--skip-unreadable``), handed to
+    the command as one keyword argument ``mapping`` (an :class:`InputMapping`). ``kafkagen
+    produce`` and ``kafkagen run`` both use it, so their options cannot drift apart. Put it below
+    ``@click.command``."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        format_: str,
+        prompt_field: str | None,
+        id_field: str | None,
+        system: str | None,
+        keep_field: tuple[str, ...],
+        tag: tuple[str, ...],
+        key_by: KeyBy | None,
+        last_turn: LastTurn,
+        skip_unreadable: bool,
+        template: str | None,
+        system_template: str | None,
+        samples: int,
+        **kwargs: Any,
+    ) -> Any:
+        rows = MappingOptions(
+            template=prompt_template(template, system_template),
+            samples=samples,
+            format=FormatName(format_),  # a click.Choice of the names
+            prompt_field=prompt_field,
+            id_field=id_field,
+            system=system,
+            keep_fields=keep_field,
+            tags=tag,
+            last_turn=last_turn,
+        )
+        mapping = InputMapping(rows, key_by=key_by, skip_unreadable=skip_unreadable)
+        return command(*args, mapping=mapping, **kwargs)
+
+    decorators = [
+        input_format_option("row format (streams/inputs/formats.py)"),
+        click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt"),
+        click.option("--id-field", metavar="NAME", help="the field holding the record id"),
+        click.option("--system", metavar="TEXT", help="system prompt for rows that have none"),
+        click.option(
+            "--keep-field",
+            multiple=True,
+            metavar="NAME",
+            help="copy this row field into metadata.extra (repeatable)",
+        ),
+        click.option("--tag", multiple=True, metavar="TAG", help="add to metadata.tags (repeatable)"),
+        click.option(
+            "--key-by",
+            type=click.Choice(typing.get_args(KeyBy)),
+            help="pick the partition round-robin by line (balanced, default), by a hash of the record id, "
+            "or by a hash of the shared prefix (system prompt + tools); same as --producer.key-by",
+        ),
+        click.option(
+            "--last-turn",
+            type=click.Choice(LAST_TURN_RULES),
+            default="auto",
+            show_default=True,
+            help="a conversation ending with an assistant turn: 'reference' sends the turns before it and "
+            "keeps the answer in metadata.extra.reference, 'keep' sends it whole; 'auto': reference for "
+            "sharegpt rows, keep for the others (streams/inputs/answers.py)",
+        ),
+        skip_unreadable_option(),
+        template_options(),
+        click.option(
+            "--samples",
+            type=click.IntRange(1, MAX_SAMPLES),
+            default=1,
+            show_default=True,
+            metavar="N",
+            help="completions per prompt: each row is published as N records <id>#0 .. <id>#N-1, each "
+            "with its own seed (docs/inputs.md, Samples)",
+        ),
+    ]
+    decorated: Callable[..., Any] = wrapper
+    for option in reversed(decorators):  # the first listed shows first in --help
+        decorated = option(decorated)
+    return decorated

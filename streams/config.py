@@ -18,7 +18,6 @@ import os
 from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeVar
 
-import httpx
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -527,6 +526,8 @@ def check_server_url(url: str) -> str:
     Raises:
         ValueError: anything else; the message quotes ``url`` and shows a good one.
     """
+    import httpx  # here, not at the top: a command's --help does not wait for it
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from consumers.quality.flags import answer_flags
 from consumers.servers import ServerClient, ServerInfo, request_id
+from launch.preflight.options import PREFLIGHT_TIMEOUT_S
 from launch.preflight.sample import Sample
 from launch.preflight.stats import (
     Recommendation,
@@ -44,8 +45,6 @@ __all__ = [
     "run_preflight",
 ]
 
-PREFLIGHT_TIMEOUT_S: Final = 600.0
-"""Seconds one request may take by default: the first after a server starts can take minutes."""
 DEFAULT_SLOTS: Final = 8
 """Requests at once to a server that does not say how many it runs."""
 

@@ -18,11 +18,15 @@ from typing import Any, TypeVar
 
 import click
 
-from launch.preflight.check import PREFLIGHT_TIMEOUT_S, check_preflight, run_preflight
-from launch.preflight.options import GATE_OFF, PreflightOptions, run_preflight_for
-from launch.preflight.sample import DEFAULT_SAMPLE, DEFAULT_SEED, read_sample
-from producers.cli import mapping_options
-from streams.cli import command_settings, run_command, settings_options
+from launch.preflight.options import (
+    DEFAULT_SAMPLE,
+    DEFAULT_SEED,
+    GATE_OFF,
+    PREFLIGHT_TIMEOUT_S,
+    PreflightOptions,
+    run_preflight_for,
+)
+from streams.cli import command_settings, mapping_options, run_command, settings_options
 from streams.config import check_server_url
 from streams.errors import ConfigError, InputError
 from streams.inputs import InputMapping
@@ -177,6 +181,9 @@ def preflight_command(
     if not urls:
         raise ConfigError("no inference server: give --server URL (once per server)")
     generation = settings.generation.with_budget(max_tokens, thinking)
+    from launch.preflight.check import check_preflight, run_preflight
+    from launch.preflight.sample import read_sample
+
     sample = read_sample(inputs, mapping, settings, size=preflight.sample, seed=preflight.seed)
     if not sample.prompts:  # exit 0 would say the gate passes, and nothing was judged
         if sample.skipped and sample.source == "-":

@@ -5,13 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from launch.preflight.check import PREFLIGHT_TIMEOUT_S, preflight
-from launch.preflight.sample import DEFAULT_SAMPLE, DEFAULT_SEED, Sample, demo_sample
-from streams.config import GenerationSettings, Settings
+if TYPE_CHECKING:  # the preflight's machinery loads when it runs: ``--help`` stays fast
+    from launch.preflight.sample import Sample
+    from streams.config import GenerationSettings, Settings
 
-__all__ = ["GATE_OFF", "PreflightOptions", "run_preflight_for"]
+__all__ = [
+    "DEFAULT_SAMPLE",
+    "DEFAULT_SEED",
+    "GATE_OFF",
+    "PREFLIGHT_TIMEOUT_S",
+    "PreflightOptions",
+    "run_preflight_for",
+]
+
+DEFAULT_SAMPLE: Final = 32
+"""Prompts per preflight (each sent to every server)."""
+DEFAULT_SEED: Final = 0
+"""The reservoir's seed: the same input gives the same sample."""
+PREFLIGHT_TIMEOUT_S: Final = 600.0
+"""Seconds one request may take by default: the first after a server starts can take minutes."""
 
 GATE_OFF: Final = "the quality gate is off: gate.enabled false"
 """Why the verdict is not enforced when the run's gate is off (the report says it)."""
@@ -58,6 +72,9 @@ def run_preflight_for(
         PreflightError: the gate refuses (unless ``options.enforce`` is off).
         UnavailableError: a server did not answer.
     """
+    from launch.preflight.check import preflight
+    from launch.preflight.sample import demo_sample
+
     drawn = sample or demo_sample(settings, size=options.sample, seed=options.seed)
     if not settings.gate.enabled and options.enforce:
         options = replace(options, enforce=False, waiver=GATE_OFF)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from launch.preflight.options import DEFAULT_SAMPLE, DEFAULT_SEED
 from producers.reading.limits import line_limit
 from producers.reading.maker import RecordMaker, Rejected
 from producers.reading.reader import InputReader
@@ -27,12 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SAMPLE", "DEFAULT_SCAN", "DEFAULT_SEED", "Sample", "demo_sample", "read_sample"]
 
-DEFAULT_SAMPLE: Final = 32
-"""Prompts per preflight (each sent to every server)."""
 DEFAULT_SCAN: Final = 10_000
 """Good records of the input the sample is drawn from (its first ones)."""
-DEFAULT_SEED: Final = 0
-"""The reservoir's seed: the same input gives the same sample."""
 
 
 @dataclass(frozen=True)

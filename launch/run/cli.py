@@ -13,8 +13,7 @@ import click
 from launch.preflight.cli import preflight_options
 from launch.preflight.options import PreflightOptions
 from launch.serve.cli import fleet_options, spec_from_options
-from producers.cli import mapping_options
-from streams.cli import command_settings, flag_given, run_command, settings_options
+from streams.cli import command_settings, flag_given, mapping_options, run_command, settings_options
 from streams.errors import ConfigError
 from streams.inputs import InputMapping
 from streams.runs import naming

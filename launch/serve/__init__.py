@@ -9,19 +9,3 @@
 """
 
 from __future__ import annotations
-
-from launch.serve.fleet import Fleet, ServerState
-from launch.serve.model_copy import copy_model
-from launch.serve.sglang_args import server_argv, sglang_args
-from launch.serve.spec import FleetSpec, Speculative, parse_gpus
-
-__all__ = [
-    "Fleet",
-    "FleetSpec",
-    "ServerState",
-    "Speculative",
-    "copy_model",
-    "parse_gpus",
-    "server_argv",
-    "sglang_args",
-]

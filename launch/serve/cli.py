@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+if TYPE_CHECKING:
+    from launch.serve.fleet import Fleet
+
 from launch.preflight.cli import budget_options, preflight_options, sample_options
 from launch.preflight.options import PreflightOptions, run_preflight_for
-from launch.serve.fleet import Fleet
 from launch.serve.spec import (
     DEFAULT_HEALTH_PATH,
     DEFAULT_PORT,
@@ -205,6 +207,8 @@ def _preflight(
 
 
 def _fleet(ctx: click.Context, name: str) -> Fleet:
+    from launch.serve.fleet import Fleet
+
     return Fleet(command_settings(ctx).home, name)
 
 

@@ -15,7 +15,7 @@ from launch.run.cli import run_main as main
 from launch.run.job import LOCAL_MAX_TOKENS, RunOptions, plan_run, producer_argv
 from launch.run.prompt_check import check_prompts
 from launch.run.servers import embedded_llm, servers_set_by_user
-from producers.cli import MAPPING_OPTIONS
+from streams.cli import MAPPING_OPTIONS
 from streams.config import Settings, load_settings
 from streams.errors import ConfigError
 from streams.inputs import FormatName, InputMapping, MappingOptions
