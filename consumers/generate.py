@@ -463,7 +463,8 @@ class GenerationConsumer:
         quality gate."""
         if self.server.is_down or self._stopping.is_set() or self._rebalancing or self.gate.halted:
             return
-        self.book.start_buffered(self._room(), self._start, siblings=self.prompts.shares_samples())
+        together = self.window.size if self.prompts.shares_samples() else 0
+        self.book.start_buffered(self._room(), self._start, together=together)
 
     def _room(self) -> int:
         """Prompts that may start now: the window, plus :meth:`_credit`, less those in flight."""

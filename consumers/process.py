@@ -34,7 +34,7 @@ from consumers.servers.requests import request_digest, request_id
 from consumers.window import WindowPolicy
 from streams.config import Settings
 from streams.errors import RecordDecodeError, RetriableServerError, ServerError
-from streams.records import PromptRecord, decode
+from streams.records import PromptRecord, decode, extra_body_problem
 from streams.retry import Backoff, retriable
 
 __all__ = ["DUPLICATE_RID", "PromptRunner"]
@@ -115,6 +115,11 @@ class PromptRunner:
         except RecordDecodeError as exc:
             await self.emitter.error(job, self.dead_letters.undecodable(record, exc))
             return
+        extra = prompt.params.extra_body
+        problem = extra_body_problem(extra) if extra else None
+        if problem is not None:  # a record not written by the producer, which checks it
+            await self.emitter.error(job, self.dead_letters.undecodable(record, RecordDecodeError(problem)))
+            return
         foreign = foreign_prompt_reason(self.settings, prompt, self.prompts_topic)
         if foreign is not None:
             await self.emitter.error(job, self.dead_letters.foreign(record, prompt, foreign))
@@ -124,7 +129,7 @@ class PromptRunner:
             return
         if prompt.sample is not None and self.shares_samples():
             shared = await self._shared(prompt)
-            if shared is not None:
+            if isinstance(shared, tuple):
                 body, result, sent_at = shared
                 if self._asks_again(body, result, 0):
                     await self._generate(job, prompt, invalid=1, kept=shared)
@@ -132,15 +137,37 @@ class PromptRunner:
                 self.answered(job)
                 await self.emitter.completion(job, prompt, body, result, sent_at)
                 return
+            if isinstance(shared, ServerError):  # the shared send was this sample's first
+                completed = await self._generate(job, prompt, failed=shared)
+                if completed and not retriable(shared) and self.sharing_refused is None:
+                    # refused shared, answered alone: the server refuses n itself
+                    self.sharing_refused = str(shared)
+                    log.warning("%s: samples are sent one request each from now on", shared)
+                return
         await self._generate(job, prompt)
 
     async def _generate(
-        self, job: Job, prompt: PromptRecord, *, invalid: int = 0, kept: _Answer | None = None
-    ) -> None:
-        """Send ``prompt`` until it ends in a completion or a dead letter. ``invalid``: answers
-        already refused for their structured output, ``kept`` the last of them (written, flagged,
-        if no valid answer comes)."""
+        self,
+        job: Job,
+        prompt: PromptRecord,
+        *,
+        invalid: int = 0,
+        kept: _Answer | None = None,
+        failed: ServerError | None = None,
+    ) -> bool:
+        """Send ``prompt`` until it ends in a completion (True) or a dead letter (False).
+        ``invalid``: answers already refused for their structured output, ``kept`` the last of
+        them (written, flagged, if no valid answer comes); ``failed``: the shared request this
+        sample was part of failed so, counted as its first send (a retriable failure waits out a
+        backoff first)."""
         sends = failures = 0
+        if failed is not None:
+            sends = 1
+            if retriable(failed):
+                failures = 1
+                self.stats.retries += 1
+                self.metrics.retries.inc()
+                await asyncio.sleep(self.backoff.delay(1, self.rng))
         while True:
             await self.server.ok.wait()
             sends += 1
@@ -159,8 +186,7 @@ class PromptRunner:
                     last = RetriableServerError(str(exc), status=exc.status)
                 else:
                     self.server.record_success(time.monotonic())
-                    await self._kept_or_failure(job, prompt, kept, invalid, exc, sends)
-                    return
+                    return await self._kept_or_failure(job, prompt, kept, invalid, exc, sends)
             else:
                 self._observe_answer(result.latency_s, result.usage.completion_tokens)
                 if self._asks_again(body, result, invalid):
@@ -170,13 +196,12 @@ class PromptRunner:
                     continue
                 self.answered(job)
                 await self.emitter.completion(job, prompt, body, result, sent_at, invalid_retries=invalid)
-                return
+                return True
             # a retriable failure
             failures += 1
             self._observe_failure(last, sent_mono)
             if failures >= self.settings.consumer.max_attempts:
-                await self._kept_or_failure(job, prompt, kept, invalid, last, sends)
-                return
+                return await self._kept_or_failure(job, prompt, kept, invalid, last, sends)
             self.stats.retries += 1
             self.metrics.retries.inc()
             await asyncio.sleep(self.backoff.delay(min(failures, 30), self.rng))
@@ -191,15 +216,17 @@ class PromptRunner:
 
     async def _kept_or_failure(
         self, job: Job, prompt: PromptRecord, kept: _Answer | None, invalid: int, exc: ServerError, sends: int
-    ) -> None:
-        """The end of a prompt no send answered: the answer in hand, flagged, beats a dead letter."""
+    ) -> bool:
+        """The end of a prompt no send answered: the answer in hand, flagged, beats a dead letter.
+        True when a completion was written."""
         if kept is not None:
             self.answered(job)
             await self.emitter.completion(job, prompt, *kept, invalid_retries=invalid - 1)
-            return
+            return True
         if not retriable(exc):
             self.answered(job)
         await self.emitter.failure(job, prompt, exc, sends)
+        return False
 
     def _observe_answer(self, latency_s: float, completion_tokens: int) -> None:
         """The server answered: it is healthy, and its latency and output feed the window."""
@@ -229,10 +256,10 @@ class PromptRunner:
             and info.parallel_samples
         )
 
-    async def _shared(self, prompt: PromptRecord) -> _Answer | None:
+    async def _shared(self, prompt: PromptRecord) -> _Answer | ServerError | None:
         """This sample's answer from one request for all its siblings that start in this turn
-        (:mod:`consumers.sample_groups`), or None: alone, the server kind cannot, or the shared
-        request failed (each sibling is then sent on its own)."""
+        (:mod:`consumers.sample_groups`); the error that request failed with; or None: the sample
+        is alone, or the server kind cannot (each then goes on with a request of its own)."""
         await self.server.ok.wait()  # the body names the served model: discovery must be done
         if not self.shares_samples():
             return None
@@ -240,10 +267,18 @@ class PromptRunner:
         body = self.client.request_body(prompt, rid)
         body.pop("seed", None)  # the copies share one request's parameters: a seed would make them equal
         group, place = self.groups.join(request_digest(body))
-        await asyncio.sleep(0)  # the siblings started in this turn join
+        try:
+            await asyncio.sleep(0)  # the siblings started in this turn join
+        except BaseException:
+            if place == 0:  # cancelled before sending: no member may wait for this group
+                self.groups.close(group)
+                group.settle(None)
+            raise
         if place > 0:
             answer = await asyncio.shield(group.answer)  # a cancelled member leaves the others be
-            return None if answer is None else (answer[0], answer[1][place], answer[2])
+            if answer is None or isinstance(answer, ServerError):
+                return answer
+            return answer[0], answer[1][place], answer[2]
         self.groups.close(group)
         if group.size == 1:
             group.settle(None)
@@ -256,11 +291,10 @@ class PromptRunner:
         except ServerError as exc:
             if retriable(exc):
                 self._observe_failure(exc, sent_mono)
-            elif DUPLICATE_RID not in str(exc):  # the server refuses n: send every sample alone
-                self.sharing_refused = str(exc)
-                log.warning("%s: samples are sent one request each from now on", exc)
-            group.settle(None)
-            return None
+            else:
+                self.server.record_success(time.monotonic())
+            group.settle(exc)
+            return exc
         except BaseException:
             group.settle(None)  # cancelled: the siblings go on alone
             raise

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers.servers.answers import ChatResult
+from streams.errors import ServerError
 
 __all__ = ["SampleGroups", "SharedAnswer", "SharedRequest"]
 
@@ -26,14 +27,14 @@ time it was sent."""
 @dataclass(eq=False)
 class SharedRequest:
     """One group of siblings: ``size`` members, the first of which sends; ``answer`` resolves to
-    the :data:`SharedAnswer`, or None when the request failed or the sender was cancelled (each
-    member is then sent alone)."""
+    the :data:`SharedAnswer`, the error the request failed with, or None when the sender was
+    cancelled (each member then goes on alone)."""
 
     key: bytes
-    answer: asyncio.Future[SharedAnswer | None]
+    answer: asyncio.Future[SharedAnswer | ServerError | None]
     size: int = 0
 
-    def settle(self, answer: SharedAnswer | None) -> None:
+    def settle(self, answer: SharedAnswer | ServerError | None) -> None:
         """Resolve :attr:`answer` once (later calls do nothing)."""
         if not self.answer.done():
             self.answer.set_result(answer)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 from aiokafka import ConsumerRecord
 
 from consumers.positions.offsets import OffsetTracker
@@ -138,14 +139,15 @@ class JobBook:
         self.buffered.setdefault(p, deque()).append(record)
 
     def start_buffered(
-        self, room: int, start: Callable[[Job], asyncio.Task[None]], *, siblings: bool = False
+        self, room: int, start: Callable[[Job], asyncio.Task[None]], *, together: int = 0
     ) -> None:
         """Start up to ``room`` queued records, oldest first per partition and round-robin over
         partitions, each within its partition's span: ``start(job)`` returns the job's task.
 
-        With ``siblings``, a started sample (key ``<prompt id>#<k>``) takes the samples of the same
-        prompt queued right behind it along, past ``room`` if need be (at most the prompt's sample
-        count over it), so they can share one request (docs/consumer.md, "Parallel samples")."""
+        With ``together`` > 0, a started sample (a record with ``sample`` set) takes along the
+        samples of the same prompt and attempt queued right behind it, past ``room`` if need be,
+        at most ``together`` in all, so they can share one request (docs/consumer.md, "Parallel
+        samples")."""
         while room > 0:
             started = False
             for p, queue in list(self.buffered.items()):
@@ -153,11 +155,15 @@ class JobBook:
                     continue
                 if self.head_blocked(p):
                     continue
-                family = _prompt_key(queue[0]) if siblings else None
+                family = _family(queue[0]) if together > 0 else None
+                taken = 0
                 while True:
                     self._start(queue.popleft(), start)
                     room -= 1
-                    if family is None or not queue or self.head_blocked(p) or _prompt_key(queue[0]) != family:
+                    taken += 1
+                    if family is None or taken >= together or not queue or self.head_blocked(p):
+                        break
+                    if _family(queue[0]) != family:
                         break
                 self.buffered[p] = self.buffered.pop(p)  # served: to the back of the round
                 started = True
@@ -257,9 +263,24 @@ class JobBook:
                 self.done_uncommitted[p] = {x for x in done if x >= o}
 
 
-def _prompt_key(record: ConsumerRecord[bytes, bytes]) -> bytes | None:
-    """The prompt part of a sample's Kafka key (``<prompt id>#<k>``: its id, docs/inputs.md,
-    "Samples"), None for a key without ``#``."""
-    key = record.key or b""
-    prompt, hash_sign, k = key.rpartition(b"#")
-    return prompt if hash_sign and k.isdigit() else None
+class _SampleOf(msgspec.Struct):
+    """The fields of a prompt record that say which prompt's sample it is (the rest is skipped)."""
+
+    id: str
+    attempt: int = 0
+    sample: int | None = None
+
+
+_SAMPLE_OF = msgspec.json.Decoder(_SampleOf)
+
+
+def _family(record: ConsumerRecord[bytes, bytes]) -> tuple[str, int] | None:
+    """The prompt id and attempt of a sample's record (docs/inputs.md, "Samples"), None for a
+    record that is no sample or does not decode (its own task dead-letters it)."""
+    try:
+        of = _SAMPLE_OF.decode(record.value or b"")
+    except msgspec.DecodeError:
+        return None
+    if of.sample is None:
+        return None
+    return of.id.rpartition("#")[0], of.attempt

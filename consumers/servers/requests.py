@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _NOT_PARAMS = ("messages", "tools", "rid", "request_id", "stream")
+"""request fields a completion record does not repeat in ``params``."""
 
 OUTPUT_CONSTRAINTS: Final = ("response_format", "regex", "ebnf")
 """the structured-output fields; SGLang takes one at a time (docs/structured-output.md)."""
@@ -43,7 +44,6 @@ _OPTIONAL_SAMPLING: Final = (
     "top_logprobs",
 )
 """settings sent only when set (the server's defaults otherwise), in the fields of the same name."""
-"""request fields a completion record does not repeat in ``params``."""
 
 
 def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from aiokafka import ConsumerRecord
 
@@ -10,15 +11,15 @@ from consumers.positions.jobs import Job, JobBook
 from consumers.positions.recovery import Answered
 
 
-def record(partition: int, offset: int, key: bytes = b"k") -> ConsumerRecord[bytes, bytes]:
+def record(partition: int, offset: int, value: bytes = b"{}") -> ConsumerRecord[bytes, bytes]:
     return ConsumerRecord(
         topic="t.prompts",
         partition=partition,
         offset=offset,
         timestamp=0,
         timestamp_type=0,
-        key=key,
-        value=b"{}",
+        key=b"k",
+        value=value,
         checksum=None,
         serialized_key_size=1,
         serialized_value_size=2,
@@ -43,22 +44,48 @@ def test_accepted_records_are_buffered_once_and_started_round_robin() -> None:
     assert book.waiting == 0 and not book.buffered
 
 
+def sample_value(record_id: str, sample: int | None, attempt: int = 0) -> bytes:
+    return json.dumps({"id": record_id, "sample": sample, "attempt": attempt, "messages": []}).encode()
+
+
 def test_a_started_sample_takes_its_queued_siblings_along_past_the_room() -> None:
-    book = JobBook(max_uncommitted=6)
-    keys = [b"a#0", b"a#1", b"a#2", b"b#0", b"b#1", b"x#y", b"x#z", b"c#0"]
-    for o, key in enumerate(keys):
-        book.accept(record(0, o, key))
-    book.start_buffered(1, no_task, siblings=True)
+    values = [
+        sample_value("a#0", 0), sample_value("a#1", 1), sample_value("a#2", 2),
+        sample_value("b#0", 0), sample_value("b#1", 1),
+        sample_value("t#0", None), sample_value("t#1", None),  # ids with '#<digit>', not samples
+        sample_value("c#0", 0), sample_value("c#0", 0, attempt=1),  # a regenerated sample: another attempt
+        b"not json",
+    ]  # fmt: skip
+    book = JobBook(max_uncommitted=100)
+    for o, value in enumerate(values):
+        book.accept(record(0, o, value=value))
+    book.start_buffered(1, no_task, together=8)
     assert sorted(book.jobs) == [(0, 0), (0, 1), (0, 2)], "a#0 brings a#1 and a#2"
-    book.start_buffered(1, no_task, siblings=True)
+    book.start_buffered(1, no_task, together=8)
     assert len(book.jobs) == 5, "then b#0 and b#1"
-    book.start_buffered(1, no_task, siblings=True)
-    assert len(book.jobs) == 6, "x#y is no sample: alone, and the span (6) stops the rest"
+    book.start_buffered(1, no_task, together=8)
+    assert len(book.jobs) == 6, "t#0 is no sample: alone"
+    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8)
+    assert len(book.jobs) == 8, "c#0's attempts are not siblings"
+    capped = JobBook(max_uncommitted=100)
+    for o in range(6):
+        capped.accept(record(0, o, value=sample_value(f"x#{o}", o)))
+    capped.start_buffered(1, no_task, together=4)
+    assert len(capped.jobs) == 4, "at most `together` start at once"
     plain = JobBook(max_uncommitted=100)
-    for o, key in enumerate(keys):
-        plain.accept(record(0, o, key))
+    for o in range(3):
+        plain.accept(record(0, o, value=sample_value(f"x#{o}", o)))
     plain.start_buffered(1, no_task)
-    assert len(plain.jobs) == 1, "without siblings the room is the limit"
+    assert len(plain.jobs) == 1, "without `together` the room is the limit"
+
+
+def test_a_span_stops_the_siblings_too() -> None:
+    book = JobBook(max_uncommitted=2)
+    for o in range(4):
+        book.accept(record(0, o, value=sample_value(f"x#{o}", o)))
+    book.start_buffered(1, no_task, together=8)
+    assert len(book.jobs) == 2 and book.head_blocked(0)
 
 
 def test_a_record_past_its_span_waits_and_does_not_count_as_startable() -> None:
