@@ -37,8 +37,8 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
     """The mapping options that shape a record's content, as stored in :class:`ProgressRecord`.
 
     ``last_turn`` is there only when it is not ``auto``, ``template`` (a digest of its texts)
-    only when given and ``samples`` only when not 1, so resume points written before these
-    options existed still match a run without them.
+    only when given, ``samples`` only when not 1 and ``limit`` only when set, so resume points
+    written before these options existed still match a run without them.
     """
     fingerprint: dict[str, Any] = {
         "format": options.format.value,
@@ -54,6 +54,8 @@ def options_fingerprint(options: MappingOptions) -> dict[str, Any]:
         fingerprint["template"] = options.template.digest()
     if options.samples != 1:
         fingerprint["samples"] = options.samples
+    if options.limit is not None:
+        fingerprint["limit"] = options.limit
     return fingerprint
 
 

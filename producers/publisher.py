@@ -73,6 +73,8 @@ class PublishContext:
     progress_bar: bool
     inputs: list[InputSpec]
     metrics: ProducerMetrics | None = None
+    rows_left: int | None = None
+    """rows the inputs may still give (``--limit``; None: no limit), counted as they are read."""
 
 
 class InputPublisher:
@@ -196,7 +198,13 @@ class InputPublisher:
         while True:
             chunk = await self._next_chunk(reader)
             long_lines = chunk.long_lines
+            limited = False
             for i, (raw, parsed) in enumerate(zip(chunk.lines, chunk.parsed, strict=True)):
+                if parsed is not None and ctx.rows_left is not None:
+                    if ctx.rows_left == 0:  # --limit: this row and the rest are not the run's
+                        limited = True
+                        break
+                    ctx.rows_left -= 1
                 self.line += 1
                 line = self.line
                 hasher_update(raw)
@@ -239,12 +247,16 @@ class InputPublisher:
             stats.bytes = self.offset
             bar.update(chunk.raw_bytes - raw_seen)
             raw_seen = chunk.raw_bytes
-            if chunk.eof:
+            if chunk.eof or limited:
                 break
             if self.unsent_since is not None and time.monotonic() - self.unsent_since > LINGER_S:
                 await self._submit_all()
             if self.txn_open and time.monotonic() - self.txn_started > self.checkpoint_interval_s:
                 await self._checkpoint(done=False)
+        if limited:
+            ctx.echo(
+                f"{name}: --limit {ctx.options.limit} reached at {self.noun} {self.line}: not read further"
+            )
         if self.line < resume_line:
             raise self._changed(f"it now has {self.line} {self.noun}s")
         if self.line > resume_line:  # also when the last line was committed mid-chunk: mark it done
@@ -445,9 +457,13 @@ async def publish(
         progress_bar=progress_bar,
         inputs=inputs,
         metrics=metrics,
+        rows_left=options.limit,
     )
     try:
         for file_index, spec in enumerate(inputs):
+            if ctx.rows_left == 0:
+                echo(f"--limit {options.limit} reached: {len(inputs) - file_index} more input(s) not read")
+                break
             stats = await InputPublisher(ctx, spec, file_index).run()
             result.inputs.append(stats)
             if len(inputs) > 1:

@@ -440,6 +440,7 @@ MAPPING_OPTIONS: Final = (
     "--template",
     "--system-template",
     "--samples",
+    "--limit",
 )
 """The flags :func:`mapping_options` adds."""
 
@@ -467,11 +468,13 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         template: str | None,
         system_template: str | None,
         samples: int,
+        limit: int | None,
         **kwargs: Any,
     ) -> Any:
         rows = MappingOptions(
             template=prompt_template(template, system_template),
             samples=samples,
+            limit=limit,
             format=FormatName(format_),  # a click.Choice of the names
             prompt_field=prompt_field,
             id_field=id_field,
@@ -518,8 +521,15 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
             default=1,
             show_default=True,
             metavar="N",
-            help="completions per prompt: each row is published as N records <id>#0 .. <id>#N-1, each "
-            "with its own seed (docs/inputs.md, Samples)",
+            help="completions per prompt: each row is published as N records <id>#0 .. <id>#N-1; on "
+            "SGLang those that start together go as one request with n (docs/inputs.md, Samples)",
+        ),
+        click.option(
+            "--limit",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="only the first N rows of the inputs, in order (blank lines not counted): try a "
+            "dataset before running all of it; part of the run's resume point (docs/inputs.md, Limit)",
         ),
     ]
     decorated: Callable[..., Any] = wrapper

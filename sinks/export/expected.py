@@ -94,7 +94,7 @@ def prompt_ids_from_inputs(
     as :func:`streams.inputs.resolve_inputs` has it),
     ``-``, ``s3://`` URIs or globs; JSON Lines or JSON arrays, plain, gzip or zstandard; Parquet),
     resolved, opened, read and parsed as the producer does (blank lines skipped; rows the producer
-    would reject are counted as ``unreadable``).
+    would reject are counted as ``unreadable``; only the first ``options.limit`` rows when set).
 
     Raises:
         InputError: an input is missing, matches nothing, is a folder holding files that are
@@ -105,12 +105,19 @@ def prompt_ids_from_inputs(
     ids: set[str] = set()
     prompts: dict[str, str] = {}
     unreadable = 0
+    rows_left = options.limit  # --limit: the first rows of the inputs, in order, as the producer reads
     specs = resolve_inputs(items, s3, skip_unreadable=skip_unreadable)
     for spec in specs:
         number = 0
+        if rows_left == 0:
+            break
         try:
             with open_input(spec, s3) as opened:
                 for row in read_rows(opened, source=spec.name, limit=None):
+                    if row.text is not None and rows_left is not None:
+                        if rows_left == 0:
+                            break
+                        rows_left -= 1
                     number += 1
                     if row.text is None:
                         continue

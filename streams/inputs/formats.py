@@ -81,6 +81,8 @@ class MappingOptions:
             format's mapping; the row's other fields still give its id and ``keep_fields``.
         samples: completions wanted per row (``--samples``); the producer publishes each row as
             this many records (:func:`streams.inputs.samples.sampled`).
+        limit: only the first this many rows of the inputs, in order, are read (``--limit``; a
+            row: a non-blank line, an array element, a Parquet row, good or bad); None: all.
 
     Raises:
         ConfigError: unknown format or last-turn rule, ``dataset`` without ``prompt_field``,
@@ -98,6 +100,7 @@ class MappingOptions:
     last_turn: LastTurn = "auto"
     template: PromptTemplate | None = None
     samples: int = 1
+    limit: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -122,6 +125,10 @@ class MappingOptions:
             raise ConfigError("the system prompt is empty: omit it instead")
         if not isinstance(self.samples, int) or not 1 <= self.samples <= MAX_SAMPLES:
             raise ConfigError(f"--samples must be 1 to {MAX_SAMPLES}, not {self.samples!r}")
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
+        ):
+            raise ConfigError(f"--limit must be at least 1, not {self.limit!r}")
         if self.template is not None:
             if fmt is not FormatName.AUTO or self.prompt_field is not None:
                 given = f"--format {fmt.value}" if fmt is not FormatName.AUTO else "--prompt-field"

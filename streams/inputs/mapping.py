@@ -53,6 +53,8 @@ class InputMapping:
             args.append("--skip-unreadable")
         if rows.samples != 1:
             args += ["--samples", str(rows.samples)]
+        if rows.limit is not None:
+            args += ["--limit", str(rows.limit)]
         for flag, value in (
             ("--prompt-field", rows.prompt_field),
             ("--id-field", rows.id_field),

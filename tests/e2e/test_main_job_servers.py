@@ -211,6 +211,23 @@ def test_a_template_given_as_text_puts_every_input_into_its_prompt(
     assert manifest["missing"]["count"] == 0 and manifest["records"]["completions"] == len(rows), manifest
 
 
+def test_a_limited_run_generates_and_exports_only_the_first_rows(
+    kafka: str, s3: str, user_servers: list[str], tmp_path: Path, unique: str
+) -> None:
+    tasks = REPO_ROOT / "data" / "instructions" / "tasks.jsonl"
+    first = [json.loads(line)["id"] for line in tasks.read_text().splitlines()[:7]]
+    run_id = f"e2e-limit-{unique}"
+    dataset = tmp_path / "dataset"
+    args = [sys.executable, "-m", "launch.run", "--run-id", run_id, "--prompts", str(tasks), "--limit", "7"]
+    args += ["--template", ALPACA_TEMPLATE, "--server", user_servers[0], "--no-preflight"]
+    args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
+    done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert sorted(r["id"] for r in _dataset(dataset)) == sorted(first)
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["missing"]["count"] == 0 and manifest["records"]["completions"] == 7, manifest
+
+
 SUM_SCHEMA = {
     "type": "object",
     "properties": {"answer": {"type": "integer"}, "why": {"type": "string"}},

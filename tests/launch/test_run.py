@@ -143,6 +143,7 @@ def test_the_producer_gets_the_mapping_options_and_the_demo_fields_only_by_defau
         system="Be brief.",
         keep_fields=("answer",),
         tags=("gsm8k", "test"),
+        limit=40,
     )
     mapping = InputMapping(rows, key_by="id")
     argv = producer_argv(
@@ -153,6 +154,8 @@ def test_the_producer_gets_the_mapping_options_and_the_demo_fields_only_by_defau
         "s3://b/k.jsonl",
         "--format",
         "dataset",
+        "--limit",
+        "40",
         "--prompt-field",
         "question",
         "--id-field",

@@ -513,3 +513,34 @@ async def test_samples_survive_a_sigkill_mid_file_each_exactly_once_with_its_own
     # Another --samples for the same run id: refused, not mixed.
     rc, err = run_cli(settings, str(path), "--samples", "2", cwd=tmp_path)
     assert rc == 2 and "samples: 3 then, 2 now" in err, err
+
+
+async def test_limit_reads_the_first_rows_across_a_folder_and_resumes_exactly(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``--limit 250`` over a folder of three 100-row files (a blank line and a bad row among
+    them): the first 250 rows in order, bad rows counted, the third file read only in part. A
+    SIGKILL mid-way and a re-run publish each of them exactly once; another limit is refused."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for n, name in enumerate(("a", "b", "c")):
+        rows = write_chat_rows(folder / f"{name}.jsonl", 100, prefix=name, pad=60)
+        if name == "b":  # a blank line (not a row) and a bad row (a row)
+            rows = [*rows[:10], b"", b'{"messages": "nope"}', *rows[10:]]
+            (folder / "b.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    specs = topic_specs(settings)
+    await ensure_topics(settings, [specs["prompts"], specs["producer_progress"]])
+    slow = ["--limit", "250", "--producer.checkpoint-every", "20", "--producer.max-records-per-s", "120"]
+    committed = await sigkill_mid_file(settings, str(folder), *slow, n=249, cwd=tmp_path)
+    assert 0 < committed < 249
+    rc, err = run_cli(settings, str(folder), "--limit", "250", "--allow-bad", cwd=tmp_path)
+    assert rc == 0, err
+    assert "c.jsonl: --limit 250 reached at line 49" in err, err  # 100 + 101 rows before it
+    expected = [f"a-{i:05d}" for i in range(100)] + [f"b-{i:05d}" for i in range(100)]
+    expected += [f"c-{i:05d}" for i in range(49)]  # 250 rows = 249 good + 1 bad
+    assert Counter(r.id for r in await prompts_on_topic(settings)) == Counter(expected)
+
+    rc, err = run_cli(settings, str(folder), "--limit", "250", "--allow-bad", cwd=tmp_path)
+    assert rc == 0 and "published 0" in err, err
+    rc, err = run_cli(settings, str(folder), "--allow-bad", cwd=tmp_path)
+    assert rc == 2 and "limit: 250 then" in err, err

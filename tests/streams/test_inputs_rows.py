@@ -3,6 +3,7 @@ the bundled ShareGPT sample; the export's expected ids read them the same way. N
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sinks.export.expected import prompt_ids_from_inputs
-from streams.errors import InputError
+from streams.errors import ConfigError, InputError
 from streams.inputs import (
     InputSpec,
     MappingOptions,
@@ -241,6 +242,26 @@ def test_a_folder_stands_for_its_parquet_files_at_any_depth_in_path_order(tmp_pa
     expected = prompt_ids_from_inputs([str(folder)], QUESTION, no_s3)
     assert expected.ids == {f"train-0000{f}-of-00002.parquet:{n}" for f in (0, 1) for n in (1, 2)}
     assert expected.unreadable == 0
+
+
+@pytest.mark.parametrize("limit", [0, -3, True])
+def test_a_limit_below_one_is_refused(limit: int) -> None:
+    with pytest.raises(ConfigError, match="--limit must be at least 1"):
+        MappingOptions(limit=limit)
+
+
+def test_the_export_expects_the_first_limit_rows_as_the_producer_reads_them(tmp_path: Path) -> None:
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    write_parquet(folder / "a.parquet", {"question": ["a", "b", "c"]})
+    (folder / "b.jsonl").write_text(
+        '{"question": "d", "id": "d"}\n\n{"nope": 1}\n{"question": "e", "id": "e"}\n'
+    )
+    write_parquet(folder / "c.parquet", {"question": ["f"]})
+    limited = dataclasses.replace(QUESTION, limit=5)  # 3 rows of a, then d, the bad row; not e, not c
+    expected = prompt_ids_from_inputs([str(folder)], limited, no_s3)
+    assert expected.ids == {"a.parquet:1", "a.parquet:2", "a.parquet:3", "d"} and expected.unreadable == 1
+    assert len(prompt_ids_from_inputs([str(folder)], QUESTION, no_s3).ids) == 6
 
 
 def test_a_folder_reads_every_prompt_file_by_name_or_content_and_refuses_any_other(tmp_path: Path) -> None:
