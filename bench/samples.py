@@ -9,8 +9,9 @@ slot-seconds the server spent (prefill included: a request holds a slot while it
 requests it received (a shared request is one prefill request plus its ``n`` copies, as in SGLang),
 and the completion tokens written. Rows:
 
-* ``long-prompt``: a ~6,000-token passage and a question, thinking off, ``max_tokens`` 256: the
+* ``long-prompt``: a ~6,000-word passage and a question, thinking off, ``max_tokens`` 256: the
   prefill is a large part of each request's slot time;
+* ``medium``: a ~1,500-word passage, thinking off, ``max_tokens`` 1024: answers of uneven length;
 * ``thinking``: a GSM8K question, thinking on, ``max_tokens`` 4096: decoding dominates.
 
 The simulator charges every request's prefill in full, cached prefix or not (docs/sglang.md,
@@ -60,7 +61,11 @@ class Row:
     max_tokens: int
 
 
-ROWS = (Row("long-prompt", 6000, False, 256), Row("thinking", 0, True, 4096))
+ROWS = (
+    Row("long-prompt", 6000, False, 256),
+    Row("medium", 1500, False, 1024),
+    Row("thinking", 0, True, 4096),
+)
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ async def _wait_written(
             raise RuntimeError(f"{len(first)} of {len(ids)} samples written after 30 min; see {log}")
 
 
-def markdown(results: list[RowResult], args: argparse.Namespace) -> str:
+def markdown(results: list[RowResult], args: argparse.Namespace, rows: list[Row]) -> str:
     """The results as a Markdown table, shared vs separate per row."""
     lines = [
         f"{args.prompts} prompts × {args.samples} samples, one simulated server "
@@ -190,7 +195,7 @@ def markdown(results: list[RowResult], args: argparse.Namespace) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     by = {(r.row, r.shared): r for r in results}
-    for row in ROWS:
+    for row in rows:
         alone = by[(row.name, False)]
         for shared in (False, True):
             r = by[(row.name, shared)]
@@ -210,12 +215,13 @@ async def amain(args: argparse.Namespace) -> int:
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="kafkagen-bench-samples-"))
     logdir.mkdir(parents=True, exist_ok=True)
     results: list[RowResult] = []
-    for row in ROWS:
+    rows = [row for row in ROWS if not args.rows or row.name in args.rows.split(",")]
+    for row in rows:
         for shared in (False, True):
             result = await run_row(row, shared=shared, args=args, logdir=logdir)
             print(f"  {result}", file=sys.stderr, flush=True)
             results.append(result)
-    table = markdown(results, args)
+    table = markdown(results, args, rows)
     print(table)
     if args.markdown:
         args.markdown.write_text(table)
@@ -234,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         help="simulated seconds per wall second (default %(default)s: the consumer reads the server's "
         "/metrics every 2 wall seconds, so a faster clock makes its readings older in simulated time)",
     )
+    parser.add_argument("--rows", help=f"some of {', '.join(r.name for r in ROWS)} (default: all)")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     parser.add_argument("--logdir", type=Path, help="consumer logs (default: a new temporary directory)")
     return asyncio.run(amain(parser.parse_args(argv)))

@@ -222,7 +222,11 @@ class GenerationConsumer:
         self.emitter.producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
         await self.emitter.producer.start()
         background = [
-            asyncio.create_task(self.server.watch_load(lambda: self.window, lambda: self.in_flight)),
+            asyncio.create_task(
+                self.server.watch_load(
+                    lambda: self.window, lambda: self.in_flight, lambda: self.prompts.groups.hidden > 0
+                )
+            ),
             asyncio.create_task(self._report()),
             asyncio.create_task(self.kafka.watch(lambda: self._consumer)),
             asyncio.create_task(self.gate.run()),

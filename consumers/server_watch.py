@@ -31,6 +31,9 @@ log = logging.getLogger("kafkagen.generate")
 
 _PROBE_INTERVAL_S = 2.0
 _LOAD_INTERVAL_S = 2.0
+_LOAD_INTERVAL_SHARED_S = 0.5
+"""while shared requests are out: the places their finished copies leave are seen sooner
+(SGLang refreshes its gauges every ``decode_log_interval`` decode steps, docs/sglang.md)."""
 
 DownVerdict = Literal["up", "leave"]
 """What :meth:`ServerWatch.poll_down` asks of the consumer: rejoin (the server is up again) or
@@ -222,9 +225,15 @@ class ServerWatch:
             if probe is not None:
                 probe.cancel()
 
-    async def watch_load(self, window: Callable[[], WindowPolicy], in_flight: Callable[[], int]) -> None:
-        """Feed ``window()`` from the server's ``/metrics`` every few seconds (``in_flight()``:
-        the consumer's requests in flight). A reading that fails (a malformed or impossible one;
+    async def watch_load(
+        self,
+        window: Callable[[], WindowPolicy],
+        in_flight: Callable[[], int],
+        sharing: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Feed ``window()`` from the server's ``/metrics`` every 2 s, every 0.5 s while
+        ``sharing()`` (shared requests are out: docs/consumer.md, "Parallel samples"); ``in_flight()``:
+        the consumer's requests in flight. A reading that fails (a malformed or impossible one;
         an unreachable server reads as no reading) is logged and skipped; the watcher never dies."""
         failures = 0
         while True:
@@ -247,4 +256,4 @@ class ServerWatch:
                         log.warning(
                             "reading %s/metrics failed (%d times): %r", self.server_url, failures, exc
                         )
-            await asyncio.sleep(_LOAD_INTERVAL_S)
+            await asyncio.sleep(_LOAD_INTERVAL_SHARED_S if sharing() else _LOAD_INTERVAL_S)

@@ -358,7 +358,8 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         )
         if options.serve is None:
             say(f"waiting up to {wait_s:.0f} s for the servers to answer")
-    for info in asyncio.run(wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint)):
+    ready = wait_for_servers(settings.servers, gen, timeout_s=wait_s, hint=hint, busy=say)
+    for info in asyncio.run(ready):
         say(describe_server(info))
     if options.preflight.enabled:
         # The sample is the run's own input (a replay's is in Kafka: the demo prompts then). The

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 import httpx
 import pytest
+
+from launch.run.servers import wait_for_servers
+from streams.config import GenerationSettings
+from streams.errors import UnavailableError
+from tests.helpers import wait_for
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -47,3 +55,51 @@ def test_servers_use_gemmas_turn_format(llm: list[str]) -> None:
         "<start_of_turn>user\nBe brief.\n\nWhat is 2+3?<end_of_turn>\n<start_of_turn>model\n"
     )
     assert "<|im_start|>" not in prompt
+
+
+async def test_a_server_busy_with_other_work_is_waited_for_not_called_down(llm: list[str]) -> None:
+    """Issue 30 item 4: every slot of a real llama-server generating for someone else, so the
+    1-token readiness probe waits behind them: the main job says the server is busy and goes on
+    (its consumers queue behind that work), where it used to fail the run as "did not answer"."""
+    url = llm[1]
+    long = {"messages": [{"role": "user", "content": "Count from 1 to 3000, one number a line."}]}
+    long |= {"max_tokens": 1200, "ignore_eos": True, "stream": True}  # a stream stops when its client goes
+
+    async def processing() -> float:
+        async with httpx.AsyncClient(timeout=10) as http:
+            text = (await http.get(f"{url}/metrics")).text
+        return next(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("llamacpp:requests_processing")
+        )
+
+    async with httpx.AsyncClient(timeout=600) as http:
+        hogs = [asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=long)) for _ in range(4)]
+        try:
+            await wait_for(lambda: _at_least(processing, 4), timeout_s=60, what="all 4 slots busy")
+            lines: list[str] = []
+            [info] = await wait_for_servers(
+                [url], GenerationSettings(), timeout_s=3, hint="h", busy=lines.append
+            )
+            assert info.url == url and info.kind == "llama.cpp"
+            [line] = lines
+            assert "is busy, not down" in line and "4 running" in line, line
+            with pytest.raises(UnavailableError, match="did not answer within 3 s"):
+                await wait_for_servers(
+                    [url], GenerationSettings(), timeout_s=3, hint="h"
+                )  # no busy: as before
+        finally:
+            for hog in hogs:
+                hog.cancel()
+            await asyncio.gather(*hogs, return_exceptions=True)
+    # a disconnected request frees its slot: the other llama.cpp tests do not wait behind these
+    await wait_for(lambda: _at_most(processing, 0), timeout_s=60, what="the slots freed")
+
+
+async def _at_least(read: Callable[[], Awaitable[float]], n: float) -> bool:
+    return await read() >= n
+
+
+async def _at_most(read: Callable[[], Awaitable[float]], n: float) -> bool:
+    return await read() <= n
