@@ -38,7 +38,7 @@ log = logging.getLogger("kafkagen.generate")
 MemberState = Literal["starting", "running", "halted", "server_down", "stopped"]
 """A member's state as its reports show it (:attr:`streams.control.MemberReport.state`)."""
 
-RATE_WINDOW_S = 30.0
+RATE_WINDOW_S = 120.0
 """Seconds over which a report's tokens/s and completions/s are measured."""
 
 _POLL_SLICE_S = 0.2

@@ -39,7 +39,7 @@ __all__ = ["Collector", "RunStatus", "collect", "quiet_kafka_logs"]
 log = logging.getLogger("kafkagen.status")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
-_RATE_WINDOW_S = 30.0
+_RATE_WINDOW_S = 120.0
 
 
 def quiet_kafka_logs() -> None:
