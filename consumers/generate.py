@@ -37,6 +37,7 @@ from consumers.positions.recovery import answered_prompts
 from consumers.process import PromptRunner
 from consumers.quality.fleet_gate import FleetGate
 from consumers.reuse import ReuseIndex
+from consumers.sample_groups import sample_family
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient, ServerInfo
 from consumers.window import WindowConfig, WindowPolicy
@@ -468,7 +469,10 @@ class GenerationConsumer:
         if self.server.is_down or self._stopping.is_set() or self._rebalancing or self.gate.halted:
             return
         together = self.window.size if self.prompts.shares_samples() else 0
-        self.book.start_buffered(self._room(), self._start, together=together)
+        default_max = self.settings.generation.max_tokens
+        self.book.start_buffered(
+            self._room(), self._start, together=together, family=lambda r: sample_family(r, default_max)
+        )
 
     def _room(self) -> int:
         """Prompts that may start now: the window, plus :meth:`_credit`, less those in flight."""

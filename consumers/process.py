@@ -26,7 +26,7 @@ from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
 from consumers.quality.structured import structured_flags
 from consumers.reuse import ReuseDeclined, ReuseIndex
-from consumers.sample_groups import SampleGroups
+from consumers.sample_groups import SampleGroups, worth_sharing
 from consumers.server_watch import ServerWatch
 from consumers.servers import ServerClient
 from consumers.servers.answers import ChatResult
@@ -265,6 +265,8 @@ class PromptRunner:
             return None
         rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, 0)
         body = self.client.request_body(prompt, rid)
+        if not worth_sharing(prompt.messages, prompt.tools, int(body.get("max_tokens") or 0)):
+            return None
         body.pop("seed", None)  # the copies share one request's parameters: a seed would make them equal
         group, place = self.groups.join(request_digest(body))
         try:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-import msgspec
 from aiokafka import ConsumerRecord
 
 from consumers.positions.offsets import OffsetTracker
@@ -139,15 +138,20 @@ class JobBook:
         self.buffered.setdefault(p, deque()).append(record)
 
     def start_buffered(
-        self, room: int, start: Callable[[Job], asyncio.Task[None]], *, together: int = 0
+        self,
+        room: int,
+        start: Callable[[Job], asyncio.Task[None]],
+        *,
+        together: int = 0,
+        family: Callable[[ConsumerRecord[bytes, bytes]], Hashable | None] = lambda record: None,
     ) -> None:
         """Start up to ``room`` queued records, oldest first per partition and round-robin over
         partitions, each within its partition's span: ``start(job)`` returns the job's task.
 
-        With ``together`` > 0, a started sample (a record with ``sample`` set) takes along the
-        samples of the same prompt and attempt queued right behind it, past ``room`` if need be,
-        at most ``together`` in all, so they can share one request (docs/consumer.md, "Parallel
-        samples")."""
+        With ``together`` > 0, a started record whose ``family`` is not None takes along the
+        records of the same family queued right behind it, past ``room`` if need be, at most
+        ``together`` in all (a prompt's samples that may share one request: docs/consumer.md,
+        "Parallel samples")."""
         while room > 0:
             started = False
             for p, queue in list(self.buffered.items()):
@@ -155,15 +159,15 @@ class JobBook:
                     continue
                 if self.head_blocked(p):
                     continue
-                family = _family(queue[0]) if together > 0 else None
+                kin = family(queue[0]) if together > 0 else None
                 taken = 0
                 while True:
                     self._start(queue.popleft(), start)
                     room -= 1
                     taken += 1
-                    if family is None or taken >= together or not queue or self.head_blocked(p):
+                    if kin is None or taken >= together or not queue or self.head_blocked(p):
                         break
-                    if _family(queue[0]) != family:
+                    if family(queue[0]) != kin:
                         break
                 self.buffered[p] = self.buffered.pop(p)  # served: to the back of the round
                 started = True
@@ -261,26 +265,3 @@ class JobBook:
             done = self.done_uncommitted.get(p)
             if done:
                 self.done_uncommitted[p] = {x for x in done if x >= o}
-
-
-class _SampleOf(msgspec.Struct):
-    """The fields of a prompt record that say which prompt's sample it is (the rest is skipped)."""
-
-    id: str
-    attempt: int = 0
-    sample: int | None = None
-
-
-_SAMPLE_OF = msgspec.json.Decoder(_SampleOf)
-
-
-def _family(record: ConsumerRecord[bytes, bytes]) -> tuple[str, int] | None:
-    """The prompt id and attempt of a sample's record (docs/inputs.md, "Samples"), None for a
-    record that is no sample or does not decode (its own task dead-letters it)."""
-    try:
-        of = _SAMPLE_OF.decode(record.value or b"")
-    except msgspec.DecodeError:
-        return None
-    if of.sample is None:
-        return None
-    return of.id.rpartition("#")[0], of.attempt

@@ -44,6 +44,13 @@ def test_accepted_records_are_buffered_once_and_started_round_robin() -> None:
     assert book.waiting == 0 and not book.buffered
 
 
+def family(record: ConsumerRecord[bytes, bytes]) -> tuple[str, int] | None:
+    value = json.loads(record.value or b"null") if (record.value or b"").startswith(b"{") else None
+    if value is None or value.get("sample") is None:
+        return None
+    return value["id"].rpartition("#")[0], value.get("attempt", 0)
+
+
 def sample_value(record_id: str, sample: int | None, attempt: int = 0) -> bytes:
     return json.dumps({"id": record_id, "sample": sample, "attempt": attempt, "messages": []}).encode()
 
@@ -59,19 +66,19 @@ def test_a_started_sample_takes_its_queued_siblings_along_past_the_room() -> Non
     book = JobBook(max_uncommitted=100)
     for o, value in enumerate(values):
         book.accept(record(0, o, value=value))
-    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8, family=family)
     assert sorted(book.jobs) == [(0, 0), (0, 1), (0, 2)], "a#0 brings a#1 and a#2"
-    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8, family=family)
     assert len(book.jobs) == 5, "then b#0 and b#1"
-    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8, family=family)
     assert len(book.jobs) == 6, "t#0 is no sample: alone"
-    book.start_buffered(1, no_task, together=8)
-    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8, family=family)
+    book.start_buffered(1, no_task, together=8, family=family)
     assert len(book.jobs) == 8, "c#0's attempts are not siblings"
     capped = JobBook(max_uncommitted=100)
     for o in range(6):
         capped.accept(record(0, o, value=sample_value(f"x#{o}", o)))
-    capped.start_buffered(1, no_task, together=4)
+    capped.start_buffered(1, no_task, together=4, family=family)
     assert len(capped.jobs) == 4, "at most `together` start at once"
     plain = JobBook(max_uncommitted=100)
     for o in range(3):
@@ -84,7 +91,7 @@ def test_a_span_stops_the_siblings_too() -> None:
     book = JobBook(max_uncommitted=2)
     for o in range(4):
         book.accept(record(0, o, value=sample_value(f"x#{o}", o)))
-    book.start_buffered(1, no_task, together=8)
+    book.start_buffered(1, no_task, together=8, family=family)
     assert len(book.jobs) == 2 and book.head_blocked(0)
 
 

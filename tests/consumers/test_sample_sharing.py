@@ -16,6 +16,7 @@ import pytest
 from consumers.dead_letters import DeadLetters
 from consumers.positions.jobs import Job
 from consumers.process import PromptRunner
+from consumers.sample_groups import worth_sharing
 from consumers.servers.answers import ChatResult
 from consumers.servers.base import ServerInfo
 from consumers.servers.requests import chat_request_body
@@ -26,6 +27,11 @@ from streams.records import ErrorRecord, GenerationParams, PromptRecord, Usage, 
 from tests.helpers import make_prompt
 
 Answer = Callable[[dict[str, Any]], list[ChatResult]]
+
+
+def long_prompt(i: int, *, max_tokens: int = 64) -> PromptRecord:
+    """A prompt long enough beside its budget to share (consumers.sample_groups.worth_sharing)."""
+    return make_prompt(i, max_tokens=max_tokens, content="Read this. " + "word " * 600)
 
 
 def answers_for(body: dict[str, Any]) -> list[ChatResult]:
@@ -92,9 +98,11 @@ class Fake:
             answered=lambda job: None,
         )
 
-    def start(self, prompt: int, samples: int = 4) -> list[asyncio.Task[None]]:
+    def start(self, prompt: int, samples: int = 4, *, max_tokens: int = 64) -> list[asyncio.Task[None]]:
         """The tasks of one prompt's samples, started in one turn as the consumer starts them."""
-        records = sampled(msgspec.structs.replace(make_prompt(prompt), run_id="r"), samples)
+        records = sampled(
+            msgspec.structs.replace(long_prompt(prompt, max_tokens=max_tokens), run_id="r"), samples
+        )
         tasks = []
         for offset, sample in enumerate(records):
             record = types.SimpleNamespace(
@@ -114,6 +122,20 @@ async def test_siblings_started_together_share_one_request() -> None:
     await finish(fake.start(1))
     assert [b.get("n") for b in fake.bodies] == [4] and len(fake.out) == 4
     assert fake.runner.groups.hidden == 0 and not fake.runner.groups._open
+
+
+async def test_a_short_prompt_with_a_long_budget_sends_each_sample_alone() -> None:
+    """Where the copies' uneven lengths would cost more than the prefills saved (BENCHMARKS.md)."""
+    fake = Fake(answers_for)
+    await finish(fake.start(1, max_tokens=4096))
+    assert [b.get("n") for b in fake.bodies] == [None] * 4 and len(fake.out) == 4
+    assert len({b["seed"] for b in fake.bodies}) == 4, "each its own seed"
+
+
+def test_worth_sharing_weighs_the_prompt_against_its_budget() -> None:
+    messages = [{"role": "user", "content": "x" * 4000}]  # ~1,000 tokens
+    assert worth_sharing(messages, None, 100) and not worth_sharing(messages, None, 200)
+    assert worth_sharing([{"role": "user", "content": "hi"}], [{"function": {"d": "y" * 4000}}], 100)
 
 
 async def test_a_sender_cancelled_before_it_sends_leaves_no_sibling_waiting() -> None:
