@@ -74,10 +74,13 @@ class ClassCounts(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class Breach(msgspec.Struct, frozen=True, kw_only=True):
+class Breach(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A quality class whose share passed its threshold: ``count`` of ``results`` (the share) against
     ``threshold`` (``gate.max_<class>``), judged over ``phase``: ``warmup`` (the first results),
-    ``window`` (the rolling window) or ``preflight`` (the sample)."""
+    ``window`` (the rolling window) or ``preflight`` (the sample). ``bound``: for a sample, the
+    one-sided lower confidence bound on the class's rate that passed the threshold
+    (``launch.preflight.verdict``); None for the run's own results, whose share is the rate (and
+    then left out of the encoding: a halt record reads as before)."""
 
     cls: str
     count: int
@@ -85,6 +88,7 @@ class Breach(msgspec.Struct, frozen=True, kw_only=True):
     share: float
     threshold: float
     phase: Literal["warmup", "window", "preflight"]
+    bound: float | None = None
 
 
 class MemberLoad(msgspec.Struct, frozen=True, kw_only=True):
