@@ -502,17 +502,15 @@ def preflight(
 ) -> PreflightReport:
     """:func:`run_preflight`, its report through ``echo``, then :func:`check_preflight` (with
     ``enforce`` False only an unreachable server raises, and a refusal is reported as waived,
-    ``waiver`` saying why).
+    ``waiver`` saying why). A sample without a prompt sends nothing and says why
+    (:meth:`launch.preflight.sample.Sample.why_empty`).
 
     Raises:
         PreflightError: the gate refuses the run (``enforce``).
         UnavailableError: a server did not answer.
     """
     if not sample.prompts:
-        if sample.skipped and sample.source == "-":
-            echo("preflight: skipped: standard input (-) is read by the producer only, nothing was checked")
-        else:
-            echo(f"preflight: no prompt could be read from {sample.source}: nothing was checked")
+        echo(f"preflight: {sample.why_empty()}")
         thinking = bool(generation.chat_template_kwargs.get("enable_thinking"))
         return PreflightReport(generation.max_tokens, thinking, sample, ())
     report = run_preflight(

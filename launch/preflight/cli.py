@@ -192,10 +192,7 @@ def preflight_command(
                 "kafkagen preflight does not read standard input (-): nothing was checked; "
                 "give the input as a file (or s3:// URI)"
             )
-        raise InputError(
-            f"no prompt could be read from {sample.source}: nothing was checked; "
-            f"kafkagen produce names its bad lines, or check --format and --prompt-field"
-        )
+        raise InputError(sample.why_empty())
     if as_json:
         report = run_preflight(
             urls,

@@ -10,6 +10,7 @@ import math
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -17,13 +18,14 @@ import pytest
 
 from consumers.servers import ServerClient
 from launch.preflight.check import preflight, request_seed, run_preflight
-from launch.preflight.sample import Sample, demo_sample
+from launch.preflight.sample import Sample, demo_sample, read_sample
 from launch.preflight.stats import SampleAnswer, recommend
 from launch.preflight.verdict import CONFIDENCE, binomial_tail, judge, rate_bounds
 from launch.run.job import LOCAL_GATE
 from simulator import DEFAULT_PROFILE, SimulatedServer
 from streams.config import GateSettings, GenerationSettings, Settings
 from streams.control import ClassCounts
+from streams.inputs import InputMapping, MappingOptions
 from streams.records import GenerationParams
 
 pytestmark = pytest.mark.timeout(120)
@@ -211,3 +213,40 @@ def test_the_recommendation_is_printed_only_where_answers_were_cut_off(sglang: s
     assert "recommended" not in text and "--max-tokens" not in text, text
     assert "  verdict    ok at 95% confidence" not in text, "8 answers cannot show 0 under 25%"
     assert report.to_json()["recommendation"]["applies"] is False
+
+
+def test_rows_no_option_maps_are_named_with_their_fields_and_the_options(
+    sglang: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: "no prompt could be read ...: nothing was checked" with no reason. The sample
+    says why as kafkagen produce does for the same lines (the fields found, --format and
+    --prompt-field), in the command's error and in the main job's report."""
+    rows = tmp_path / "rows.jsonl"
+    unmapped = [{"instruction": f"do {i}", "output": "x", "n": i} for i in "abc"]
+    rows.write_text("".join(json.dumps(row) + "\n" for row in unmapped))
+    sample = read_sample([str(rows)], InputMapping(), Settings())
+    assert not sample.prompts and sample.bad == 3
+    why = sample.why_empty()
+    assert why.startswith(f"no prompt could be read from {rows}: nothing was checked; all 3 lines read")
+    assert (
+        f"the first: bad line {rows}:1: cannot tell this row's format from its fields (instruction, n, "
+        "output): pass --format (chat, prompt, openai_batch, mt_bench, bfcl, sharegpt) or --prompt-field "
+        "NAME for the field that holds the prompt (text fields here: instruction, output, n)"
+    ) in why
+    lines: list[str] = []
+    preflight([sglang], _generation(512, False), sample, echo=lines.append)
+    assert lines == [f"preflight: {why}"]
+    wrong = read_sample([str(rows)], InputMapping(MappingOptions(prompt_field="question")), Settings())
+    assert "prompt field 'question' is missing; the row has instruction, n, output" in wrong.why_empty()
+    mapped = read_sample([str(rows)], InputMapping(MappingOptions(prompt_field="instruction")), Settings())
+    assert len(mapped.prompts) == 3 and mapped.bad == 0
+
+    from launch.preflight.cli import main
+
+    capsys.readouterr()
+    assert main([str(rows), "--server", sglang]) == 2
+    assert f"error: {why}" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert main([str(empty), "--server", sglang, "--json"]) == 2
+    assert "nothing was checked; it holds no row (empty, or blank lines only)" in capsys.readouterr().err
