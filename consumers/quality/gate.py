@@ -121,8 +121,8 @@ _FIXES: Final[dict[str, str]] = {
     QualityFlag.THINKING_MISSING.value: "start the servers with the model's --reasoning-parser (e.g. qwen3), "
     "or turn thinking off with --no-thinking if the model has no thinking mode",
     QualityFlag.TRUNCATED.value: "raise --max-tokens (kafkagen preflight recommends one)",
-    QualityFlag.REPETITION_LOOP.value: "raise the temperature or set a repetition penalty, or check the "
-    "model and its speculative decoding settings",
+    QualityFlag.REPETITION_LOOP.value: "set --repetition-penalty P (above 1 discourages repeats, e.g. "
+    "1.1) or raise --generation.temperature, or check the model and its speculative decoding settings",
     QualityFlag.MALFORMED_TOOL_CALL.value: "start the servers with the model's --tool-call-parser",
     QualityFlag.TEMPLATE_LEAK.value: "check the server's chat template (--chat-template) for this model",
     QualityFlag.ECHOED_PROMPT.value: "check the server's chat template and the prompts' format",

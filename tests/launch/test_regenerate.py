@@ -269,6 +269,18 @@ async def _control_record(s: Settings, record: ControlRecord) -> None:
         await producer.stop()
 
 
+def test_a_generation_setting_given_as_a_flag_is_an_override(run: Settings) -> None:
+    """The gate's fixes name --repetition-penalty and --generation.temperature: given to
+    regenerate, they override the new attempts (they were parsed and dropped before)."""
+    dry = _regenerate(run, *REDO, "--repetition-penalty", "1.1", "--generation.top-k", "20", "--dry-run")
+    out, _ = dry.communicate(timeout=120)
+    assert dry.returncode == 0, out
+    assert "overrides {'max_tokens': 4096, 'top_k': 20, 'repetition_penalty': 1.1}" in out, out
+    both = _regenerate(run, *REDO, "--temperature", "0.5", "--generation.temperature", "0.7", "--dry-run")
+    out, _ = both.communicate(timeout=120)
+    assert both.returncode == 2 and "--temperature and --generation.temperature both set temperature" in out
+
+
 def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> None:
     """Not a Kafka test: the selection takes prompts from the prompts topic, never from the dead
     letter, so a dead letter cut to fit (its prompt left out) is regenerated like any other."""
