@@ -146,7 +146,9 @@ class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_fiel
     """The run's gate state (key ``gate``): ``halted`` in ``epoch``, or ``resumed`` (``epoch`` is
     then the new one). A halt carries why (``reason``, one line), what to do (``fix``), the classes
     that passed their thresholds and the fleet's counts when it tripped; ``params`` are the
-    generation parameters it judged (``max_tokens``, ``thinking``, ``model``)."""
+    generation parameters it judged (``max_tokens``, ``thinking``, ``model``). ``regeneration``:
+    the digest of the :class:`RegenerateRecord` whose new attempts this resume's epoch judges
+    (written by ``kafkagen regenerate``), else None."""
 
     run_id: str
     state: Literal["halted", "resumed"]
@@ -158,6 +160,7 @@ class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_fiel
     breaches: list[Breach] = []
     counts: ClassCounts = ClassCounts()
     params: dict[str, object] = {}
+    regeneration: str | None = None
 
 
 class ExportReport(msgspec.Struct, frozen=True, kw_only=True, tag="export", tag_field="kind"):
