@@ -74,10 +74,13 @@ class ClassCounts(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class Breach(msgspec.Struct, frozen=True, kw_only=True):
+class Breach(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A quality class whose share passed its threshold: ``count`` of ``results`` (the share) against
     ``threshold`` (``gate.max_<class>``), judged over ``phase``: ``warmup`` (the first results),
-    ``window`` (the rolling window) or ``preflight`` (the sample)."""
+    ``window`` (the rolling window) or ``preflight`` (the sample). ``bound``: for a sample, the
+    one-sided lower confidence bound on the class's rate that passed the threshold
+    (``launch.preflight.verdict``); None for the run's own results, whose share is the rate (and
+    then left out of the encoding: a halt record reads as before)."""
 
     cls: str
     count: int
@@ -85,6 +88,7 @@ class Breach(msgspec.Struct, frozen=True, kw_only=True):
     share: float
     threshold: float
     phase: Literal["warmup", "window", "preflight"]
+    bound: float | None = None
 
 
 class MemberLoad(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,7 +146,9 @@ class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_fiel
     """The run's gate state (key ``gate``): ``halted`` in ``epoch``, or ``resumed`` (``epoch`` is
     then the new one). A halt carries why (``reason``, one line), what to do (``fix``), the classes
     that passed their thresholds and the fleet's counts when it tripped; ``params`` are the
-    generation parameters it judged (``max_tokens``, ``thinking``, ``model``)."""
+    generation parameters it judged (``max_tokens``, ``thinking``, ``model``). ``regeneration``:
+    the digest of the :class:`RegenerateRecord` whose new attempts this resume's epoch judges
+    (written by ``kafkagen regenerate``), else None."""
 
     run_id: str
     state: Literal["halted", "resumed"]
@@ -154,6 +160,7 @@ class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_fiel
     breaches: list[Breach] = []
     counts: ClassCounts = ClassCounts()
     params: dict[str, object] = {}
+    regeneration: str | None = None
 
 
 class ExportReport(msgspec.Struct, frozen=True, kw_only=True, tag="export", tag_field="kind"):

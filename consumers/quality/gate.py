@@ -121,8 +121,8 @@ _FIXES: Final[dict[str, str]] = {
     QualityFlag.THINKING_MISSING.value: "start the servers with the model's --reasoning-parser (e.g. qwen3), "
     "or turn thinking off with --no-thinking if the model has no thinking mode",
     QualityFlag.TRUNCATED.value: "raise --max-tokens (kafkagen preflight recommends one)",
-    QualityFlag.REPETITION_LOOP.value: "raise the temperature or set a repetition penalty, or check the "
-    "model and its speculative decoding settings",
+    QualityFlag.REPETITION_LOOP.value: "set --repetition-penalty P (above 1 discourages repeats, e.g. "
+    "1.1) or raise --generation.temperature, or check the model and its speculative decoding settings",
     QualityFlag.MALFORMED_TOOL_CALL.value: "start the servers with the model's --tool-call-parser",
     QualityFlag.TEMPLATE_LEAK.value: "check the server's chat template (--chat-template) for this model",
     QualityFlag.ECHOED_PROMPT.value: "check the server's chat template and the prompts' format",
@@ -154,14 +154,19 @@ _CAUSES: Final = (
 ``reasoning_ate_budget``, ``degenerate`` from any of them, so the fix is the first one's."""
 
 
+def _breach_text(b: Breach) -> str:
+    """``truncated in 30 of 32 results (94% > 50%, warmup)``; with a ``bound``, the bound that
+    passed the threshold: ``(94%, lower bound 81% > 50%, preflight)``."""
+    passed = f"{b.share:.0%} > " if b.bound is None else f"{b.share:.0%}, lower bound {b.bound:.0%} > "
+    return f"{b.cls} in {b.count} of {b.results} results ({passed}{b.threshold:.0%}, {b.phase})"
+
+
 def halt_message(found: list[Breach], params: Mapping[str, Any]) -> tuple[str, str]:
     """``(reason, fix)`` for the tripped classes ``found`` (non-empty) under generation ``params``
-    (``max_tokens``, ``thinking``): one line each, the most specific cause first (its fix)."""
+    (``max_tokens``, ``thinking``): one line each, the most specific cause first (its fix). A
+    breach with a ``bound`` (a preflight's sample) names the bound that passed the threshold."""
     ordered = sorted(found, key=lambda b: _CAUSES.index(b.cls) if b.cls in _CAUSES else len(_CAUSES))
-    parts = [
-        f"{b.cls} in {b.count} of {b.results} results ({b.share:.0%} > {b.threshold:.0%}, {b.phase})"
-        for b in ordered
-    ]
+    parts = [_breach_text(b) for b in ordered]
     setting = f"max_tokens {params.get('max_tokens')}, thinking {'on' if params.get('thinking') else 'off'}"
     reason = f"{'; '.join(parts)} at {setting}"
     return reason, _FIXES.get(ordered[0].cls, _FIXES[DEGENERATE_CLASS])

@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Mapping
 from typing import Literal
 
 from consumers.quality.gate import breaches, halt_message
-from streams.config import Settings
-from streams.control import ControlLog, GateRecord, read_control
+from streams.config import GenerationSettings, Settings
+from streams.control import ControlLog, ControlState, GateRecord, RegenerateRecord, read_control
 from streams.errors import ConfigError
 from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["change_gate", "halt_lines", "resume_if_halted", "unjudged_breach"]
+__all__ = ["attempt_params", "change_gate", "halt_lines", "resume_if_halted", "unjudged_breach"]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the topic, the write)."""
@@ -154,6 +155,11 @@ async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
     halted it; a run halted and done all the same gives its halt's reason and fix. None when the
     gate is off or the shares are within the thresholds. Why: docs/main-job.md, "Halt and resume".
 
+    An epoch a ``kafkagen regenerate`` started judges that regeneration's attempts: the reason
+    names it and the parameters they were generated with (its overrides over the run's settings,
+    which the completions' ``params`` carry), and the fix says to regenerate them again with it
+    (their overrides outrank a re-run's settings).
+
     Raises:
         aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
     """
@@ -168,7 +174,38 @@ async def unjudged_breach(settings: Settings) -> tuple[str, str] | None:
     found = breaches(counts, gate.thresholds(), "warmup")
     if not found:
         return None
-    gen = settings.generation
-    params = {"max_tokens": gen.max_tokens, "thinking": bool(gen.chat_template_kwargs.get("enable_thinking"))}
-    reason, fix = halt_message(found, params)
-    return f"over all its {counts.results} results (fewer than the warm-up's {gate.warmup}): {reason}", fix
+    regeneration = _regeneration(state)
+    overrides = regeneration.overrides if regeneration is not None else {}
+    reason, fix = halt_message(found, attempt_params(settings.generation, overrides))
+    over = f"over all its {counts.results} results (fewer than the warm-up's {gate.warmup}): {reason}"
+    if regeneration is None:
+        return over, fix
+    asked = ", ".join(f"{k} {v}" for k, v in overrides.items()) or "no override"
+    classes = ",".join(dict.fromkeys(b.cls for b in found))
+    return (
+        f"in its regeneration {regeneration.digest} ({regeneration.ids} prompts re-published with {asked}) "
+        + over,
+        f"{fix}. The regenerated prompts keep their overrides ({asked}), which outrank a re-run's "
+        f"settings: regenerate them with the fix, kafkagen regenerate {settings.run_id} --where "
+        f"quality={classes} with its generation flags (--max-tokens, --thinking/--no-thinking, "
+        "--temperature, --repetition-penalty, --generation.*), then run the main job again",
+    )
+
+
+def _regeneration(state: ControlState) -> RegenerateRecord | None:
+    """The regeneration whose attempts the current gate epoch judges: the one whose resume
+    started it (:attr:`streams.control.GateRecord.regeneration`), else None."""
+    gate = state.gate
+    if gate is None or gate.state != "resumed" or gate.regeneration is None:
+        return None
+    return state.regenerations.get(gate.regeneration)
+
+
+def attempt_params(generation: GenerationSettings, overrides: Mapping[str, object]) -> dict[str, object]:
+    """The generation parameters a gate message names (``max_tokens`` in tokens, ``thinking``) for
+    results generated with ``generation`` and a regeneration's ``overrides`` (its request fields:
+    ``max_tokens``, ``chat_template_kwargs``, ...; empty for the run's own attempts)."""
+    kwargs = overrides.get("chat_template_kwargs")
+    asked = kwargs if isinstance(kwargs, Mapping) else {}
+    thinking = asked.get("enable_thinking", generation.chat_template_kwargs.get("enable_thinking"))
+    return {"max_tokens": overrides.get("max_tokens", generation.max_tokens), "thinking": bool(thinking)}

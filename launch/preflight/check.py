@@ -1,35 +1,41 @@
 """The preflight: a sample of the run's input sent to every server with the run's generation
 settings, measured and judged by the quality gate, before anything is published.
 
-Each server gets the sample at once, within its slots; a server that does not answer is
-:class:`UnavailableError` (exit 3), a class above its share refuses the run with
-:class:`PreflightError` (exit 2) with the fix and a recommended ``--max-tokens``. ``kafkagen
-preflight`` (:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``, ``kafkagen serve up`` and
-``kafkagen serve probe`` run it first. The steps and why: docs/main-job.md, "The preflight".
+Each server gets the sample at once, within its slots, every request with a sampling seed drawn
+from the preflight's (:func:`request_seed`), so the same input, settings and servers give the same
+requests; a server that does not answer is :class:`UnavailableError` (exit 3). A class whose rate
+is above its share at :data:`launch.preflight.verdict.CONFIDENCE` refuses the run with
+:class:`PreflightError` (exit 2) with the fix, and a recommended ``--max-tokens`` where answers were
+cut off; a sample too small to tell says so and refuses nothing. ``kafkagen preflight``
+(:mod:`launch.preflight.cli`) runs it alone; ``kafkagen run``, ``kafkagen serve up`` and ``kafkagen
+serve probe`` run it first. The steps and why: docs/main-job.md, "The preflight".
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
 from consumers.quality.flags import answer_flags
 from consumers.servers import ServerClient, ServerInfo, request_id
-from launch.preflight.options import PREFLIGHT_TIMEOUT_S
+from launch.preflight.options import DEFAULT_SEED, PREFLIGHT_TIMEOUT_S
 from launch.preflight.sample import Sample
 from launch.preflight.stats import (
     Recommendation,
     SampleAnswer,
     Summary,
-    judge,
     recommend,
     refusal,
     retry_budget,
     summarize,
 )
+from launch.preflight.verdict import Verdict, judge
 from streams.config import GateSettings, GenerationSettings
 from streams.control import Breach
 from streams.errors import KafkagenError, PreflightError, ServerError, UnavailableError
@@ -42,6 +48,8 @@ __all__ = [
     "ServerPreflight",
     "check_preflight",
     "preflight",
+    "preflight_body",
+    "request_seed",
     "run_preflight",
 ]
 
@@ -59,7 +67,7 @@ class ServerPreflight:
         info: what discovery found; None when the server did not answer.
         answers: one per sample prompt, in the sample's order.
         problem: why the server could not be judged (it did not answer), else None.
-        breaches: the gate's classes its answers trip (empty: it passes).
+        verdict: its answers judged against the gate's thresholds; None when it did not answer.
     """
 
     name: str
@@ -67,7 +75,12 @@ class ServerPreflight:
     info: ServerInfo | None = None
     answers: tuple[SampleAnswer, ...] = ()
     problem: str | None = None
-    breaches: tuple[Breach, ...] = ()
+    verdict: Verdict | None = None
+
+    @property
+    def breaches(self) -> list[Breach]:
+        """The gate's classes its answers are over (empty: not refused)."""
+        return self.verdict.breaches() if self.verdict is not None else []
 
     @property
     def label(self) -> str:
@@ -112,8 +125,14 @@ class PreflightReport:
         return [s for s in self.servers if s.breaches]
 
     @property
+    def undecided(self) -> list[ServerPreflight]:
+        """Servers whose sample is too small to tell (refused by no class, not within every one)."""
+        return [s for s in self.servers if s.verdict is not None and s.verdict.state == "undecided"]
+
+    @property
     def passed(self) -> bool:
-        """Every server answered and none trips the gate."""
+        """Every server answered and none is refused (an undecided one passes: the run's gate
+        judges it)."""
         return not self.unreachable and not self.failed
 
     def params(self) -> dict[str, Any]:
@@ -143,16 +162,16 @@ class PreflightReport:
             out.append(f"{server.label} ({about}): {len(server.answers)} answers")
             out += summarize(server.answers, self.max_tokens).lines()
             out.append(f"  needed     {_needed_line(recommend(server.answers))}")
+            if server.verdict is not None:
+                out.append(f"  verdict    {server.verdict.line()}")
             if server.breaches:
-                reason, _fix = refusal(list(server.breaches), self.params())
-                out.append(f"  over the gate's thresholds: {reason}")
-            else:
-                out.append("  ok")
+                reason, _fix = refusal(server.breaches, self.params())
+                out.append(f"  refused    {reason}")
         if len(self.servers) > 1 and not self.unreachable:
             out.append(f"the {len(self.servers)} servers together:")
             out += self.summary().lines()
         rec = self.recommendation()
-        if rec.max_tokens is not None:
+        if rec.applies:
             out.append(f"recommended --max-tokens {_amount(rec)}: {rec.explanation}")
         return out
 
@@ -171,7 +190,20 @@ class PreflightReport:
                 "results": b.results,
                 "share": b.share,
                 "threshold": b.threshold,
+                "lower_bound": b.bound,
             }
+
+        def verdict(v: Verdict | None) -> dict[str, Any] | None:
+            if v is None:
+                return None
+            return {
+                "state": v.state,
+                "confidence": v.confidence,
+                "classes": [dataclasses.asdict(c) | {"state": c.state} for c in v.classes],
+            }
+
+        def recommendation(r: Recommendation) -> dict[str, Any]:
+            return dataclasses.asdict(r) | {"applies": r.applies}
 
         def server(s: ServerPreflight) -> dict[str, Any]:
             info = s.info
@@ -184,7 +216,8 @@ class PreflightReport:
                 "context_length": info.context_length if info else None,
                 "problem": s.problem,
                 "summary": summary(summarize(s.answers, self.max_tokens)) if not s.problem else None,
-                "recommendation": dataclasses.asdict(recommend(s.answers)) if not s.problem else None,
+                "recommendation": recommendation(recommend(s.answers)) if not s.problem else None,
+                "verdict": verdict(s.verdict),
                 "breaches": [breach(b) for b in s.breaches],
                 "answers": [dataclasses.asdict(a) for a in s.answers],
             }
@@ -202,7 +235,7 @@ class PreflightReport:
             "thresholds": self.thresholds,
             "servers": [server(s) for s in self.servers],
             "summary": summary(self.summary()),
-            "recommendation": dataclasses.asdict(self.recommendation()),
+            "recommendation": recommendation(self.recommendation()),
         }
 
 
@@ -216,18 +249,52 @@ def _needed_line(rec: Recommendation) -> str:
     again = f", {rec.resent} sent again with {rec.retry_budget}" if rec.resent else ""
     cut = f", {rec.still_cut} still cut off" if rec.still_cut else ""
     cut += f", {rec.unmeasured} cut off not measured" if rec.unmeasured else ""
-    return f"{rec.needed.line()} tokens (reasoning + answer{again}{cut}): --max-tokens {_amount(rec)}"
+    advice = f": --max-tokens {_amount(rec)}" if rec.applies else ""
+    return f"{rec.needed.line()} tokens (reasoning + answer{again}{cut}){advice}"
+
+
+def request_seed(seed: int, prompt_id: str) -> int:
+    """The sampling seed of the preflight's requests of prompt ``prompt_id`` under the preflight's
+    ``seed`` (``--preflight-seed``): a BLAKE2b digest of both, in [0, 2**31) (a signed 32-bit
+    integer, as every server takes it). The same for the first send and the re-send, so that a
+    server that honours seeds (llama.cpp; SGLang with ``--enable-deterministic-inference``)
+    repeats the cut-off answer and the re-send measures what that answer needed."""
+    digest = hashlib.blake2b(msgspec.json.encode(["preflight", seed, prompt_id]), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def preflight_body(
+    client: ServerClient,
+    prompt: PromptRecord,
+    run_id: str,
+    send: int,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body of the ``send``-th (1-based) preflight request of
+    ``prompt``: the consumer's (:meth:`consumers.servers.ServerClient.request_body`), with a
+    ``seed`` from :func:`request_seed` unless the settings or the record set one (the run sends
+    theirs), and ``max_tokens`` (tokens) when given (the re-send's larger budget). Its SGLang
+    request id is apart from the run's own (:func:`consumers.servers.requests.request_id` of
+    ``preflight:<run id>``), so a preflight request still running never collides with the run's."""
+    body = client.request_body(prompt, request_id(f"preflight:{run_id}", prompt.id, 0, send))
+    body.setdefault("seed", request_seed(seed, prompt.id))
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
 
 
 async def _ask(
-    client: ServerClient, prompt: PromptRecord, run_id: str, send: int, max_tokens: int | None = None
+    client: ServerClient,
+    prompt: PromptRecord,
+    run_id: str,
+    send: int,
+    seed: int,
+    max_tokens: int | None = None,
 ) -> SampleAnswer:
-    """One chat completion of ``prompt`` as the consumer builds it (``max_tokens``: another budget).
-    Its SGLang request id is apart from the run's own (:func:`consumers.servers.requests.request_id` of
-    ``preflight:<run id>``), so a preflight request still running never collides with the run's."""
-    body = client.request_body(prompt, request_id(f"preflight:{run_id}", prompt.id, 0, send))
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+    """One chat completion of ``prompt`` (:func:`preflight_body`), measured."""
+    body = preflight_body(client, prompt, run_id, send, seed=seed, max_tokens=max_tokens)
     budget = int(body.get("max_tokens") or client.generation.max_tokens)
     try:
         answer = await client.chat(body)
@@ -255,12 +322,13 @@ async def _measure(
     run_id: str,
     slots: asyncio.Semaphore,
     resend: bool,
+    seed: int,
 ) -> SampleAnswer:
     """The prompt's answer at the run's settings, with what it needs (``needed``): a cut-off answer
     is sent again with :func:`launch.preflight.stats.retry_budget` (unless ``resend`` is off: then
     it needs at least its budget)."""
     async with slots:
-        first = await _ask(client, prompt, run_id, 1)
+        first = await _ask(client, prompt, run_id, 1, seed)
     if first.finish_reason is None:
         return first
     if not first.truncated:
@@ -269,7 +337,7 @@ async def _measure(
     if budget <= first.max_tokens or not resend:  # no more room in the context, or not asked to
         return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
     async with slots:
-        again = await _ask(client, prompt, run_id, 2, max_tokens=budget)
+        again = await _ask(client, prompt, run_id, 2, seed, max_tokens=budget)
     if again.finish_reason is None:  # the re-send failed: more than max_tokens, no more is known
         return dataclasses.replace(first, needed=first.max_tokens, needed_at_least=True)
     return dataclasses.replace(
@@ -287,6 +355,7 @@ async def _server(
     run_id: str,
     thresholds: Mapping[str, float],
     resend: bool,
+    seed: int,
 ) -> ServerPreflight:
     client = ServerClient(url, generation, pool_size=max(1, len(prompts)), request_timeout_s=timeout_s)
     try:
@@ -295,7 +364,9 @@ async def _server(
         except KafkagenError as exc:
             return ServerPreflight(name, url, problem=str(exc).removeprefix(f"{client.base_url}: "))
         slots = asyncio.Semaphore(info.max_running_requests or DEFAULT_SLOTS)
-        answers = await asyncio.gather(*(_measure(client, info, p, run_id, slots, resend) for p in prompts))
+        answers = await asyncio.gather(
+            *(_measure(client, info, p, run_id, slots, resend, seed) for p in prompts)
+        )
     finally:
         await client.aclose()
     if answers and all(a.finish_reason is None and a.error_retriable for a in answers):
@@ -308,8 +379,8 @@ async def _server(
             tuple(answers),
             problem=f"none of {len(answers)} requests answered: {answers[0].error}",
         )
-    found = judge(summarize(answers, generation.max_tokens).counts, thresholds)
-    return ServerPreflight(name, url, info, tuple(answers), breaches=tuple(found))
+    verdict = judge(summarize(answers, generation.max_tokens).counts, thresholds)
+    return ServerPreflight(name, url, info, tuple(answers), verdict=verdict)
 
 
 def run_preflight(
@@ -321,6 +392,7 @@ def run_preflight(
     timeout_s: float = PREFLIGHT_TIMEOUT_S,
     run_id: str = "default",
     resend: bool = True,
+    seed: int = DEFAULT_SEED,
 ) -> PreflightReport:
     """Send ``sample`` to every server at once with ``generation`` and measure and judge the answers.
 
@@ -334,6 +406,8 @@ def run_preflight(
         run_id: names the requests' SGLang ids (apart from the run's own).
         resend: send the answers cut off at ``max_tokens`` again with a larger budget, to measure
             what they need (off: they need "at least" their budget; a slow CPU server).
+        seed: the preflight's seed (``--preflight-seed``): every request's sampling seed comes from
+            it (:func:`request_seed`) unless the settings or the record set one.
 
     Returns:
         The report; never raises for a server's answers (:func:`check_preflight` does).
@@ -354,6 +428,7 @@ def run_preflight(
                         run_id=run_id,
                         thresholds=thresholds,
                         resend=resend,
+                        seed=seed,
                     )
                     for name, url in named.items()
                 )
@@ -370,13 +445,13 @@ def run_preflight(
 
 
 def check_preflight(report: PreflightReport, *, skip_hint: str | None = None) -> None:
-    """Raise when a server did not answer or trips the gate; ``skip_hint`` (how the command goes
-    on without the check) ends the message.
+    """Raise when a server did not answer or is refused by the gate; ``skip_hint`` (how the command
+    goes on without the check) ends the message. A server too few answers cannot judge passes.
 
     Raises:
         UnavailableError: a server did not answer (exit status 3); the message names each.
-        PreflightError: one block per failing server (the classes and shares, the fix), then the
-            recommended ``--max-tokens`` and ``skip_hint``.
+        PreflightError: one line per refused server (the classes, shares and bounds), the fix, the
+            recommended ``--max-tokens`` where answers were cut off, then ``skip_hint``.
     """
     if report.unreachable:
         raise UnavailableError(
@@ -390,17 +465,20 @@ def check_preflight(report: PreflightReport, *, skip_hint: str | None = None) ->
         )
     if not report.failed:
         return
+    verdict = report.failed[0].verdict
+    assert verdict is not None  # a server with breaches was judged
     lines = [
-        f"preflight refused the run: {len(report.failed)} of {len(report.servers)} server(s) fail the gate"
+        f"preflight refused the run: {len(report.failed)} of {len(report.servers)} server(s) fail the gate "
+        f"at {verdict.confidence:.0%} confidence (a class's one-sided lower bound above its maximum)"
     ]
     fixes: dict[str, None] = {}
     for server in report.failed:
-        reason, fix = refusal(list(server.breaches), report.params())
+        reason, fix = refusal(server.breaches, report.params())
         lines.append(f"  {server.name}: {reason}")
         fixes[fix] = None
     lines += [f"fix: {fix}" for fix in fixes]
     rec = report.recommendation()
-    if rec.max_tokens is not None:
+    if rec.applies:
         lines.append(f"recommended: --max-tokens {_amount(rec)} ({rec.explanation})")
     if skip_hint:
         lines.append(skip_hint)
@@ -420,24 +498,23 @@ def preflight(
     waiver: str = "--ignore-preflight",
     resend: bool = True,
     skip_hint: str | None = None,
+    seed: int = DEFAULT_SEED,
 ) -> PreflightReport:
     """:func:`run_preflight`, its report through ``echo``, then :func:`check_preflight` (with
     ``enforce`` False only an unreachable server raises, and a refusal is reported as waived,
-    ``waiver`` saying why).
+    ``waiver`` saying why). A sample without a prompt sends nothing and says why
+    (:meth:`launch.preflight.sample.Sample.why_empty`).
 
     Raises:
         PreflightError: the gate refuses the run (``enforce``).
         UnavailableError: a server did not answer.
     """
     if not sample.prompts:
-        if sample.skipped and sample.source == "-":
-            echo("preflight: skipped: standard input (-) is read by the producer only, nothing was checked")
-        else:
-            echo(f"preflight: no prompt could be read from {sample.source}: nothing was checked")
+        echo(f"preflight: {sample.why_empty()}")
         thinking = bool(generation.chat_template_kwargs.get("enable_thinking"))
         return PreflightReport(generation.max_tokens, thinking, sample, ())
     report = run_preflight(
-        servers, generation, sample, gate=gate, timeout_s=timeout_s, run_id=run_id, resend=resend
+        servers, generation, sample, gate=gate, timeout_s=timeout_s, run_id=run_id, resend=resend, seed=seed
     )
     for line in report.lines():
         echo(line)

@@ -58,7 +58,8 @@ _SAMPLE_OPTIONS: list[Callable[[F], F]] = [
         type=int,
         default=DEFAULT_SEED,
         show_default=True,
-        help="seed of the preflight's sample",
+        help="seed of the preflight's sample and of its requests' sampling (a seed the settings or a "
+        "row set wins): the same input, settings and servers give the same requests",
     ),
     click.option(
         "--preflight-timeout",
@@ -191,10 +192,7 @@ def preflight_command(
                 "kafkagen preflight does not read standard input (-): nothing was checked; "
                 "give the input as a file (or s3:// URI)"
             )
-        raise InputError(
-            f"no prompt could be read from {sample.source}: nothing was checked; "
-            f"kafkagen produce names its bad lines, or check --format and --prompt-field"
-        )
+        raise InputError(sample.why_empty())
     if as_json:
         report = run_preflight(
             urls,
@@ -203,6 +201,7 @@ def preflight_command(
             gate=settings.gate,
             timeout_s=preflight.timeout_s,
             run_id=settings.run_id,
+            seed=preflight.seed,
         )
         print(json.dumps(report.to_json(), indent=2))
         for line in report.lines():

@@ -23,7 +23,8 @@ __all__ = [
 DEFAULT_SAMPLE: Final = 32
 """Prompts per preflight (each sent to every server)."""
 DEFAULT_SEED: Final = 0
-"""The reservoir's seed: the same input gives the same sample."""
+"""The preflight's seed: of its reservoir (the same input gives the same sample) and of its
+requests' sampling seeds (:func:`launch.preflight.check.request_seed`)."""
 PREFLIGHT_TIMEOUT_S: Final = 600.0
 """Seconds one request may take by default: the first after a server starts can take minutes."""
 
@@ -39,7 +40,7 @@ class PreflightOptions:
         enabled: run it (``--no-preflight``: skip).
         enforce: refuse the run when the gate trips (``--ignore-preflight``: report and go on).
         sample: prompts per preflight (``--preflight-sample``).
-        seed: the sample's seed (``--preflight-seed``).
+        seed: the sample's and the requests' seed (``--preflight-seed``).
         timeout_s: seconds one request may take (``--preflight-timeout``).
         waiver: why the gate is not enforced, for the report (when ``enforce`` is off).
     """
@@ -90,4 +91,5 @@ def run_preflight_for(
         waiver=options.waiver,
         resend=resend,
         skip_hint=skip_hint,
+        seed=options.seed,
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from launch.preflight.options import DEFAULT_SAMPLE, DEFAULT_SEED
+from producers.reading.badlines import bad_line_text
 from producers.reading.limits import line_limit
 from producers.reading.maker import RecordMaker, Rejected
 from producers.reading.reader import InputReader
@@ -44,6 +45,10 @@ class Sample:
         skipped: inputs not read (``-``: the producer reads standard input).
         repeated: records left out because their id was seen before (each id is sent once: SGLang
             refuses a request id already in flight, 400 "Duplicate request ID").
+        bad: lines read that the producer would not publish (:class:`producers.reading.maker.Rejected`).
+        first_bad: the first of them as ``kafkagen produce`` tells it (``bad line a.jsonl:1: cannot
+            tell this row's format from its fields (...): pass --format ...``:
+            :func:`producers.reading.badlines.bad_line_text`), None when none was bad.
     """
 
     prompts: tuple[PromptRecord, ...]
@@ -52,6 +57,8 @@ class Sample:
     whole: bool = True
     skipped: tuple[str, ...] = ()
     repeated: int = 0
+    bad: int = 0
+    first_bad: str | None = None
 
     def describe(self) -> str:
         """``32 prompts of a.jsonl (seeded sample of its 1319 good records)``, and how many
@@ -60,7 +67,21 @@ class Sample:
         drawn = f"seeded sample of {of} {self.scanned} good records"
         if self.repeated:
             drawn += f"; {self.repeated} with an id seen before left out"
+        if self.bad:
+            drawn += f"; {self.bad} bad lines left out"
         return f"{len(self.prompts)} prompts of {self.source} ({drawn})"
+
+    def why_empty(self) -> str:
+        """Why a sample without a prompt has none, for the report: standard input is not read
+        here; else what was read, and the first bad line as ``kafkagen produce`` tells it (the
+        fields the row has and the option that maps them)."""
+        if self.skipped and self.source == "-":
+            return "standard input (-) is read by the producer only: nothing was checked"
+        nothing = f"no prompt could be read from {self.source}: nothing was checked"
+        if self.first_bad is None:
+            return f"{nothing}; it holds no row (empty, or blank lines only)"
+        lines = "the only line read is bad" if self.bad == 1 else f"all {self.bad} lines read are bad"
+        return f"{nothing}; {lines}, the first: {self.first_bad}"
 
 
 def _shown(path: Path) -> str:
@@ -101,10 +122,11 @@ def read_sample(
             s3_client.append(make_s3_client(settings.s3))
         return s3_client[0]
 
-    repeated = 0
+    repeated = bad = 0
+    first_bad: str | None = None
 
     async def draw() -> tuple[list[bytes], int]:
-        nonlocal repeated
+        nonlocal repeated, bad, first_bad
         rng = random.Random(seed)
         reservoir: list[bytes] = []
         seen = 0
@@ -123,6 +145,7 @@ def read_sample(
                 record_limit=settings.kafka.max_message_bytes,
             )
             reader = InputReader(spec, make, line_limit=line_limit(settings), s3=s3)
+            line = 0  # 1-based, as the producer counts them (blank lines included)
             try:
                 await reader.open()
                 eof = False
@@ -130,7 +153,12 @@ def read_sample(
                     chunk = await reader.next_chunk()
                     eof = chunk.eof
                     for parsed in chunk.parsed:
-                        if parsed is None or isinstance(parsed, (Rejected, list)):  # never a list: samples=1
+                        line += 1
+                        if isinstance(parsed, Rejected):
+                            bad += 1
+                            first_bad = first_bad or bad_line_text(spec.name, line, parsed.reason)
+                            continue
+                        if parsed is None or isinstance(parsed, list):  # never a list: samples=1
                             continue
                         if parsed[0] in ids:  # one request id per prompt: a server refuses a repeat
                             repeated += 1
@@ -159,6 +187,8 @@ def read_sample(
         whole=seen < scan,
         skipped=tuple(i for i in given if i == "-"),
         repeated=repeated,
+        bad=bad,
+        first_bad=first_bad,
     )
 
 

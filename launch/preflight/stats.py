@@ -1,5 +1,6 @@
 """The preflight's measurements, pure: what one sample answer was, the distributions over a
-server's answers, the ``max_tokens`` they call for (:func:`recommend`), and the gate's verdict.
+server's answers, the ``max_tokens`` they call for (:func:`recommend`), and the words of a refusal
+(:func:`refusal`; the verdict itself: :mod:`launch.preflight.verdict`).
 
 Answers are judged with the consumers' own quality flags and the gate's classes
 (:func:`consumers.quality.gate.result_classes`); percentiles are nearest-rank. The recommendation
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from consumers.quality.flags import QualityFlag
-from consumers.quality.gate import breaches, halt_message, result_classes, tally
+from consumers.quality.gate import halt_message, result_classes, tally
 from streams.control import Breach, ClassCounts
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "Recommendation",
     "SampleAnswer",
     "Summary",
-    "judge",
     "percentile",
     "recommend",
     "refusal",
@@ -143,6 +143,7 @@ class Recommendation:
         unmeasured: cut-off answers not sent again (no room in the context, a slow server) or whose
             re-send failed: they need more than ``max_tokens``.
         explanation: one line: how the number was reached.
+        budget: the largest ``max_tokens`` an answer was cut off at, tokens; None when none was.
     """
 
     max_tokens: int | None
@@ -153,6 +154,14 @@ class Recommendation:
     still_cut: int
     unmeasured: int
     explanation: str
+    budget: int | None = None
+
+    @property
+    def applies(self) -> bool:
+        """Whether the recommendation is one to follow: some answers were cut off at their
+        ``max_tokens`` and it is larger than the budget they were cut at (answers that all fit
+        call for no change, and a p95 under the budget would only lower it)."""
+        return self.max_tokens is not None and self.budget is not None and self.max_tokens > self.budget
 
 
 @dataclass(frozen=True)
@@ -227,13 +236,15 @@ def _round_up(tokens: float) -> int:
 
 def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
     """The ``max_tokens`` the answers' needs call for (docs/main-job.md); their ``needed`` and
-    ``needed_at_least`` must be filled in (failed requests are left out)."""
+    ``needed_at_least`` must be filled in (failed requests are left out). It is one to follow
+    (:attr:`Recommendation.applies`) only where answers were cut off at their budget."""
     measured = [a for a in answers if a.needed is not None]
     needed = Distribution.of([a.needed or 0 for a in measured])
     budgets = [a.resent_at for a in measured if a.resent_at is not None]
     retry = max(budgets) if budgets else None
     still_cut = sum(a.needed_at_least and a.resent_at is not None for a in measured)
     unmeasured = sum(a.needed_at_least and a.resent_at is None for a in measured)
+    cut = [a.max_tokens for a in measured if a.resent_at is not None or a.needed_at_least]
     if not measured:
         return Recommendation(None, False, needed, 0, None, 0, 0, "nothing answered: no max_tokens measured")
     tokens = _round_up(needed.p95 * HEADROOM)
@@ -248,12 +259,9 @@ def recommend(answers: Iterable[SampleAnswer]) -> Recommendation:
     if unmeasured:
         how += f"; {unmeasured} cut off and not measured (not sent again), so at least that"
     at_least = bool(still_cut or unmeasured)
-    return Recommendation(tokens, at_least, needed, len(budgets), retry, still_cut, unmeasured, how)
-
-
-def judge(counts: ClassCounts, thresholds: Mapping[str, float]) -> list[Breach]:
-    """The gate's classes (:func:`consumers.quality.gate.breaches`) a sample's ``counts`` trip."""
-    return breaches(counts, thresholds, "preflight")
+    return Recommendation(
+        tokens, at_least, needed, len(budgets), retry, still_cut, unmeasured, how, max(cut) if cut else None
+    )
 
 
 _IGNORED_THINKING_OFF: Final = (

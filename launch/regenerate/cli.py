@@ -11,20 +11,37 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any, Final
 
 import click
+import msgspec
 from aiokafka.errors import KafkaError
 
 from launch.regenerate.plan import Plan, regenerate
 from launch.regenerate.select import Where, parse_where
-from streams.cli import command_settings, run_command, settings_options
-from streams.config import Settings
+from streams.cli import command_settings, flag_given, run_command, settings_options
+from streams.config import GenerationSettings, Settings
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
 from streams.records import GenerationParams
 from streams.runs import naming
 
-__all__ = ["main", "regenerate_command"]
+__all__ = ["OVERRIDABLE", "main", "overrides_of", "regenerate_command"]
+
+OVERRIDABLE: Final = tuple(
+    f.name for f in msgspec.structs.fields(GenerationParams) if f.name in GenerationSettings.model_fields
+)
+"""The generation settings a flag of ``regenerate`` overrides in the new attempts (every
+:class:`streams.records.GenerationParams` field a setting has: ``--repetition-penalty``,
+``--top-k``, ``--generation.temperature``, ...)."""
+
+_OWN_FLAGS: Final = {
+    "max_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "chat_template_kwargs": "--thinking/--no-thinking",
+}
+"""The overrides ``regenerate`` has flags of its own for, and those flags."""
 
 
 @click.command(
@@ -32,8 +49,10 @@ __all__ = ["main", "regenerate_command"]
     help="Re-publish the prompts of run RUN whose latest result matches --where, as attempt + 1 with "
     "the overrides; the run's consumers generate them and the export keeps the latest attempt. "
     "Conditions: quality=CLASS[,CLASS] (a quality flag, degenerate or error), finish_reason=REASON, "
-    "error_type=TYPE, ids=FILE (one id per line); several --where select the union. Running the same "
-    "command again publishes nothing.",
+    "error_type=TYPE, ids=FILE (one id per line); several --where select the union. Overrides: --max-tokens, "
+    "--temperature, --top-p, --thinking, and any generation setting given as a flag (--repetition-penalty, "
+    "--top-k, --min-p, --seed, --stop, --frequency-penalty, --presence-penalty, --generation.*: see "
+    "--settings-help). Running the same command again publishes nothing.",
 )
 @click.argument("run")
 @click.option("--where", "conditions", multiple=True, metavar="KEY=VALUE[,VALUE]", help="what to select")
@@ -79,12 +98,13 @@ def regenerate_command(
         settings = naming.for_run(command_settings(ctx), run, replay_of=None)
     except ValueError as exc:
         raise ConfigError(f"RUN: {exc}") from None
-    overrides = GenerationParams(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        chat_template_kwargs=None if thinking is None else {"enable_thinking": thinking},
-    )
+    own: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "chat_template_kwargs": None if thinking is None else {"enable_thinking": thinking},
+    }
+    overrides = overrides_of(ctx, settings, {k: v for k, v in own.items() if v is not None})
     try:
         plan, record = asyncio.run(regenerate(settings, where, overrides, dry_run=dry_run))
     except (KafkaError, TimeoutError) as exc:
@@ -112,6 +132,28 @@ def regenerate_command(
         f"of run {run} has ended, run it again with --run-id {run}: it publishes nothing new, generates "
         "these and exports"
     )
+
+
+def overrides_of(ctx: click.Context, settings: Settings, own: dict[str, Any]) -> GenerationParams:
+    """The new attempts' overrides: ``own`` (the values of ``regenerate``'s own flags, set ones
+    only) and every :data:`OVERRIDABLE` generation setting given as a flag on the command line,
+    read from ``settings.generation`` (a value from the environment is the consumers' default, not
+    an override).
+
+    Raises:
+        click.UsageError: one override given by both flags (``--temperature`` and
+            ``--generation.temperature``).
+    """
+    merged = dict(own)
+    for name in OVERRIDABLE:
+        if not flag_given(ctx, "generation", name):
+            continue
+        if name in own:
+            raise click.UsageError(
+                f"{_OWN_FLAGS[name]} and --generation.{name.replace('_', '-')} both set {name}: give one"
+            )
+        merged[name] = getattr(settings.generation, name)
+    return GenerationParams(**merged)
 
 
 def describe_plan(settings: Settings, plan: Plan) -> list[str]:

@@ -249,6 +249,7 @@ async def regenerate(
                         by=record.by,
                         reason=f"kafkagen regenerate {plan.digest}: {record.ids} prompts re-published",
                         counts=gate.fleet_gate_counts(),
+                        regeneration=plan.digest,
                     )
                     await producer.send(
                         settings.topics.control, encode_control(fresh), key=key_of_control(fresh)

@@ -233,9 +233,11 @@ def summary(
 ) -> str:
     """The closing summary, from the export's ``manifest.json`` (docs/export.md, "What an export checks").
     ``after_halt``: this invocation resumed a run its quality gate had halted; the results
-    finished before the halt are kept (docs/gate.md), so unusable ones are named."""
+    finished before the halt are kept (docs/gate.md), so unusable ones are named. Records of an
+    attempt a regeneration superseded are told apart from duplicates (``superseded``)."""
     m = manifest
-    records, tokens = m["records"], m["tokens"]
+    records, tokens, dup = m["records"], m["tokens"], m["duplicates"]
+    superseded = dup.get("superseded_records", 0)  # absent from older manifests
     expected = (m.get("expected") or {}).get("ids", "?")
     lines = [
         "",
@@ -245,7 +247,15 @@ def summary(
         + (f" ({records['reused']} reused from another run)" if records.get("reused") else ""),
         f"  errors       {records['errors']}",
         f"  missing      {m['missing']['count']}",
-        f"  duplicates   {m['duplicates']['records_dropped']} records dropped by the export",
+        f"  duplicates   {dup['records_dropped'] - superseded} records dropped by the export",
+        *(
+            [
+                f"  superseded   {superseded} records of {dup['older_attempts_dropped']} ids superseded by a "
+                "regeneration (the dataset keeps each id's latest attempt)"
+            ]
+            if superseded
+            else []
+        ),
         f"  tokens       prompt {tokens['prompt']}, completion {tokens['completion']}, "
         f"reasoning {tokens['reasoning']}",
     ]

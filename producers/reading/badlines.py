@@ -14,7 +14,7 @@ import msgspec
 
 from streams.inputs import MappingOptions
 
-__all__ = ["SHOWN_BAD_LINES", "BadLineReport", "ReportRow", "id_of_bad_row"]
+__all__ = ["SHOWN_BAD_LINES", "BadLineReport", "ReportRow", "bad_line_text", "id_of_bad_row"]
 
 SHOWN_BAD_LINES: Final = 20
 """Bad lines printed on stderr; the rest are counted."""
@@ -27,6 +27,13 @@ class ReportRow(msgspec.Struct, omit_defaults=True):
     line: int
     reason: str
     id: str | None = None
+
+
+def bad_line_text(source: str, line: int, reason: str) -> str:
+    """How a bad line is told on the terminal: ``bad line a.jsonl:3: <reason>`` (``line``: 1-based,
+    ``reason``: :class:`producers.reading.maker.Rejected`'s, which names the fields found and the
+    option that maps them when a row's format is unknown)."""
+    return f"bad line {source}:{line}: {reason}"
 
 
 class BadLineReport:
@@ -56,7 +63,7 @@ class BadLineReport:
         """
         self.count += 1
         if self.count <= self._shown:
-            self._echo(f"bad line {source}:{line}: {reason}")
+            self._echo(bad_line_text(source, line, reason))
         if self._file is None:
             self._file = open(self.path, "wb")  # noqa: SIM115 (closed by close())
         self._file.write(self._encoder.encode(ReportRow(source, line, reason, record_id)) + b"\n")

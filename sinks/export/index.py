@@ -45,6 +45,9 @@ class IdIndex:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     superseded: set[str] = field(default_factory=set)
     """ids with records of more than one attempt."""
+    superseded_records: int = 0
+    """after the first pass (:meth:`end_of_pass`): records of an attempt other than the one kept
+    for their id (with ``keep="latest"``: older attempts a regeneration superseded)."""
     lines_total: int = 0
     lines_by_kind: Counter[str] = field(default_factory=Counter)
     lines_by_attempt: Counter[int] = field(default_factory=Counter)
@@ -57,6 +60,8 @@ class IdIndex:
     """run id → foreign records of it."""
     _origins: dict[tuple[str, int], _Origin] = field(default_factory=dict)
     _conflicting: set[str] = field(default_factory=set)
+    _attempt_lines: dict[str, Counter[int]] = field(default_factory=dict)
+    """id → records per attempt, for the ids in :attr:`superseded` only (the others have one)."""
 
     def add(self, line: Line, head: RecordHead) -> None:
         """Count one line of a source object."""
@@ -79,8 +84,14 @@ class IdIndex:
         best = self.winners.get(record_id)
         if best is None or this < best:
             self.winners[record_id] = this
-        if best is not None and attempt_of(best) != attempt_of(this):
+        per_attempt = self._attempt_lines.get(record_id)
+        if per_attempt is None and best is not None and attempt_of(best) != attempt_of(this):
             self.superseded.add(record_id)
+            # every earlier record of the id had the attempt of its winner so far
+            earlier = self.kinds_seen[record_id] >> 2
+            per_attempt = self._attempt_lines[record_id] = Counter({attempt_of(best): earlier})
+        if per_attempt is not None:
+            per_attempt[head.attempt] += 1
         bits = self.kinds_seen.get(record_id, 0) | (1 if line.kind == "completion" else 2)
         self.kinds_seen[record_id] = bits + 4
         if head.prompt is None:
@@ -112,7 +123,15 @@ class IdIndex:
             )
 
     def end_of_pass(self) -> None:
-        """Drop what only the first pass needs (the prompt identities)."""
+        """Count :attr:`superseded_records` (the winners are known now) and drop what only the
+        first pass needs (the prompt identities, the records per attempt)."""
+        self.superseded_records = sum(
+            n
+            for record_id, per_attempt in self._attempt_lines.items()
+            for attempt, n in per_attempt.items()
+            if attempt != attempt_of(self.winners[record_id])
+        )
+        self._attempt_lines.clear()
         self._origins.clear()
 
     def take_winner(self, line: Line, head: RecordHead) -> bool:
@@ -153,11 +172,15 @@ class IdIndex:
         return sum(self.foreign_runs.values())
 
     def duplicates(self) -> dict[str, int]:
-        """The manifest's ``duplicates``: records dropped, ids with more than one record, ids
-        whose completion beat an error, ids re-generated (older attempts dropped)."""
+        """The manifest's ``duplicates``: records dropped (every record of the run not in the
+        dataset), ids with more than one record, ids whose completion beat an error, ids
+        re-generated (older attempts dropped), and of the records dropped those of another attempt
+        than their id's kept one (``superseded_records``, after :meth:`end_of_pass`: the rest are
+        copies of the kept attempt)."""
         return {
             "records_dropped": self.lines_total - self.foreign_count - len(self.kinds_seen),
             "ids": sum(1 for info in self.kinds_seen.values() if info >> 2 > 1),
             "completion_beat_error": sum(1 for info in self.kinds_seen.values() if info & 3 == 3),
             "older_attempts_dropped": len(self.superseded),
+            "superseded_records": self.superseded_records,
         }

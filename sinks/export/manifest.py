@@ -253,7 +253,9 @@ def summary(manifest: dict[str, Any]) -> str:
     lines = [
         f"run {manifest['run_id']}: {rec['completions']} completions, {rec['errors']} errors "
         f"({manifest['source']['objects']} objects, {manifest['source']['lines']} records read, "
-        f"{dup['records_dropped']} duplicates dropped, {dup['older_attempts_dropped']} ids re-generated)",
+        f"{dup['records_dropped'] - dup['superseded_records']} duplicates dropped, "
+        f"{dup['superseded_records']} records of {dup['older_attempts_dropped']} re-generated ids in another "
+        f"attempt than the one kept)",
     ]
     if manifest["expected"] is not None:
         exp, miss = manifest["expected"], manifest["missing"]

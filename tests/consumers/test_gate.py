@@ -194,7 +194,7 @@ def test_halt_message_names_the_most_specific_cause_and_its_fix() -> None:
         ("thinking_missing", "--reasoning-parser"),
         ("malformed_tool_call", "--tool-call-parser"),
         ("error", "<run>.errors"),
-        ("repetition_loop", "temperature"),
+        ("repetition_loop", "--repetition-penalty"),
         ("truncated", "--max-tokens"),
         ("template_leak", "chat template"),
     ],
@@ -204,3 +204,36 @@ def test_each_cause_has_its_own_fix(cls: str, words: str) -> None:
     reason, fix = halt_message(found, {"max_tokens": 4096, "thinking": False})
     assert reason.startswith(cls) and "thinking off" in reason
     assert words in fix
+
+
+SERVER_FLAGS = frozenset({"--reasoning-parser", "--tool-call-parser", "--chat-template", "--grammar-backend"})
+"""Flags the fixes name of the inference servers (SGLang's ``launch_server``), not of kafkagen."""
+
+
+def _flags(command: object) -> set[str]:
+    import click
+
+    assert isinstance(command, click.Command)
+    return {flag for param in command.params for flag in (*param.opts, *param.secondary_opts)}
+
+
+@pytest.mark.parametrize("cls", GATE_CLASSES)
+def test_every_option_a_fix_names_is_one_the_commands_take(cls: str) -> None:
+    """Issue 30 item 3: a fix told to "set a repetition penalty" when no option offered one. Every
+    ``--flag`` of a fix is a server's or one ``kafkagen run`` takes (a halt is fixed by running it
+    again); the generation ones ``kafkagen regenerate`` takes too (a regeneration's attempts keep
+    its overrides, launch.gate.control.unjudged_breach)."""
+    import re
+
+    from launch.regenerate.cli import OVERRIDABLE, regenerate_command
+    from launch.run.cli import run_command_
+
+    found = [Breach(cls=cls, count=9, results=10, share=0.9, threshold=0.25, phase="window")]
+    _reason, fix = halt_message(found, {"max_tokens": 512, "thinking": True})
+    named = set(re.findall(r"--[a-z][a-z.-]*[a-z]", fix)) - SERVER_FLAGS
+    assert named <= _flags(run_command_), named - _flags(run_command_)
+    regenerate = _flags(regenerate_command)
+    for flag in named - {"--consumer.retry-invalid"}:  # a consumer setting: the run's, by design
+        assert flag in regenerate, flag
+        setting = flag.removeprefix("--").removeprefix("generation.").replace("-", "_")
+        assert setting in {"max_tokens", "no_thinking", *OVERRIDABLE}, f"{flag}: parsed, unused"

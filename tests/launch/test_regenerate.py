@@ -19,9 +19,11 @@ from aiokafka import AIOKafkaProducer
 
 from streams.config import Settings
 from streams.control import (
+    ClassCounts,
     ControlRecord,
     ControlState,
     GateRecord,
+    MemberReport,
     RunRecord,
     encode_control,
     key_of_control,
@@ -267,6 +269,47 @@ async def _control_record(s: Settings, record: ControlRecord) -> None:
         await producer.send_and_wait(s.topics.control, encode_control(record), key=key_of_control(record))
     finally:
         await producer.stop()
+
+
+def test_a_regeneration_is_judged_at_its_own_settings_and_told_to_regenerate(run: Settings) -> None:
+    """Issue 30 item 3: after a regeneration at max_tokens 4096, the main job judged the new
+    attempts (the epoch the regeneration started) as if generated at the run's own budget, and
+    told it to fix settings a re-run cannot give them (their overrides outrank a re-run's)."""
+    from launch.gate.control import unjudged_breach
+
+    proc = _regenerate(run, *REDO)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    state = asyncio.run(read_control(run))
+    [digest] = state.regenerations
+    assert state.gate is not None and state.gate.regeneration == digest
+    cut = ClassCounts(results=len(CUT), classes={"repetition_loop": 9, "degenerate": 9})
+    report = MemberReport(run_id=run.run_id, instance="c-0", incarnation="i", host="h", pid=1,
+                          server="http://127.0.0.1:1", epoch=1, gate=cut)  # fmt: skip
+    asyncio.run(_control_record(run, report))
+    small = run.model_copy(update={"generation": run.generation.with_budget(128, False)})
+    verdict = asyncio.run(unjudged_breach(small))
+    assert verdict is not None
+    reason, fix = verdict
+    assert reason.startswith(
+        f"in its regeneration {digest} ({len(CUT)} prompts re-published with max_tokens 4096) over all its "
+        f"{len(CUT)} results (fewer than the warm-up's 200): repetition_loop in 9 of {len(CUT)} results"
+    ), reason
+    assert reason.endswith("at max_tokens 4096, thinking off"), "the attempts' budget, the run's thinking"
+    assert fix.startswith("set --repetition-penalty P (above 1 discourages repeats, e.g. 1.1)"), fix
+    assert f"kafkagen regenerate {run.run_id} --where quality=repetition_loop,degenerate" in fix
+
+
+def test_a_generation_setting_given_as_a_flag_is_an_override(run: Settings) -> None:
+    """The gate's fixes name --repetition-penalty and --generation.temperature: given to
+    regenerate, they override the new attempts (they were parsed and dropped before)."""
+    dry = _regenerate(run, *REDO, "--repetition-penalty", "1.1", "--generation.top-k", "20", "--dry-run")
+    out, _ = dry.communicate(timeout=120)
+    assert dry.returncode == 0, out
+    assert "overrides {'max_tokens': 4096, 'top_k': 20, 'repetition_penalty': 1.1}" in out, out
+    both = _regenerate(run, *REDO, "--temperature", "0.5", "--generation.temperature", "0.7", "--dry-run")
+    out, _ = both.communicate(timeout=120)
+    assert both.returncode == 2 and "--temperature and --generation.temperature both set temperature" in out
 
 
 def test_a_dead_letter_without_its_prompt_is_found_by_its_id(tmp_path: Path) -> None:

@@ -315,7 +315,27 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
     resumed = summary(manifest, 10.0, None, "/d", resumed=True)
     assert "tokens/s     - (a resumed run" in resumed and "100.0" not in resumed
     assert "already complete" in summary(manifest, 4.0, None, "/d", already_done=True, resumed=True)
-    assert "warning" not in resumed
+    assert "warning" not in resumed and "superseded" not in resumed
+
+
+def test_the_summary_calls_attempts_a_regeneration_replaced_superseded_not_duplicates() -> None:
+    """Issue 30 item 3: after regenerating 32 prompts the summary said "duplicates 32 records
+    dropped"; those 32 are the older attempts the regeneration superseded."""
+    from launch.run.job import summary
+
+    manifest = {
+        "run_id": "r",
+        "records": {"completions": 100, "errors": 0},
+        "tokens": {"prompt": 100, "completion": 1000, "reasoning": 0},
+        "expected": {"ids": 100},
+        "missing": {"count": 0},
+        "duplicates": {"records_dropped": 33, "older_attempts_dropped": 32, "superseded_records": 32},
+        "by_finish_reason": {"stop": 100},
+        "by_quality_flag": {},
+    }
+    text = summary(manifest, 10.0, None, "/d", resumed=True)
+    assert "  duplicates   1 records dropped by the export\n" in text
+    assert "  superseded   32 records of 32 ids superseded by a regeneration (the dataset keeps" in text
 
 
 def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept() -> None:

@@ -148,7 +148,7 @@ def test_up_runs_the_preflight_on_every_server_and_fails_with_the_fix_when_reaso
     assert "reasoning p50 512, p95 512, max 512" in captured.out  # what each server answered
     # The servers stay up: the preflight again with a budget that leaves room for the answer passes.
     assert _serve("probe", "--max-tokens", "8192") == 0
-    assert capsys.readouterr().out.count("\n  ok\n") == 2
+    assert capsys.readouterr().out.count("\n  verdict    ok at 95% confidence: ") == 2
     # --ignore-preflight reports and goes on; --no-preflight asks nothing.
     assert _serve(*up, "--max-tokens", "512", "--ignore-preflight") == 0
     assert "running anyway (--ignore-preflight)" in capsys.readouterr().out

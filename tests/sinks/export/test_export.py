@@ -78,6 +78,7 @@ def test_dedupe_missing_ids_shards_and_exit_status(
         "ids": 2,
         "completion_beat_error": 1,
         "older_attempts_dropped": 0,
+        "superseded_records": 0,
     }
     assert manifest["by_attempt"] == {"0": 5}
     assert manifest["conflicts"]["count"] == 0
@@ -205,6 +206,8 @@ async def test_the_latest_attempt_wins_and_a_prompt_conflict_fails_the_export(
     assert "id-000001" not in completions and [(e.id, e.attempt) for e in errors] == [("id-000001", 1)]
     assert manifest["by_attempt"] == {"0": 1, "1": 2}
     assert manifest["duplicates"]["older_attempts_dropped"] == 2
+    assert manifest["duplicates"]["superseded_records"] == 2, "id-000000's and id-000001's attempt 0"
+    assert "2 records of 2 re-generated ids in another attempt than the one kept" in printed
     c = cfg.topics.completions
     assert manifest["conflicts"] == {
         "count": 1,

@@ -44,8 +44,23 @@ def test_the_latest_attempt_then_a_completion_then_the_earliest_offset_wins() ->
         "ids": 1,
         "completion_beat_error": 1,
         "older_attempts_dropped": 1,
+        "superseded_records": 1,
     }
     assert index.present == {"a"} and index.conflicts == []
+
+
+def test_records_of_a_superseded_attempt_are_told_from_copies_of_the_kept_one() -> None:
+    """Issue 30 item 3: the main job's summary called a regeneration's superseded attempts
+    "duplicates". Of the records dropped, those of another attempt than the kept one are counted
+    apart, each once, however many copies an attempt has and in whatever order they come."""
+    heads = [("a", 0), ("a", 0), ("b", 0), ("a", 1), ("a", 0), ("a", 1), ("b", 0), ("c", 2), ("c", 1)]
+    index = IdIndex("r", 10)
+    for offset, (record_id, attempt) in enumerate(heads):
+        index.add(_line("completion", offset), RecordHead(record_id, attempt=attempt, run_id="r"))
+    index.end_of_pass()
+    dup = index.duplicates()
+    assert dup["records_dropped"] == 6 and dup["older_attempts_dropped"] == 2
+    assert dup["superseded_records"] == 4, "a's 3 attempt-0 records and c's attempt 1, not a's or b's copies"
 
 
 def test_different_prompts_under_one_id_are_one_conflict() -> None:
@@ -103,6 +118,7 @@ def test_keep_best_prefers_an_unflagged_completion_then_the_latest_attempt() -> 
         index.end_of_pass()
         assert [index.take_winner(line, head) for line, head in lines].index(True) == winner, keep
         assert index.lines_by_attempt == {0: 1, 1: 1, 2: 1}
+        assert index.duplicates()["superseded_records"] == 2, "the attempts not kept, whichever it is"
     flagged = IdIndex("r", 10, "best")
     for line, head in lines[1:]:
         flagged.add(line, head)
