@@ -103,7 +103,7 @@ def read_sample(
 ) -> Sample:
     """``size`` prompts drawn (seeded reservoir) from the first ``scan`` good records of ``inputs``
     (files, globs, ``s3://`` URIs, as ``kafkagen produce`` takes them; none: the bundled demo file),
-    mapped with ``mapping``. Needs no Kafka: records are checked against ``kafka.max_message_bytes``.
+    mapped with ``mapping``, within its first ``limit`` rows when set (``--limit``). Needs no Kafka: records are checked against ``kafka.max_message_bytes``.
 
     Raises:
         InputError: an input is missing or cannot be read (the message names it).
@@ -130,6 +130,7 @@ def read_sample(
         rng = random.Random(seed)
         reservoir: list[bytes] = []
         seen = 0
+        rows_left = options.limit  # --limit: the run's rows are the first ones of its inputs
         ids: set[str] = set()
         specs = (
             await asyncio.to_thread(resolve_inputs, readable, s3, skip_unreadable=mapping.skip_unreadable)
@@ -146,13 +147,19 @@ def read_sample(
             )
             reader = InputReader(spec, make, line_limit=line_limit(settings), s3=s3)
             line = 0  # 1-based, as the producer counts them (blank lines included)
+            if rows_left == 0:
+                break
             try:
                 await reader.open()
                 eof = False
-                while not eof and seen < scan:
+                while not eof and seen < scan and rows_left != 0:
                     chunk = await reader.next_chunk()
                     eof = chunk.eof
                     for parsed in chunk.parsed:
+                        if parsed is not None and rows_left is not None:
+                            if rows_left == 0:
+                                break
+                            rows_left -= 1
                         line += 1
                         if isinstance(parsed, Rejected):
                             bad += 1

@@ -137,6 +137,9 @@ def test_the_sample_is_seeded_spread_mapped_and_skips_bad_lines(tmp_path: Path) 
     head = read_sample([str(rows)], mapping, settings, size=8, scan=20)
     assert head.scanned == 20 and not head.whole and all(int(p.id[1:]) <= 20 for p in head.prompts)
     assert "its first 20 good records" in head.describe()
+    limited = InputMapping(MappingOptions(prompt_field="q", id_field="id", limit=50))
+    first_rows = read_sample([str(rows)], limited, settings, size=32)
+    assert first_rows.scanned == 49 and all(int(p.id[1:]) < 50 for p in first_rows.prompts), "--limit's rows"
     assert read_sample(["-"], mapping, settings).skipped == ("-",), "stdin is the producer's"
     demo = demo_sample(settings, size=32)
     assert len(demo.prompts) == 32 and demo.source.endswith("data/prompts/demo.jsonl")
