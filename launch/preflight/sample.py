@@ -103,7 +103,8 @@ def read_sample(
 ) -> Sample:
     """``size`` prompts drawn (seeded reservoir) from the first ``scan`` good records of ``inputs``
     (files, globs, ``s3://`` URIs, as ``kafkagen produce`` takes them; none: the bundled demo file),
-    mapped with ``mapping``, within its first ``limit`` rows when set (``--limit``). Needs no Kafka: records are checked against ``kafka.max_message_bytes``.
+    mapped with ``mapping``, within its first ``limit`` rows when set (``--limit``). Needs no
+    Kafka: records are checked against ``kafka.max_message_bytes``.
 
     Raises:
         InputError: an input is missing or cannot be read (the message names it).

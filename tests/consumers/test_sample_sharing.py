@@ -108,7 +108,7 @@ class Fake:
             record = types.SimpleNamespace(
                 value=encode(sample), partition=0, offset=offset, key=b"k", topic="r.prompts"
             )
-            tasks.append(asyncio.create_task(self.runner.run(Job(record=record, fetched_at=0))))  # type: ignore[arg-type]
+            tasks.append(asyncio.create_task(self.runner.run(Job(record=record, fetched_at=0))))
         return tasks
 
 
@@ -186,6 +186,6 @@ async def test_a_record_whose_extra_body_sets_kafkagens_own_fields_is_dead_lette
     fake = Fake(answers_for)
     bad = msgspec.structs.replace(make_prompt(1), run_id="r", params=GenerationParams(extra_body={"n": 3}))
     record = types.SimpleNamespace(value=encode(bad), partition=0, offset=0, key=b"k", topic="r.prompts")
-    await fake.runner.run(Job(record=record, fetched_at=0))  # type: ignore[arg-type]
+    await fake.runner.run(Job(record=record, fetched_at=0))
     [(kind, message)] = fake.out
     assert kind == "error" and "extra_body may not set 'n'" in message and not fake.bodies

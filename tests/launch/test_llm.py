@@ -62,7 +62,7 @@ async def test_a_server_busy_with_other_work_is_waited_for_not_called_down(llm: 
     1-token readiness probe waits behind them: the main job says the server is busy and goes on
     (its consumers queue behind that work), where it used to fail the run as "did not answer"."""
     url = llm[1]
-    long = {"messages": [{"role": "user", "content": "Count from 1 to 3000, one number a line."}]}
+    long: dict[str, object] = {"messages": [{"role": "user", "content": "Count from 1 to 3000, one a line."}]}
     long |= {"max_tokens": 1200, "ignore_eos": True, "stream": True}  # a stream stops when its client goes
 
     async def processing() -> float:

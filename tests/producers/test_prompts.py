@@ -523,7 +523,7 @@ async def test_limit_reads_the_first_rows_across_a_folder_and_resumes_exactly(
     SIGKILL mid-way and a re-run publish each of them exactly once; another limit is refused."""
     folder = tmp_path / "in"
     folder.mkdir()
-    for n, name in enumerate(("a", "b", "c")):
+    for name in ("a", "b", "c"):
         rows = write_chat_rows(folder / f"{name}.jsonl", 100, prefix=name, pad=60)
         if name == "b":  # a blank line (not a row) and a bad row (a row)
             rows = [*rows[:10], b"", b'{"messages": "nope"}', *rows[10:]]
