@@ -13,8 +13,6 @@ import json
 import re
 from typing import Any, Final
 
-from jsonschema import validators
-
 __all__ = ["INVALID_JSON", "PATTERN_MISMATCH", "SCHEMA_MISMATCH", "structured_flags"]
 
 INVALID_JSON: Final = "invalid_json"
@@ -33,6 +31,8 @@ def _not_json(name: str) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _validator(schema_text: str) -> Any:
+    from jsonschema import validators  # here: the commands that never validate do not load it
+
     schema = json.loads(schema_text)
     return validators.validator_for(schema)(schema)
 

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import click
 from aiokafka.errors import KafkaError
@@ -23,9 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from launch.status.collect import Collector, quiet_kafka_logs
-from launch.status.dashboard import DEFAULT_PORT, serve_dashboard
-from launch.status.shape import RunStatus
+from launch.status.shape import DASHBOARD_PORT, RunStatus
 from launch.status.view import PLAIN_WIDTH, status_line, status_view
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
@@ -33,6 +31,9 @@ from streams.errors import ExitCode, RunNotFoundError
 from streams.kafka import kafka_unavailable
 from streams.runs import naming
 from streams.runs.record import read_run_record
+
+if TYPE_CHECKING:  # the collector and the dashboard load when a status is asked: --help is at once
+    from launch.status.collect import Collector
 
 __all__ = ["main", "status_command"]
 
@@ -65,6 +66,8 @@ async def _first(collector: Collector) -> RunStatus:
 
 
 async def _once(settings: Settings, as_json: bool) -> None:
+    from launch.status.collect import Collector
+
     collector = Collector(settings)
     try:
         status = await _first(collector)
@@ -84,6 +87,8 @@ async def _watch(settings: Settings, as_json: bool, interval_s: float) -> bool:
     SIGINT handling): a cancellation lost inside a client (Python 3.11's ``asyncio.wait_for`` can
     drop one, CPython issue 86296) would keep the command printing after Ctrl-C."""
     live_view = sys.stdout.isatty() and not as_json
+    from launch.status.collect import Collector
+
     collector = Collector(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -196,7 +201,7 @@ async def _lines(
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
-    default=DEFAULT_PORT,
+    default=DASHBOARD_PORT,
     show_default=True,
     help="its port (--serve)",
 )
@@ -206,6 +211,9 @@ def status_command(
     ctx: click.Context, as_json: bool, watch: bool, interval: float, serve: bool, host: str, port: int
 ) -> int:
     settings = command_settings(ctx)
+    from launch.status.collect import quiet_kafka_logs
+    from launch.status.dashboard import serve_dashboard
+
     quiet_kafka_logs()
     settings = _as_recorded(settings)
     if serve:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
 from streams.control import ClassCounts, ControlState, ExportReport, MemberReport
 
 __all__ = [
+    "DASHBOARD_PORT",
     "SCHEMA_VERSION",
     "ConsumerLag",
     "GateView",
@@ -39,6 +40,9 @@ __all__ = [
     "report_is_live",
     "shape",
 ]
+
+DASHBOARD_PORT: Final = 8765
+"""The status dashboard's default port (``kafkagen status --dashboard``; docs/dashboard.md)."""
 
 SCHEMA_VERSION = 1
 

@@ -23,6 +23,8 @@ LIGHT_HELPS = {
     "produce": "producers.cli",
     "preflight": "launch.preflight.cli",
     "serve": "launch.serve.cli",
+    "status": "launch.status.cli",
+    "replay": "launch.regenerate.replay_cli",
 }
 """The commands whose help must stay light, and the module each imports."""
 

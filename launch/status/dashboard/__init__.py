@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaError
 from launch.status.collect import Collector, quiet_kafka_logs
 from launch.status.dashboard.history import History, sample_of
 from launch.status.dashboard.server import STATIC, Dashboard, StatusSource, run_dashboard
+from launch.status.shape import DASHBOARD_PORT
 from streams.config import Settings
 from streams.errors import ConfigError
 from streams.kafka import kafka_unavailable
@@ -33,7 +34,7 @@ __all__ = [
     "serve_dashboard",
 ]
 
-DEFAULT_PORT = 8765
+DEFAULT_PORT = DASHBOARD_PORT
 """The dashboard's port when ``--port`` is not given (it binds 127.0.0.1 unless ``--host`` says)."""
 
 
