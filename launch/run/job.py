@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from consumers.quality.flags import DEGENERATE_FLAGS
 from launch.gate.control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight.options import PreflightOptions, run_preflight_for
 from launch.preflight.sample import read_sample
@@ -44,6 +43,7 @@ from streams.environment import settings_to_env
 from streams.errors import ConfigError, StackError
 from streams.inputs import InputMapping
 from streams.kafka import end_offsets
+from streams.quality import DEGENERATE_CLASS, DEGENERATE_FLAGS, classes_text
 from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
@@ -264,17 +264,19 @@ def summary(
             "queued, else running / running limit)"
         )
     lines.append(f"  finish       {json.dumps(m['by_finish_reason'], sort_keys=True)}")
-    lines.append(f"  quality      {json.dumps(m['by_quality_flag'], sort_keys=True)}")
+    quality = m["quality"]
+    lines.append(f"  quality      {classes_text(quality['classes'], quality['results'])}")
     lines.append(f"  dataset      {dataset}")
-    unusable = {f: n for f, n in sorted(m["by_quality_flag"].items()) if f in DEGENERATE_FLAGS and n}
+    unusable = {f: n for f, n in quality["classes"].items() if f in DEGENERATE_FLAGS and n}
     if after_halt and unusable:
         flags = ", ".join(f"{f} {n}" for f, n in unusable.items())
         lines.append(
-            f"warning: at least {max(unusable.values())} of {records['completions']} completions are "
-            f"unusable ({flags}): the results finished at the halted settings are kept, a resume does "
-            "not generate them again; filter the dataset on each record's quality flags, or generate "
-            f"them again with the fix: kafkagen regenerate {m['run_id']} --where "
-            f"quality={','.join(unusable)} (with the fixed --max-tokens N or --thinking)"
+            f"warning: {quality['classes'].get(DEGENERATE_CLASS, 0)} of {records['completions']} "
+            f"completions are unusable ({DEGENERATE_CLASS}: {flags}): the results finished at the halted "
+            "settings are kept, a resume does not generate them again; filter the dataset on each "
+            "record's quality flags, or generate them again with the fix: "
+            f"kafkagen regenerate {m['run_id']} --where quality={','.join(unusable)} (with the fixed "
+            "--max-tokens N or --thinking)"
         )
     return "\n".join(lines)
 

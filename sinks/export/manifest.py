@@ -16,6 +16,7 @@ from typing import Any, Final
 from sinks.export.expected import Expected
 from sinks.export.index import IdIndex
 from sinks.export.sources import Keep, Source
+from streams.quality import classes_text, counted_classes, result_classes
 from streams.records import CompletionRecord, ErrorRecord
 
 __all__ = ["SHOWN", "Tally", "build_manifest", "problem_lines", "summary"]
@@ -29,7 +30,10 @@ class Tally:
     """Statistics over the records written (the second pass)."""
 
     by_finish: Counter[str] = field(default_factory=Counter)
-    by_flag: Counter[str] = field(default_factory=Counter)
+    by_class: Counter[str] = field(default_factory=Counter)
+    """quality class (:data:`streams.quality.QUALITY_CLASSES`) → records written with it: a
+    completion's flags and ``degenerate``, a dead letter's ``error``
+    (:func:`streams.quality.result_classes`)."""
     by_error: Counter[str] = field(default_factory=Counter)
     """``<stage>:<error_type>`` → errors."""
     by_attempt: Counter[int] = field(default_factory=Counter)
@@ -48,7 +52,7 @@ class Tally:
         self.reused += record.reused_from is not None
         self.by_attempt[attempt] += 1
         self.by_finish[record.finish_reason] += 1
-        self.by_flag.update(record.quality)
+        self.by_class.update(result_classes(record.quality))
         self.flagged += bool(record.quality)
         self.tokens["prompt"] += record.usage.prompt_tokens
         self.tokens["completion"] += record.usage.completion_tokens
@@ -59,6 +63,7 @@ class Tally:
         self.errors += 1
         self.by_attempt[attempt] += 1
         self.by_error[f"{record.stage}:{record.error_type}"] += 1
+        self.by_class.update(result_classes(None))
 
 
 def _capped(items: list[Any], cap: int, key: str = "ids") -> dict[str, Any]:
@@ -155,7 +160,7 @@ def build_manifest(
             "regenerations": regenerations or [],
         },
         "by_finish_reason": dict(sorted(tally.by_finish.items())),
-        "by_quality_flag": dict(sorted(tally.by_flag.items())),
+        "quality": {"results": tally.completions + tally.errors, "classes": counted_classes(tally.by_class)},
         "flagged_completions": tally.flagged,
         "errors_by_type": dict(sorted(tally.by_error.items())),
         "tokens": {k: tally.tokens[k] for k in ("prompt", "completion", "reasoning")},
@@ -276,6 +281,8 @@ def summary(manifest: dict[str, Any]) -> str:
     if manifest["source"]["offset_overlaps"]:
         lines.append(f"offset overlaps between objects: {len(manifest['source']['offset_overlaps'])}")
     lines.append(f"finish reasons: {manifest['by_finish_reason']}; tokens: {manifest['tokens']}")
+    quality = manifest["quality"]
+    lines.append(f"quality: {classes_text(quality['classes'], quality['results'])}")
     lines += [
         f"  {s['path']}: {s['records']} records, sha256 {s['sha256'][:16]}..." for s in manifest["shards"]
     ]

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from consumers.quality.flags import degenerate
 from launch.serve.fleet import Fleet
 from launch.stack import LocalStack
+from streams.quality import degenerate
 from tests.helpers import REPO_ROOT, unused_port
 
 pytestmark = pytest.mark.timeout(600)
@@ -267,7 +267,7 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
         "prompts": len(ids),
         "short": {"count": 0, "ids": [], "truncated": False},
     }, manifest["samples"]
-    flags = manifest["by_quality_flag"]
+    flags = manifest["quality"]["classes"]
     assert flags.get("invalid_json", 0) + flags.get("schema_mismatch", 0) == flagged, flags
 
     # Every format carries each sample and its flags.

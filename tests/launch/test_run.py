@@ -303,7 +303,7 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
         "missing": {"count": 0},
         "duplicates": {"records_dropped": 2},
         "by_finish_reason": {"stop": 9},
-        "by_quality_flag": {"truncated": 1},
+        "quality": {"results": 10, "classes": {"error": 1, "truncated": 1}},
     }
     fresh = summary(manifest, 10.0, 0.5, "/d")
     assert "tokens/s     100.0 (completion tokens / wall time)" in fresh
@@ -328,11 +328,17 @@ def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept(
         "missing": {"count": 0},
         "duplicates": {"records_dropped": 0},
         "by_finish_reason": {"length": 59, "stop": 1},
-        "by_quality_flag": {"empty_content": 58, "reasoning_ate_budget": 58, "truncated": 59},
+        "quality": {
+            "results": 60,
+            "classes": {"degenerate": 58, "empty_content": 58, "reasoning_ate_budget": 58, "truncated": 59},
+        },
     }
     text = summary(manifest, 10.0, None, "/d", resumed=True, after_halt=True)
-    assert "warning: at least 58 of 60 completions are unusable" in text
-    assert "empty_content 58, reasoning_ate_budget 58" in text and "truncated" not in text.split("warning")[1]
+    assert (
+        "warning: 58 of 60 completions are unusable (degenerate: empty_content 58, reasoning_ate_budget 58)"
+        in text
+    )
+    assert "truncated" not in text.split("warning")[1]
     assert (
         f"kafkagen regenerate {manifest['run_id']} --where quality=empty_content,reasoning_ate_budget" in text
     )

@@ -85,7 +85,11 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     assert manifest["missing"] == {"count": 2, "ids": ["id-000004", "id-000006"], "truncated": False}
     assert manifest["expected"] == {"source": f"file:{run}", "ids": 7, "unreadable": 0}
     assert manifest["by_finish_reason"] == {"stop": 4}  # the later "length" duplicate lost
-    assert manifest["by_quality_flag"] == {"degenerate": 1} and manifest["flagged_completions"] == 1
+    assert manifest["quality"] == {
+        "results": 5,
+        "classes": {"degenerate": 1, "error": 1, "repetition_loop": 1},
+    }
+    assert manifest["flagged_completions"] == 1
     expected_tokens = [completion(i, "r").usage for i in range(4)]
     assert manifest["tokens"] == {
         "prompt": sum(u.prompt_tokens for u in expected_tokens),

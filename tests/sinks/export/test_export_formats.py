@@ -32,11 +32,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
 @pytest.fixture
 async def run(cfg: Settings, tmp_path: Path) -> Path:
-    """Ids 0..5 of run ``cfg.run_id`` in Kafka and in S3: 0 flagged ``degenerate`` then regenerated
+    """Ids 0..5 of run ``cfg.run_id`` in Kafka and in S3: 0 flagged ``repetition_loop`` then regenerated
     (attempt 1 wins), 1 tool calls without reasoning, 2 neither reasoning nor tools, 3 truncated
     (``length``, flagged); dead letters 4 (with its prompt) and 5 (without). Returns the input file."""
     r = cfg.run_id
-    first = completion(0, r, quality=["degenerate"])
+    first = completion(0, r, quality=["repetition_loop"])
     completions = [
         first,
         completion(1, r, tools=True, reasoning=None, cached_tokens=16),
@@ -179,7 +179,8 @@ def test_every_format_from_one_export(
     assert MARKER in text and f"# kafkagen run `{cfg.run_id}`" in text
     assert "- ids: 6; completions: 4; errors: 2" in text
     assert "- by finish_reason: `length` 1, `stop` 2, `tool_calls` 1" in text
-    assert "- by quality flag: `truncated` 1" in text and "- by attempt: `0` 5, `1` 1" in text
+    assert "- by quality class (of 6 records): `error` 2, `truncated` 1" in text
+    assert "- by attempt: `0` 5, `1` 1" in text
 
     # openai-batch: every body is a ChatCompletion; custom_id is the record id
     lines = [row for p in _paths(manifest, "openai-batch", "completions") for row in _jsonl(out / p)]
