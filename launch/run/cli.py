@@ -89,7 +89,7 @@ __all__ = ["run_command_", "run_main"]
     "export_formats",
     multiple=True,
     metavar="FORMAT",
-    help="dataset format of the export: jsonl (default), parquet, openai-batch, chat; repeatable or "
+    help="dataset format of the export: jsonl (default), parquet, openai_batch, chat; repeatable or "
     "comma-separated (kafkagen export --format, docs/export.md)",
 )
 @click.option(

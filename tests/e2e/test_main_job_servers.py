@@ -238,7 +238,7 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
     args += ["--template", template, "--samples", "2", "--server", user_servers[0], "--server", faulty]
     args += ["--generation.response-format", json.dumps(response_format), "--consumer.retry-invalid", "1"]
     args += ["--no-thinking", "--max-tokens", "1000", "--gate.no-enabled", "--export-format", "jsonl,parquet"]
-    args += ["--export-format", "openai-batch", "--export-format", "chat"]
+    args += ["--export-format", "openai_batch", "--export-format", "chat"]
     args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
     done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

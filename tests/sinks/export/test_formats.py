@@ -26,6 +26,7 @@ from sinks.export.formats.parquet import (
     completion_row,
     error_row,
 )
+from streams.inputs import FormatName
 from tests.sinks.export.format_records import TOOL_CALLS, TOOLS, completion, dead_letter
 
 RUN = "run-1"
@@ -166,11 +167,19 @@ def test_parquet_rows_fit_their_schema_with_nulls() -> None:
 
 
 def test_format_values() -> None:
-    assert FORMATS == ("jsonl", "parquet", "openai-batch", "chat")
+    assert FORMATS == ("jsonl", "parquet", "openai_batch", "chat")
     assert parse_formats(()) == ("jsonl",)
     assert parse_formats(("parquet,chat", "jsonl", "parquet")) == ("parquet", "chat", "jsonl")
     with pytest.raises(ValueError, match="unknown format 'csv'"):
         parse_formats(("jsonl,csv",))
+
+
+def test_a_format_is_spelled_as_the_input_side_spells_it_and_the_other_spelling_is_taken() -> None:
+    assert FormatName.OPENAI_BATCH.value in FORMATS  # produce --format openai_batch reads Batch API requests
+    assert parse_formats(("openai-batch",)) == parse_formats(("openai_batch",)) == ("openai_batch",)
+    assert parse_formats(("openai-batch,jsonl", "openai_batch")) == ("openai_batch", "jsonl")
+    with pytest.raises(ValueError, match=r"unknown format 'open-ai' .*openai_batch"):
+        parse_formats(("open-ai",))
 
 
 @pytest.mark.parametrize(
