@@ -461,7 +461,7 @@ class Pipeline:
 
     async def run_export(self, to: Path, timeout_s: float = 300.0) -> tuple[int, str]:
         """``python -m sinks.export`` on the run into ``to``: (exit status, its output)."""
-        argv = ["-m", "sinks.export", "--run", self.settings.run_id, "--to", str(to)]
+        argv = ["-m", "sinks.export", "--run-id", self.settings.run_id, "--to", str(to)]
         log = self.log_dir / "export.log"
         proc = self.children.spawn("export", argv, self.env, log)
         try:

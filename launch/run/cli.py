@@ -82,7 +82,8 @@ __all__ = ["run_command_", "run_main"]
 )
 @click.option(
     "--to",
-    help="dataset destination: a folder or s3://bucket/prefix (default <stack home>/datasets/<run id>)",
+    help="dataset destination: a folder or s3://bucket/prefix (default <home>/datasets/<run id>, the home "
+    "setting being KAFKAGEN_HOME, .local)",
 )
 @click.option(
     "--export-format",

@@ -98,7 +98,8 @@ class RunOptions:
     max_tokens: int | None = None
     thinking: bool | None = None
     to: str | None = None
-    """dataset destination: a folder or ``s3://bucket/prefix``; none: ``<stack home>/datasets/<run>``."""
+    """dataset destination: a folder or ``s3://bucket/prefix``; none: the run's dataset folder,
+    ``<home>/datasets/<run>`` (:func:`streams.runs.naming.dataset_folder`)."""
     timeout_s: float | None = None
     keep_running: bool = False
     progress: bool = True
@@ -453,12 +454,12 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             for line in halt_lines(settings.run_id, progress.halted.reason, progress.halted.fix):
                 say(line)
             return 1
-        dataset = options.to or str(stack.home / "datasets" / settings.run_id)
+        dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
         export = subprocess.run(
             _python(
                 "-m",
                 "sinks.export",
-                "--run",
+                "--run-id",
                 settings.run_id,
                 "--to",
                 dataset,

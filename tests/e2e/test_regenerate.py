@@ -93,7 +93,7 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert state.gate is not None and (state.gate.state, state.gate.epoch) == ("resumed", 1), state.gate
     # an export now holds the older attempts of those ids: it says so and fails
     code, output = _run(
-        [sys.executable, "-m", "launch.cli", "export", "--run", run_id, "--to", str(tmp_path / "early")]
+        [sys.executable, "-m", "launch.cli", "export", "--run-id", run_id, "--to", str(tmp_path / "early")]
     )
     assert code == 1 and f"PENDING: {len(cut)} ids were re-published" in output, output
     assert _manifest(tmp_path / "early")["pending_attempts"]["count"] == len(cut)

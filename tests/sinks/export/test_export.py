@@ -126,6 +126,25 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     assert (report.duplicates_dropped, report.destination) == (2, str(tmp_path / "again"))
 
 
+def test_without_to_a_run_is_exported_to_its_dataset_folder_under_home(
+    cfg: Settings, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--to``: ``<home>/datasets/<run id>`` (``home`` relative to the working directory), as
+    the main job exports; the run named with ``--run``, the old spelling of ``--run-id``."""
+    argv = export_argv(cfg, "unused", run, "--allow-missing", "--home", "state")
+    del argv[argv.index("--to") : argv.index("--to") + 2]
+    argv[argv.index("--run-id")] = "--run"
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    dataset = tmp_path / "state" / "datasets" / cfg.run_id
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["run_id"] == cfg.run_id and manifest["records"]["ids"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl", "state"]
+    control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
+    report = asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export
+    assert report is not None and report.destination == str(dataset)
+
+
 def test_export_to_s3(cfg: Settings, run: Path) -> None:
     dest_prefix = f"{cfg.s3.prefix}-export"
     assert main(export_argv(cfg, f"s3://{cfg.s3.bucket}/{dest_prefix}", run, "--allow-missing")) == 0
