@@ -79,7 +79,9 @@ __all__ = ["export_command", "main"]
 @click.option(
     "--allow-missing",
     is_flag=True,
-    help="exit 0 even when ids are missing, or re-published (kafkagen regenerate) and not generated yet",
+    help="publish the dataset and exit 0 even when ids are missing, or re-published (kafkagen regenerate) "
+    "and not generated yet; without it such a run is incomplete: what is missing is printed, nothing is "
+    "written to --to, and the exit status is 1",
 )
 @click.option(
     "--no-topic-check",
