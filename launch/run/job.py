@@ -51,6 +51,7 @@ __all__ = [
     "DEMO_KEEP_FIELDS",
     "LOCAL_GATE",
     "LOCAL_MAX_TOKENS",
+    "REPO_ROOT",
     "RunOptions",
     "RunPlan",
     "metrics_port_args",
@@ -60,6 +61,10 @@ __all__ = [
     "run",
     "summary",
 ]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository the job runs from: the working directory of its children (producer, consumers,
+sink, export), so that their ``python -m`` imports this checkout's code first."""
 
 LOCAL_MAX_TOKENS = 128
 """``max_tokens`` for the llama.cpp servers the main job starts itself (2-core CPU budget)."""
@@ -320,7 +325,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     settings = plan.settings
     if settings.replay_of is None:
         check_prompts(options.prompts, skip_unreadable=options.mapping.skip_unreadable)
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     # The stack serves a llama-server per loopback URL of `servers`: only when the job starts them.
     stack = LocalStack(settings if plan.embedded else settings.model_copy(update={"servers": []}))
     say = print

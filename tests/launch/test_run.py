@@ -370,3 +370,14 @@ def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anyt
     assert message in err
     assert "run bad-servers" not in out, "nothing was started"
     assert _started_nothing(idle_stack)
+
+
+def test_the_jobs_children_run_from_the_repository_root() -> None:
+    """The producer, consumers, sink and export run with the repository as their working directory,
+    so their ``python -m`` imports this checkout's code, not that of another checkout sharing the
+    virtual environment (a git worktree)."""
+    from launch.run.job import REPO_ROOT
+
+    assert (REPO_ROOT / "pyproject.toml").is_file()
+    modules = ("producers/prompts.py", "consumers/generate.py", "sinks/s3.py", "sinks/export/__main__.py")
+    assert all((REPO_ROOT / m).is_file() for m in modules)
