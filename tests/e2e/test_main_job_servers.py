@@ -280,11 +280,16 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
     chat = [json.loads(line) for f in sorted(dataset.glob("*chat*.jsonl*")) for line in _lines(f)]
     assert len(chat) == len(expected_ids)
 
-    # Checked against the input asking for 3 samples: every prompt is short of one.
+    # Checked against the input asking for 3 samples: every prompt is short of one, so the run is
+    # incomplete (nothing written) unless published as it is.
     export = [sys.executable, "-m", "sinks.export", "--run-id", run_id, "--to", str(tmp_path / "three")]
     export += ["--input", str(tasks), "--template", template, "--samples", "3"]
     done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 1 and f"{len(ids)} ids missing" in done.stdout, done.stdout + done.stderr
+    assert not (tmp_path / "three").exists()
+    export.append("--allow-missing")
+    done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((tmp_path / "three" / "manifest.json").read_text())
     assert manifest["samples"]["per_prompt"] == 3 and manifest["samples"]["short"]["count"] == len(ids)
     assert manifest["missing"]["count"] == len(ids) and all(
