@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumers.quality.flags import degenerate
 from consumers.servers.requests import completion_digest
 from streams.config import Settings
 from streams.kafka import consumer_kwargs, read_to_end
+from streams.quality import degenerate
 from streams.records import CompletionRecord, RecordDecodeError, SourceOffset, decode
 from streams.runs import naming
 

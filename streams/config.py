@@ -370,7 +370,7 @@ class GateSettings(BaseModel):
     run (or since the last resume), and then over the last ``window`` results. A class whose share
     passes its ``max_*`` halts the run; 1.0 turns that class off. The classes are the quality flags
     (docs/gate.md, "Quality flags"), ``error`` (a dead letter) and ``degenerate`` (any flag that makes a
-    completion unusable, :data:`consumers.quality.flags.DEGENERATE_FLAGS`).
+    completion unusable, :data:`streams.quality.DEGENERATE_FLAGS`).
     """
 
     model_config = _FROZEN

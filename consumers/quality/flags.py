@@ -1,8 +1,9 @@
 """Quality flags: cheap, pure checks of one completion, recorded in ``CompletionRecord.quality``.
 
 A server can answer 200 with useless output (a reasoning trace cut off by the token budget and no
-answer, a loop, a broken tool call). The flags (:class:`QualityFlag`) make such completions visible
-and countable per server; :func:`degenerate` says which of them make a completion unusable.
+answer, a loop, a broken tool call). The flags make such completions visible and countable per
+server. Their names (:class:`streams.quality.QualityFlag`) and which of them make a completion
+unusable (:func:`streams.quality.degenerate`) are the core's: :mod:`streams.quality`.
 
 Design: docs/gate.md, "Quality flags" (what raises each flag, the repetition thresholds).
 """
@@ -11,62 +12,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
-from consumers.quality.structured import INVALID_JSON, PATTERN_MISMATCH, SCHEMA_MISMATCH, structured_flags
+from consumers.quality.structured import structured_flags
 from consumers.servers.requests import last_user_text, thinking_requested
+from streams.quality import QualityFlag
 
 if TYPE_CHECKING:
     from consumers.servers.answers import ChatResult
     from streams.records import PromptRecord
 
 __all__ = [
-    "DEGENERATE_FLAGS",
     "TEMPLATE_TOKENS",
     "QualityConfig",
-    "QualityFlag",
     "answer_flags",
-    "degenerate",
     "echoes",
     "quality_flags",
     "repeated_ngram_ratio",
     "tokenize",
 ]
-
-
-class QualityFlag(StrEnum):
-    """The flag names written into ``CompletionRecord.quality``. Values never change."""
-
-    EMPTY_CONTENT = "empty_content"
-    REASONING_ATE_BUDGET = "reasoning_ate_budget"
-    THINKING_MISSING = "thinking_missing"
-    TRUNCATED = "truncated"
-    REPETITION_LOOP = "repetition_loop"
-    MALFORMED_TOOL_CALL = "malformed_tool_call"
-    TEMPLATE_LEAK = "template_leak"
-    ECHOED_PROMPT = "echoed_prompt"
-    INVALID_JSON = INVALID_JSON
-    SCHEMA_MISMATCH = SCHEMA_MISMATCH
-    PATTERN_MISMATCH = PATTERN_MISMATCH
-
-
-DEGENERATE_FLAGS: Final = frozenset(
-    {
-        QualityFlag.EMPTY_CONTENT,
-        QualityFlag.REASONING_ATE_BUDGET,
-        QualityFlag.REPETITION_LOOP,
-        QualityFlag.MALFORMED_TOOL_CALL,
-        QualityFlag.TEMPLATE_LEAK,
-        QualityFlag.ECHOED_PROMPT,
-        QualityFlag.INVALID_JSON,
-        QualityFlag.SCHEMA_MISMATCH,
-        QualityFlag.PATTERN_MISMATCH,
-    }
-)
-"""Flags that make a completion unusable as a training/eval example (see :func:`degenerate`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,11 +217,3 @@ def answer_flags(prompt: PromptRecord, body: dict[str, Any], answer: ChatResult)
         ),
         *structured_flags(body, answer.content),
     ]
-
-
-def degenerate(flags: Iterable[str]) -> bool:
-    """Whether a completion with these flags is unusable: any of :data:`DEGENERATE_FLAGS` (no
-    answer, a loop, a tool call nobody can execute, template tokens, the question parroted).
-    ``truncated`` and ``thinking_missing`` alone, and unknown names, are not (docs/gate.md,
-    "Unusable: ``degenerate``")."""
-    return any(flag in DEGENERATE_FLAGS for flag in flags)

@@ -25,10 +25,11 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from consumers.metrics import ConsumerMetrics
-from consumers.quality.gate import QualityGate, halt_message, result_classes, tally
+from consumers.quality.gate import QualityGate, halt_message, tally
 from streams.config import Settings
 from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberLoad, MemberReport
 from streams.kafka import KafkaOutage
+from streams.quality import result_classes
 from streams.records import Usage
 
 __all__ = ["FleetGate", "MemberState"]

@@ -1,10 +1,11 @@
-"""The quality gate (a circuit breaker), pure: which quality classes a run's results have, and
-when their shares say the run must stop.
+"""The quality gate (a circuit breaker), pure: how a run's results are counted by quality class,
+and when their shares say the run must stop.
 
-Every result gets its classes (:func:`result_classes`: its quality flags, ``degenerate``, or
-``error`` for a dead letter). :class:`QualityGate` judges the fleet's counts over a warm-up, then a
-rolling window; a share trips when it is strictly above its threshold (1.0 turns a class off).
-:func:`halt_message` turns the tripped classes into the cause and the fix a user reads.
+Every result gets its classes (:func:`streams.quality.result_classes`: its quality flags,
+``degenerate``, or ``error`` for a dead letter; the classes: :data:`streams.quality.QUALITY_CLASSES`).
+:class:`QualityGate` judges the fleet's counts over a warm-up, then a rolling window; a share trips
+when it is strictly above its threshold (1.0 turns a class off). :func:`halt_message` turns the
+tripped classes into the cause and the fix a user reads.
 
 Design: docs/gate.md, "Classes" and "When it trips".
 """
@@ -15,36 +16,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-from consumers.quality.flags import QualityFlag, degenerate
 from streams.config import GateSettings
 from streams.control import Breach, ClassCounts
+from streams.quality import DEGENERATE_CLASS, ERROR_CLASS, QUALITY_CLASSES, QualityFlag
 
 __all__ = [
-    "DEGENERATE_CLASS",
-    "ERROR_CLASS",
-    "GATE_CLASSES",
     "QualityGate",
     "breaches",
     "halt_message",
-    "result_classes",
     "tally",
 ]
-
-ERROR_CLASS: Final = "error"
-DEGENERATE_CLASS: Final = "degenerate"
-GATE_CLASSES: Final = (*(flag.value for flag in QualityFlag), ERROR_CLASS, DEGENERATE_CLASS)
-"""Every class the gate counts, in the order reports list them."""
-
-
-def result_classes(flags: Iterable[str] | None) -> list[str]:
-    """The classes of one result: ``["error"]`` for a dead letter (``flags`` None), else the
-    completion's quality flags plus ``degenerate`` when one of them makes it unusable."""
-    if flags is None:
-        return [ERROR_CLASS]
-    classes = list(flags)
-    if degenerate(classes):
-        classes.append(DEGENERATE_CLASS)
-    return classes
 
 
 def tally(counts: ClassCounts, classes: Iterable[str], results: int = 1) -> ClassCounts:
@@ -61,11 +42,11 @@ def breaches(
     phase: Literal["warmup", "window", "preflight"],
 ) -> list[Breach]:
     """The classes of ``counts`` whose share of ``counts.results`` is above their threshold (a
-    threshold of 1.0 or more never trips), in :data:`GATE_CLASSES` order."""
+    threshold of 1.0 or more never trips), in :data:`streams.quality.QUALITY_CLASSES` order."""
     found: list[Breach] = []
     if counts.results <= 0:
         return found
-    for name in GATE_CLASSES:
+    for name in QUALITY_CLASSES:
         limit = thresholds.get(name, 1.0)
         count = counts.classes.get(name, 0)
         share = count / counts.results

@@ -13,14 +13,16 @@ import json
 import re
 from typing import Any, Final
 
+from streams.quality import QualityFlag
+
 __all__ = ["INVALID_JSON", "PATTERN_MISMATCH", "SCHEMA_MISMATCH", "structured_flags"]
 
-INVALID_JSON: Final = "invalid_json"
+INVALID_JSON: Final = QualityFlag.INVALID_JSON.value
 """JSON asked for (``json_object``, ``json_schema``); the answer is not JSON (or, for
 ``json_object``, not a JSON object)."""
-SCHEMA_MISMATCH: Final = "schema_mismatch"
+SCHEMA_MISMATCH: Final = QualityFlag.SCHEMA_MISMATCH.value
 """The answer is JSON that the ``json_schema`` refuses."""
-PATTERN_MISMATCH: Final = "pattern_mismatch"
+PATTERN_MISMATCH: Final = QualityFlag.PATTERN_MISMATCH.value
 """The answer does not match the request's ``regex`` (whole answer)."""
 
 

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 import click
 from aiokafka.errors import KafkaError
 
-from consumers.quality.gate import GATE_CLASSES
 from launch.gate.control import change_gate
 from streams.cli import command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.control import ControlState, MemberReport, read_control
 from streams.errors import ExitCode
 from streams.kafka import kafka_unavailable
+from streams.quality import QUALITY_CLASSES
 
 __all__ = ["describe_state", "gate", "main"]
 
@@ -53,7 +53,7 @@ def describe_state(settings: Settings, state: ControlState, *, now: float | None
     fleet = state.fleet_gate_counts()
     thresholds = settings.gate.thresholds()
     lines.append(f"fleet counts, epoch {state.epoch}: {fleet.results} results")
-    for name in GATE_CLASSES:
+    for name in QUALITY_CLASSES:
         count = fleet.classes.get(name, 0)
         if not count:
             continue

@@ -3,7 +3,7 @@ server's answers, the ``max_tokens`` they call for (:func:`recommend`), and the 
 (:func:`refusal`; the verdict itself: :mod:`launch.preflight.verdict`).
 
 Answers are judged with the consumers' own quality flags and the gate's classes
-(:func:`consumers.quality.gate.result_classes`); percentiles are nearest-rank. The recommendation
+(:func:`streams.quality.result_classes`); percentiles are nearest-rank. The recommendation
 (p95 of the tokens needed × :data:`HEADROOM`, rounded up to :data:`ROUND_TO`): docs/main-job.md,
 "The preflight".
 """
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from consumers.quality.flags import QualityFlag
-from consumers.quality.gate import halt_message, result_classes, tally
+from consumers.quality.gate import halt_message, tally
 from streams.control import Breach, ClassCounts
+from streams.quality import QualityFlag, result_classes
 
 __all__ = [
     "HEADROOM",

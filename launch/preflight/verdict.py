@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from consumers.quality.gate import GATE_CLASSES
 from streams.control import Breach, ClassCounts
+from streams.quality import QUALITY_CLASSES
 
 __all__ = ["CONFIDENCE", "ClassVerdict", "Verdict", "binomial_tail", "judge", "rate_bounds"]
 
@@ -128,7 +128,7 @@ class ClassVerdict:
     """One class of one sample against its threshold.
 
     Attributes:
-        cls: the gate's class (:data:`consumers.quality.gate.GATE_CLASSES`).
+        cls: the gate's class (:data:`streams.quality.QUALITY_CLASSES`).
         count: answers of the sample that have it; ``results`` the sample's answers.
         threshold: the gate's maximum share for it (``gate.max_<class>``), below 1.
         lower / upper: the one-sided bounds on its rate (:func:`rate_bounds`), shares.
@@ -251,7 +251,7 @@ def judge(counts: ClassCounts, thresholds: Mapping[str, float], confidence: floa
     ``thresholds`` (``{class: max share}``; a class at 1.0 or missing is not judged)."""
     results = counts.results
     classes: list[ClassVerdict] = []
-    for name in GATE_CLASSES if results > 0 else ():
+    for name in QUALITY_CLASSES if results > 0 else ():
         limit = thresholds.get(name, 1.0)
         if limit >= 1.0:
             continue

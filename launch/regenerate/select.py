@@ -18,10 +18,10 @@ from typing import Final, get_args
 
 import msgspec
 
-from consumers.quality.gate import GATE_CLASSES, result_classes
 from sinks.export.sources import Rank, attempt_of, rank
 from streams.errors import ConfigError
 from streams.inputs import reseeded
+from streams.quality import QUALITY_CLASSES, result_classes
 from streams.records import CompletionRecord, FinishReason, GenerationParams, PromptRecord
 
 __all__ = [
@@ -126,7 +126,7 @@ def parse_where(conditions: list[str] | tuple[str, ...]) -> Where:
                 f"{', '.join(WHERE_KEYS)}"
             )
         if key == "quality":
-            classes.update(_known(condition, "quality class", values, GATE_CLASSES))
+            classes.update(_known(condition, "quality class", values, QUALITY_CLASSES))
         elif key == "finish_reason":
             reasons.update(_known(condition, "finish_reason", values, get_args(FinishReason)))
         elif key == "error_type":

@@ -82,14 +82,15 @@ __all__ = ["run_command_", "run_main"]
 )
 @click.option(
     "--to",
-    help="dataset destination: a folder or s3://bucket/prefix (default <stack home>/datasets/<run id>)",
+    help="dataset destination: a folder or s3://bucket/prefix (default <home>/datasets/<run id>, the home "
+    "setting being KAFKAGEN_HOME, .local)",
 )
 @click.option(
     "--export-format",
     "export_formats",
     multiple=True,
     metavar="FORMAT",
-    help="dataset format of the export: jsonl (default), parquet, openai-batch, chat; repeatable or "
+    help="dataset format of the export: jsonl (default), parquet, openai_batch, chat; repeatable or "
     "comma-separated (kafkagen export --format, docs/export.md)",
 )
 @click.option(

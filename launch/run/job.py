@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from consumers.quality.flags import DEGENERATE_FLAGS
 from launch.gate.control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight.options import PreflightOptions, run_preflight_for
 from launch.preflight.sample import read_sample
@@ -44,6 +43,7 @@ from streams.environment import settings_to_env
 from streams.errors import ConfigError, StackError
 from streams.inputs import InputMapping
 from streams.kafka import end_offsets
+from streams.quality import DEGENERATE_CLASS, DEGENERATE_FLAGS, classes_text
 from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
@@ -51,6 +51,7 @@ __all__ = [
     "DEMO_KEEP_FIELDS",
     "LOCAL_GATE",
     "LOCAL_MAX_TOKENS",
+    "REPO_ROOT",
     "RunOptions",
     "RunPlan",
     "metrics_port_args",
@@ -60,6 +61,10 @@ __all__ = [
     "run",
     "summary",
 ]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository the job runs from: the working directory of its children (producer, consumers,
+sink, export), so that their ``python -m`` imports this checkout's code first."""
 
 LOCAL_MAX_TOKENS = 128
 """``max_tokens`` for the llama.cpp servers the main job starts itself (2-core CPU budget)."""
@@ -98,7 +103,8 @@ class RunOptions:
     max_tokens: int | None = None
     thinking: bool | None = None
     to: str | None = None
-    """dataset destination: a folder or ``s3://bucket/prefix``; none: ``<stack home>/datasets/<run>``."""
+    """dataset destination: a folder or ``s3://bucket/prefix``; none: the run's dataset folder,
+    ``<home>/datasets/<run>`` (:func:`streams.runs.naming.dataset_folder`)."""
     timeout_s: float | None = None
     keep_running: bool = False
     progress: bool = True
@@ -274,17 +280,19 @@ def summary(
             "queued, else running / running limit)"
         )
     lines.append(f"  finish       {json.dumps(m['by_finish_reason'], sort_keys=True)}")
-    lines.append(f"  quality      {json.dumps(m['by_quality_flag'], sort_keys=True)}")
+    quality = m["quality"]
+    lines.append(f"  quality      {classes_text(quality['classes'], quality['results'])}")
     lines.append(f"  dataset      {dataset}")
-    unusable = {f: n for f, n in sorted(m["by_quality_flag"].items()) if f in DEGENERATE_FLAGS and n}
+    unusable = {f: n for f, n in quality["classes"].items() if f in DEGENERATE_FLAGS and n}
     if after_halt and unusable:
         flags = ", ".join(f"{f} {n}" for f, n in unusable.items())
         lines.append(
-            f"warning: at least {max(unusable.values())} of {records['completions']} completions are "
-            f"unusable ({flags}): the results finished at the halted settings are kept, a resume does "
-            "not generate them again; filter the dataset on each record's quality flags, or generate "
-            f"them again with the fix: kafkagen regenerate {m['run_id']} --where "
-            f"quality={','.join(unusable)} (with the fixed --max-tokens N or --thinking)"
+            f"warning: {quality['classes'].get(DEGENERATE_CLASS, 0)} of {records['completions']} "
+            f"completions are unusable ({DEGENERATE_CLASS}: {flags}): the results finished at the halted "
+            "settings are kept, a resume does not generate them again; filter the dataset on each "
+            "record's quality flags, or generate them again with the fix: "
+            f"kafkagen regenerate {m['run_id']} --where quality={','.join(unusable)} (with the fixed "
+            "--max-tokens N or --thinking)"
         )
     return "\n".join(lines)
 
@@ -327,7 +335,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     settings = plan.settings
     if settings.replay_of is None:
         check_prompts(options.prompts, skip_unreadable=options.mapping.skip_unreadable)
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     # The stack serves a llama-server per loopback URL of `servers`: only when the job starts them.
     stack = LocalStack(settings if plan.embedded else settings.model_copy(update={"servers": []}))
     say = print
@@ -462,12 +470,12 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             for line in halt_lines(settings.run_id, progress.halted.reason, progress.halted.fix):
                 say(line)
             return 1
-        dataset = options.to or str(stack.home / "datasets" / settings.run_id)
+        dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
         export = subprocess.run(
             _python(
                 "-m",
                 "sinks.export",
-                "--run",
+                "--run-id",
                 settings.run_id,
                 "--to",
                 dataset,

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from streams.control import ClassCounts, ControlState, ExportReport, MemberReport
+from streams.quality import counted_classes
 
 __all__ = [
     "DASHBOARD_PORT",
@@ -202,7 +203,8 @@ class ServerView:
 @dataclass(frozen=True)
 class Quality:
     """Results counted by the members (completions and dead letters, all gate epochs) and how many
-    had each quality class (:mod:`consumers.quality.gate`)."""
+    had each quality class (:data:`streams.quality.QUALITY_CLASSES`; those counted, by name:
+    :func:`streams.quality.counted_classes`)."""
 
     results: int
     classes: dict[str, int]
@@ -398,7 +400,7 @@ def shape(obs: Observation) -> RunStatus:
     total = ClassCounts()
     for report in control.members.values():
         total = total + report.totals
-    quality = Quality(total.results, dict(sorted(total.classes.items())))
+    quality = Quality(total.results, counted_classes(total.classes))
 
     state: RunState
     done = prompts_end > 0 and all(lag == 0 for lag in part_lag.values()) and sink_lag == 0

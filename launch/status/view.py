@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from launch.status.shape import RunStatus, ServerView
+from streams.quality import classes_text
 
 __all__ = ["PLAIN_WIDTH", "duration", "progress_line", "status_line", "status_view"]
 
@@ -139,8 +140,7 @@ def status_view(status: RunStatus) -> RenderableType:
         ),
     ]
     q = status.quality
-    classes = ", ".join(f"{k} {v}" for k, v in q.classes.items() if v) or "none"
-    lines.append(Text(f"quality    {classes} (of {q.results} results)"))
+    lines.append(Text(f"quality    {classes_text(q.classes, q.results)}"))
     g = status.gate
     if g.state == "halted":
         lines.append(Text(f"gate       HALTED (epoch {g.epoch}): {g.reason}", style="bold red"))

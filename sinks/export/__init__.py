@@ -1,4 +1,4 @@
-"""The dataset export: ``python -m sinks.export --run RUN --to DIR|s3://bucket/prefix``.
+"""The dataset export: ``python -m sinks.export --run-id RUN --to DIR|s3://bucket/prefix``.
 
 Reads every object the sink wrote for a run (:mod:`sinks.layout`), checks it against its metadata and
 the topic's offsets, deduplicates by record id, compares the ids with the expected ones, and writes

@@ -1,4 +1,4 @@
-"""The export's command line: ``kafkagen export`` (``python -m sinks.export``) ``--run RUN --to DIR|s3://bucket/prefix``.
+"""The export's command line: ``kafkagen export`` (``python -m sinks.export``) ``--run-id RUN --to DIR|s3://bucket/prefix``.
 
 Parses the flags and settings, reads the expected ids (:mod:`sinks.export.expected`), runs
 :func:`sinks.export.dataset.export` and prints :func:`sinks.export.manifest.summary`. Exit
@@ -24,6 +24,7 @@ from sinks.export.report import export_report, publish_export_report, regenerati
 from sinks.export.sources import KEEPS, Keep
 from streams.cli import (
     command_settings,
+    flag_given,
     input_format_option,
     run_command,
     settings_options,
@@ -44,16 +45,17 @@ __all__ = ["export_command", "main"]
 
 @click.command(
     "export",
-    help="Turn a run's S3 objects into a deduplicated, checked dataset with a manifest. Exit status: 0; "
-    "1 when the export failed (gaps, corrupt objects, conflicts, missing ids); 2 on bad arguments, "
-    "settings or inputs; 3 when Kafka or S3 cannot be reached.",
+    help="Turn run --run-id's S3 objects into a deduplicated, checked dataset with a manifest. Exit "
+    "status: 0; 1 when the export failed (gaps, corrupt objects, conflicts, missing ids); 2 on bad "
+    "arguments, settings or inputs; 3 when Kafka or S3 cannot be reached.",
 )
+@click.option("--run", hidden=True, help="the old spelling of --run-id, kept for scripts")
 @click.option(
-    "--run",
-    help="the run id to export (default: the run_id setting, i.e. --run-id); its topics derive from it "
-    "(docs/runs.md)",
+    "--to",
+    metavar="DIR|s3://bucket/prefix",
+    help="output folder, or s3://bucket/prefix (default: the run's dataset folder <home>/datasets/<run id>, "
+    "where kafkagen run exports it; home is the home setting, KAFKAGEN_HOME, default .local)",
 )
-@click.option("--to", required=True, help="output folder, or s3://bucket/prefix")
 @click.option(
     "--prompts-topic",
     is_flag=False,
@@ -77,7 +79,9 @@ __all__ = ["export_command", "main"]
 @click.option(
     "--allow-missing",
     is_flag=True,
-    help="exit 0 even when ids are missing, or re-published (kafkagen regenerate) and not generated yet",
+    help="publish the dataset and exit 0 even when ids are missing, or re-published (kafkagen regenerate) "
+    "and not generated yet; without it such a run is incomplete: what is missing is printed, nothing is "
+    "written to --to, and the exit status is 1",
 )
 @click.option(
     "--no-topic-check",
@@ -137,7 +141,7 @@ __all__ = ["export_command", "main"]
 def export_command(
     ctx: click.Context,
     run: str | None,
-    to: str,
+    to: str | None,
     prompts_topic: str | None,
     inputs: tuple[str, ...],
     more_inputs: tuple[str, ...],
@@ -172,11 +176,14 @@ def export_command(
     if prompts_topic is not None and inputs:
         raise click.UsageError("--prompts-topic and --input are alternatives: give one")
     settings = command_settings(ctx)
-    if run and run != settings.run_id:
+    if run is not None and run != settings.run_id:
+        if flag_given(ctx, "run_id"):
+            raise click.UsageError(f"--run {run} is the old spelling of --run-id {settings.run_id}: give one")
         try:  # the run's own names: <run>.prompts ... unless set explicitly (streams.runs.naming)
             settings = naming.for_run(settings, run)
         except ValueError as exc:
-            raise ConfigError(f"--run: {exc}") from None
+            raise ConfigError(f"--run-id: {exc}") from None
+    to = to or str(naming.dataset_folder(settings.home, settings.run_id))  # the run id is checked
     try:
         if inputs:
             try:

@@ -4,8 +4,10 @@ Two passes over the objects: the first (:mod:`sinks.export.index`) finds each id
 second writes the winners in every requested format (:mod:`sinks.export.formats`) to shards
 (:mod:`sinks.export.destination`); then the coverage check (:mod:`sinks.export.coverage`), the
 manifest (:mod:`sinks.export.manifest`) and the publication, or the rejection
-(:class:`sinks.export.destination.Destination`). Memory and the second pass's failed reads:
-docs/export.md, "Memory: two passes".
+(:class:`sinks.export.destination.Destination`). A run found incomplete after the first pass (ids
+missing, or re-published and not generated yet) is not published: the second pass only counts, and
+nothing is written to the destination (docs/export.md, "An incomplete run"). Memory and the second
+pass's failed reads: docs/export.md, "Memory: two passes".
 """
 
 from __future__ import annotations
@@ -14,21 +16,24 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sinks.export.coverage import overlaps, s3_only_gaps, spans, topic_coverage
-from sinks.export.destination import MANIFEST_NAME, Destination
+from sinks.export.destination import MANIFEST_NAME, Destination, parse_target
 from sinks.export.expected import Expected
-from sinks.export.formats import SHARD_NAME, FormatOptions, ReasoningMode, open_outputs, parse_formats
+from sinks.export.formats import SHARD_NAME, FormatOptions, Output, ReasoningMode, open_outputs, parse_formats
 from sinks.export.formats.card import CARD_NAME, card, is_ours
 from sinks.export.index import IdIndex
-from sinks.export.manifest import Tally, build_manifest
-from sinks.export.sources import Keep, list_sources, read_object
+from sinks.export.manifest import Tally, build_manifest, missing_and_pending
+from sinks.export.sources import Keep, Source, list_sources, read_object
 from sinks.layout import run_prefix
 from streams.config import Settings
 from streams.errors import ConfigError, LayoutError
 from streams.records import CompletionRecord, ErrorRecord, decode
 from streams.storage import s3_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 __all__ = ["DEFAULT_LIST_CAP", "DEFAULT_SHARD_RECORDS", "ExportResult", "export"]
 
@@ -86,8 +91,11 @@ def export(
 
     Returns:
         the manifest and the exit status (0, or 1 when the export failed: docs/export.md, "Exit status").
-        A failed export over a dataset whose manifest says ``ok`` leaves that dataset in place;
-        its own manifest then has ``_rejected`` (where it was kept, and the previous one's counts).
+        An incomplete run (ids missing or pending, without ``allow_missing``) writes nothing to
+        ``to``: its manifest (not written either) has ``_unpublished``, the destination it left as
+        it was. A failed export over a dataset whose manifest says ``ok`` leaves that dataset in
+        place; its own manifest then has ``_rejected`` (where it was kept, and the previous one's
+        counts).
 
     Raises:
         ConfigError: a malformed destination or run id, an unknown format.
@@ -99,6 +107,7 @@ def export(
         formats = parse_formats(formats)
     except ValueError as exc:
         raise ConfigError(f"--format: {exc}") from None
+    to_bucket, to_prefix, to_folder = parse_target(to)  # a malformed --to before anything is read
     client = s3_client(settings.s3)
     bucket = settings.s3.bucket
     try:
@@ -117,33 +126,9 @@ def export(
             index.add(line, head)
     index.end_of_pass()
 
-    # Pass 2: write the winners, with statistics over them.
-    dest = Destination(to, client, _ours)
-    tally = Tally()
-    try:
-        outputs = open_outputs(
-            formats, dest, shard_records, FormatOptions(run_id=run_id, reasoning=reasoning)
-        )
-        for source in sources:
-            if source.problem is not None:
-                continue
-            for line, head in read_object(client, bucket, source):
-                if not index.take_winner(line, head):
-                    continue
-                value = bytes(line.value)
-                if line.kind == "completion":
-                    completion = decode(value, CompletionRecord)
-                    tally.completion(completion, head.attempt)
-                    for out in outputs:
-                        out.completion(value, completion)
-                else:
-                    error = decode(value, ErrorRecord)
-                    tally.error(error, head.attempt)
-                    for out in outputs:
-                        out.error(value, error)
-        for out in outputs:
-            out.close()
-
+    def manifest_of(tally: Tally, shards: list[dict[str, Any]]) -> dict[str, Any]:
+        """The coverage check (against Kafka with ``check_topics``), then the manifest over the
+        second pass's ``tally`` and the ``shards`` it wrote."""
         found = spans(sources)
         coverage_problems: list[str] = []
         if check_topics:
@@ -151,7 +136,7 @@ def export(
             gaps, coverage_problems = asyncio.run(topic_coverage(settings, found, topics))
         else:
             gaps = s3_only_gaps(found)
-        manifest = build_manifest(
+        return build_manifest(
             run_id=run_id,
             source_uri=f"s3://{bucket}/{folder}",
             sources=sources,
@@ -163,13 +148,37 @@ def export(
             gaps=gaps,
             coverage_problems=coverage_problems,
             overlaps=overlaps(found),
-            shards=[entry for out in outputs for entry in out.written],
+            shards=shards,
             list_cap=list_cap,
             keep=keep,
             regenerations=regenerations or [],
             formats={"formats": list(formats), "reasoning": reasoning if "chat" in formats else None},
             card=CARD_NAME if "parquet" in formats else None,
         )
+
+    missing, pending = missing_and_pending(expected, index, index.present)
+    if (missing or pending) and not allow_missing:
+        # An incomplete run is not published: nothing is written to `to`, so nothing there can be
+        # taken for a dataset; the second pass only counts what the dataset would hold.
+        tally = Tally()
+        _second_pass(client, bucket, sources, index, tally, [])
+        manifest = manifest_of(tally, [])
+        manifest["_unpublished"] = (
+            str(to_folder) if to_folder is not None else f"s3://{to_bucket}/{to_prefix}"
+        )
+        return ExportResult(manifest, 1)
+
+    # Pass 2: write the winners, with statistics over them.
+    dest = Destination(to, client, _ours)
+    tally = Tally()
+    try:
+        outputs = open_outputs(
+            formats, dest, shard_records, FormatOptions(run_id=run_id, reasoning=reasoning)
+        )
+        _second_pass(client, bucket, sources, index, tally, outputs)
+        for out in outputs:
+            out.close()
+        manifest = manifest_of(tally, [entry for out in outputs for entry in out.written])
         names = [CARD_NAME] if manifest["card"] is not None else []
         if names:
             dest.path(CARD_NAME).write_text(card(manifest))
@@ -188,3 +197,27 @@ def export(
         return ExportResult(manifest, 0 if manifest["ok"] else 1)
     finally:
         dest.close()
+
+
+def _second_pass(
+    client: S3Client, bucket: str, sources: list[Source], index: IdIndex, tally: Tally, outputs: list[Output]
+) -> None:
+    """Read the objects again and hand each id's winner to every output (none: only counted in
+    ``tally``). An object that fails to read leaves its winners in ``index.unwritten``."""
+    for source in sources:
+        if source.problem is not None:
+            continue
+        for line, head in read_object(client, bucket, source):
+            if not index.take_winner(line, head):
+                continue
+            value = bytes(line.value)
+            if line.kind == "completion":
+                completion = decode(value, CompletionRecord)
+                tally.completion(completion, head.attempt)
+                for out in outputs:
+                    out.completion(value, completion)
+            else:
+                error = decode(value, ErrorRecord)
+                tally.error(error, head.attempt)
+                for out in outputs:
+                    out.error(value, error)

@@ -37,7 +37,15 @@ from streams.errors import ConfigError
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-__all__ = ["EXPORT_DIR", "MANIFEST_NAME", "STAGE_PREFIX", "Destination", "Shards", "finish_shard"]
+__all__ = [
+    "EXPORT_DIR",
+    "MANIFEST_NAME",
+    "STAGE_PREFIX",
+    "Destination",
+    "Shards",
+    "finish_shard",
+    "parse_target",
+]
 
 log = logging.getLogger("kafkagen.export")
 
@@ -59,6 +67,25 @@ def _export_id() -> str:
     seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
     return f"export-{stamp}.{micros:06d}Z-{secrets.token_hex(4)}"
+
+
+def parse_target(target: str) -> tuple[str | None, str, Path | None]:
+    """Where ``--to`` points, without touching it: ``(bucket, prefix, None)`` for
+    ``s3://bucket[/prefix]`` (the prefix without slashes around it), ``(None, "", folder)`` for a
+    folder path (made absolute).
+
+    Raises:
+        ConfigError: ``target`` is ``s3://`` without a bucket, or an existing file.
+    """
+    if target.startswith("s3://"):
+        bucket, _, prefix = target.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise ConfigError(f"--to {target!r}: expected s3://bucket/prefix")
+        return bucket, prefix.strip("/"), None
+    folder = Path(target).absolute()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--to {target!r} is a file: give a folder")
+    return None, "", folder
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -89,7 +116,7 @@ class Destination:
     :meth:`close` releases what is left.
 
     Raises (constructor):
-        ConfigError: ``target`` is not ``s3://bucket[/prefix]`` or a folder path.
+        ConfigError: ``target`` is not ``s3://bucket[/prefix]`` or a folder path (:func:`parse_target`).
         OSError: a local folder cannot be created or locked.
     """
 
@@ -99,20 +126,10 @@ class Destination:
         self._ours = ours
         self._lock: IO[bytes] | None = None
         self.export_id = _export_id()
-        if target.startswith("s3://"):
-            bucket, _, prefix = target.removeprefix("s3://").partition("/")
-            if not bucket:
-                raise ConfigError(f"--to {target!r}: expected s3://bucket/prefix")
-            self.bucket: str | None = bucket
-            self.prefix = prefix.strip("/")
-            self.folder: Path | None = None
+        self.bucket, self.prefix, self.folder = parse_target(target)
+        if self.folder is None:
             self.stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         else:
-            self.bucket = None
-            self.prefix = ""
-            self.folder = Path(target).absolute()
-            if self.folder.exists() and not self.folder.is_dir():
-                raise ConfigError(f"--to {target!r} is a file: give a folder")
             self.folder.parent.mkdir(parents=True, exist_ok=True)
             self._lock = (self.folder.parent / f".{self.folder.name}.kafkagen-export.lock").open("ab")
             fcntl.flock(self._lock, fcntl.LOCK_EX)  # another export into this folder: its turn first

@@ -16,9 +16,10 @@ from typing import Any, Final
 from sinks.export.expected import Expected
 from sinks.export.index import IdIndex
 from sinks.export.sources import Keep, Source
+from streams.quality import classes_text, counted_classes, result_classes
 from streams.records import CompletionRecord, ErrorRecord
 
-__all__ = ["SHOWN", "Tally", "build_manifest", "problem_lines", "summary"]
+__all__ = ["SHOWN", "Tally", "build_manifest", "missing_and_pending", "problem_lines", "summary"]
 
 SHOWN: Final = 20
 """Problems of each kind printed on the terminal (all are in the manifest, up to ``--list-cap``)."""
@@ -29,7 +30,10 @@ class Tally:
     """Statistics over the records written (the second pass)."""
 
     by_finish: Counter[str] = field(default_factory=Counter)
-    by_flag: Counter[str] = field(default_factory=Counter)
+    by_class: Counter[str] = field(default_factory=Counter)
+    """quality class (:data:`streams.quality.QUALITY_CLASSES`) → records written with it: a
+    completion's flags and ``degenerate``, a dead letter's ``error``
+    (:func:`streams.quality.result_classes`)."""
     by_error: Counter[str] = field(default_factory=Counter)
     """``<stage>:<error_type>`` → errors."""
     by_attempt: Counter[int] = field(default_factory=Counter)
@@ -48,7 +52,7 @@ class Tally:
         self.reused += record.reused_from is not None
         self.by_attempt[attempt] += 1
         self.by_finish[record.finish_reason] += 1
-        self.by_flag.update(record.quality)
+        self.by_class.update(result_classes(record.quality))
         self.flagged += bool(record.quality)
         self.tokens["prompt"] += record.usage.prompt_tokens
         self.tokens["completion"] += record.usage.completion_tokens
@@ -59,6 +63,24 @@ class Tally:
         self.errors += 1
         self.by_attempt[attempt] += 1
         self.by_error[f"{record.stage}:{record.error_type}"] += 1
+        self.by_class.update(result_classes(None))
+
+
+def missing_and_pending(
+    expected: Expected | None, index: IdIndex, present: set[str]
+) -> tuple[list[str], list[str]]:
+    """What the run lacks, sorted ids: ``missing`` (expected, and no record among ``present``) and
+    ``pending`` (re-published by ``kafkagen regenerate`` and their new attempt not generated yet:
+    the ids of ``present`` whose latest record is of an older attempt than the prompts topic's).
+    Both empty when ``expected`` is None (not compared). Either one non-empty makes the run
+    incomplete (docs/export.md, "An incomplete run")."""
+    if expected is None:
+        return [], []
+    missing = sorted(expected.ids - present)
+    pending = sorted(
+        i for i, a in expected.attempts.items() if i in present and index.latest_attempt.get(i, 0) < a
+    )
+    return missing, pending
 
 
 def _capped(items: list[Any], cap: int, key: str = "ids") -> dict[str, Any]:
@@ -101,13 +123,7 @@ def build_manifest(
     unwritten = sorted(index.unwritten)
     present = index.present - set(unwritten)  # what was written, not what the first pass planned
     corrupt = [{"key": s.key, "problem": s.problem} for s in sources if s.problem is not None]
-    missing = sorted(expected.ids - present) if expected is not None else []
-    # re-published (kafkagen regenerate) and not generated yet: the dataset has an older attempt
-    pending = (
-        sorted(i for i, a in expected.attempts.items() if i in present and index.latest_attempt.get(i, 0) < a)
-        if expected is not None
-        else []
-    )
+    missing, pending = missing_and_pending(expected, index, present)
     unexpected = sorted(present - expected.ids) if expected is not None else []
     foreign_count = index.foreign_count
     failed = bool(
@@ -155,7 +171,7 @@ def build_manifest(
             "regenerations": regenerations or [],
         },
         "by_finish_reason": dict(sorted(tally.by_finish.items())),
-        "by_quality_flag": dict(sorted(tally.by_flag.items())),
+        "quality": {"results": tally.completions + tally.errors, "classes": counted_classes(tally.by_class)},
         "flagged_completions": tally.flagged,
         "errors_by_type": dict(sorted(tally.by_error.items())),
         "tokens": {k: tally.tokens[k] for k in ("prompt", "completion", "reasoning")},
@@ -278,11 +294,24 @@ def summary(manifest: dict[str, Any]) -> str:
     if manifest["source"]["offset_overlaps"]:
         lines.append(f"offset overlaps between objects: {len(manifest['source']['offset_overlaps'])}")
     lines.append(f"finish reasons: {manifest['by_finish_reason']}; tokens: {manifest['tokens']}")
+    quality = manifest["quality"]
+    lines.append(f"quality: {classes_text(quality['classes'], quality['results'])}")
     lines += [
         f"  {s['path']}: {s['records']} records, sha256 {s['sha256'][:16]}..." for s in manifest["shards"]
     ]
     rejected = manifest.get("_rejected")
-    if rejected is not None:
+    unpublished = manifest.get("_unpublished")
+    if unpublished is not None:
+        missing, pending = manifest["missing"]["count"], manifest["pending_attempts"]["count"]
+        lacking = [f"{missing} ids missing"] if missing else []
+        lacking += [f"{pending} ids re-published and not generated yet"] if pending else []
+        lines.append(
+            f"NOT PUBLISHED: run {manifest['run_id']} is incomplete ({', '.join(lacking)}): nothing was "
+            f"written to {unpublished}, which is left as it was. Export again once the run is done "
+            f"(kafkagen status --run-id {manifest['run_id']} shows where it stands), or with "
+            "--allow-missing to publish it as it is"
+        )
+    elif rejected is not None:
         lines.append(
             f"NOT PUBLISHED: this export failed its checks, and the dataset in place passed them: "
             f"{rejected['previous']} ({rejected['previous_ids']} ids, exported at "

@@ -2,8 +2,9 @@
 
 A run ``R`` owns, unless a setting names something else: its topics (``R.prompts``, or
 ``A.prompts`` when ``R`` is a replay of ``A``; ``R.completions``, ``R.errors``, ``R.control``), its
-groups (``<consumer.group>.R``, ``<sink.group>.R``), its S3 folder, the producer's progress keys and
-transactional ids, and its consumers' server slugs. Empty topic settings mean "derived"
+groups (``<consumer.group>.R``, ``<sink.group>.R``), its S3 folder, its local dataset folder
+(``<home>/datasets/R``), the producer's progress keys and transactional ids, and its consumers'
+server slugs. Empty topic settings mean "derived"
 (:func:`fill_topic_names`); switch runs with :func:`for_run`, not ``model_copy``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -23,6 +25,7 @@ __all__ = [
     "check_run_id",
     "completions_topic",
     "control_topic",
+    "dataset_folder",
     "derived_topics",
     "errors_topic",
     "fill_topic_names",
@@ -154,6 +157,17 @@ def run_folder(prefix: str, run_id: str) -> str:
     check_run_id(run_id)
     clean = prefix.strip("/")
     return f"{clean}/{run_id}/" if clean else f"{run_id}/"
+
+
+def dataset_folder(home: str, run_id: str) -> Path:
+    """The local dataset folder of run ``run_id``: ``<home>/datasets/<run_id>``, absolute (``home``,
+    the ``home`` setting, resolved against the working directory). The main job exports there unless
+    ``--to`` says otherwise, and so does ``kafkagen export`` without ``--to``.
+
+    Raises:
+        ValueError: ``run_id`` cannot name a run (:func:`check_run_id`).
+    """
+    return Path(home).resolve() / "datasets" / check_run_id(run_id)
 
 
 def fill_topic_names(data: Any) -> Any:

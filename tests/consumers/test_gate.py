@@ -7,19 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from consumers.quality.flags import QualityFlag
-from consumers.quality.gate import (
-    DEGENERATE_CLASS,
-    ERROR_CLASS,
-    GATE_CLASSES,
-    QualityGate,
-    breaches,
-    halt_message,
-    result_classes,
-    tally,
-)
+from consumers.quality.gate import QualityGate, breaches, halt_message, tally
 from streams.config import GateSettings
 from streams.control import Breach, ClassCounts
+from streams.quality import DEGENERATE_CLASS, ERROR_CLASS, QUALITY_CLASSES, QualityFlag, result_classes
 
 EMPTY = ["empty_content", "reasoning_ate_budget", "truncated"]
 """The flags of a completion whose reasoning ate the whole budget (the held-back run's 94%)."""
@@ -50,8 +41,8 @@ def test_result_classes_adds_degenerate_and_error() -> None:
 
 
 def test_gate_classes_cover_every_flag_error_and_degenerate() -> None:
-    assert set(GATE_CLASSES) == {f.value for f in QualityFlag} | {ERROR_CLASS, DEGENERATE_CLASS}
-    assert set(GateSettings().thresholds()) == set(GATE_CLASSES)  # a max_<class> per class
+    assert set(QUALITY_CLASSES) == {f.value for f in QualityFlag} | {ERROR_CLASS, DEGENERATE_CLASS}
+    assert set(GateSettings().thresholds()) == set(QUALITY_CLASSES)  # a max_<class> per class
 
 
 def test_tally_and_counts_arithmetic() -> None:
@@ -71,9 +62,9 @@ def test_breaches_are_strictly_above_and_one_turns_a_class_off() -> None:
 
 
 def test_breaches_come_in_gate_class_order() -> None:
-    counts = ClassCounts(results=10, classes={n: 10 for n in GATE_CLASSES})
-    found = breaches(counts, dict.fromkeys(GATE_CLASSES, 0.1), "warmup")
-    assert [b.cls for b in found] == list(GATE_CLASSES)
+    counts = ClassCounts(results=10, classes={n: 10 for n in QUALITY_CLASSES})
+    found = breaches(counts, dict.fromkeys(QUALITY_CLASSES, 0.1), "warmup")
+    assert [b.cls for b in found] == list(QUALITY_CLASSES)
 
 
 def test_the_held_back_run_trips_within_its_first_200_results() -> None:
@@ -217,7 +208,7 @@ def _flags(command: object) -> set[str]:
     return {flag for param in command.params for flag in (*param.opts, *param.secondary_opts)}
 
 
-@pytest.mark.parametrize("cls", GATE_CLASSES)
+@pytest.mark.parametrize("cls", QUALITY_CLASSES)
 def test_every_option_a_fix_names_is_one_the_commands_take(cls: str) -> None:
     """Issue 30 item 3: a fix told to "set a repetition penalty" when no option offered one. Every
     ``--flag`` of a fix is a server's or one ``kafkagen run`` takes (a halt is fixed by running it

@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from consumers.quality.flags import (
-    DEGENERATE_FLAGS,
-    QualityConfig,
-    QualityFlag,
-    degenerate,
-    quality_flags,
-    repeated_ngram_ratio,
-    tokenize,
-)
+from consumers.quality.flags import QualityConfig, quality_flags, repeated_ngram_ratio, tokenize
+from streams.quality import DEGENERATE_FLAGS, QualityFlag, degenerate
 
 PROSE = (
     "The Kafka log is an append-only sequence of records, split into partitions so that "

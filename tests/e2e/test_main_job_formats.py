@@ -43,7 +43,7 @@ def test_the_sharegpt_sample_through_the_main_job_in_every_format(
         "--max-tokens",
         "4096",
         "--export-format",
-        "jsonl,parquet,openai-batch,chat",
+        "jsonl,parquet,openai_batch,chat",
         "--to",
         str(dataset),
     ]

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from consumers.quality.flags import degenerate
 from launch.serve.fleet import Fleet
 from launch.stack import LocalStack
+from streams.quality import degenerate
 from tests.helpers import REPO_ROOT, unused_port
 
 pytestmark = pytest.mark.timeout(600)
@@ -255,7 +255,7 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
     args += ["--template", template, "--samples", "2", "--server", user_servers[0], "--server", faulty]
     args += ["--generation.response-format", json.dumps(response_format), "--consumer.retry-invalid", "1"]
     args += ["--no-thinking", "--max-tokens", "1000", "--gate.no-enabled", "--export-format", "jsonl,parquet"]
-    args += ["--export-format", "openai-batch", "--export-format", "chat"]
+    args += ["--export-format", "openai_batch", "--export-format", "chat"]
     args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "480"]
     done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=540, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -284,7 +284,7 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
         "prompts": len(ids),
         "short": {"count": 0, "ids": [], "truncated": False},
     }, manifest["samples"]
-    flags = manifest["by_quality_flag"]
+    flags = manifest["quality"]["classes"]
     assert flags.get("invalid_json", 0) + flags.get("schema_mismatch", 0) == flagged, flags
 
     # Every format carries each sample and its flags.
@@ -297,11 +297,16 @@ def test_samples_and_structured_output_through_the_main_job_into_every_export_fo
     chat = [json.loads(line) for f in sorted(dataset.glob("*chat*.jsonl*")) for line in _lines(f)]
     assert len(chat) == len(expected_ids)
 
-    # Checked against the input asking for 3 samples: every prompt is short of one.
+    # Checked against the input asking for 3 samples: every prompt is short of one, so the run is
+    # incomplete (nothing written) unless published as it is.
     export = [sys.executable, "-m", "sinks.export", "--run-id", run_id, "--to", str(tmp_path / "three")]
     export += ["--input", str(tasks), "--template", template, "--samples", "3"]
     done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 1 and f"{len(ids)} ids missing" in done.stdout, done.stdout + done.stderr
+    assert not (tmp_path / "three").exists()
+    export.append("--allow-missing")
+    done = subprocess.run(export, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((tmp_path / "three" / "manifest.json").read_text())
     assert manifest["samples"]["per_prompt"] == 3 and manifest["samples"]["short"]["count"] == len(ids)
     assert manifest["missing"]["count"] == len(ids) and all(

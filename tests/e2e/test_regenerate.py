@@ -91,12 +91,15 @@ def test_regenerate_the_cut_off_ids_then_replay_the_whole_run(
     assert record.ids == len(cut) and record.attempts == {"1": len(cut)}
     assert record.where == {"quality": ["reasoning_ate_budget"]} and record.overrides == {"max_tokens": 4096}
     assert state.gate is not None and (state.gate.state, state.gate.epoch) == ("resumed", 1), state.gate
-    # an export now holds the older attempts of those ids: it says so and fails
+    # an export now would hold the older attempts of those ids: it says so, fails and leaves the
+    # run's dataset as it was
+    before = {p.name: p.read_bytes() for p in dataset.iterdir()}
     code, output = _run(
-        [sys.executable, "-m", "launch.cli", "export", "--run", run_id, "--to", str(tmp_path / "early")]
+        [sys.executable, "-m", "launch.cli", "export", "--run-id", run_id, "--to", str(dataset)]
     )
     assert code == 1 and f"PENDING: {len(cut)} ids were re-published" in output, output
-    assert _manifest(tmp_path / "early")["pending_attempts"]["count"] == len(cut)
+    assert f"is incomplete ({len(cut)} ids re-published and not generated yet): nothing was written" in output
+    assert {p.name: p.read_bytes() for p in dataset.iterdir()} == before
 
     # 3. The same main job command again, its gate on: it publishes nothing new and generates only
     # those; the regeneration started a gate epoch, so the old cut-off results do not halt it

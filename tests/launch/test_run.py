@@ -306,7 +306,7 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
         "missing": {"count": 0},
         "duplicates": {"records_dropped": 2},
         "by_finish_reason": {"stop": 9},
-        "by_quality_flag": {"truncated": 1},
+        "quality": {"results": 10, "classes": {"error": 1, "truncated": 1}},
     }
     fresh = summary(manifest, 10.0, 0.5, "/d")
     assert "tokens/s     100.0 (completion tokens / wall time)" in fresh
@@ -331,7 +331,7 @@ def test_the_summary_calls_attempts_a_regeneration_replaced_superseded_not_dupli
         "missing": {"count": 0},
         "duplicates": {"records_dropped": 33, "older_attempts_dropped": 32, "superseded_records": 32},
         "by_finish_reason": {"stop": 100},
-        "by_quality_flag": {},
+        "quality": {"results": 100, "classes": {}},
     }
     text = summary(manifest, 10.0, None, "/d", resumed=True)
     assert "  duplicates   1 records dropped by the export\n" in text
@@ -351,11 +351,17 @@ def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept(
         "missing": {"count": 0},
         "duplicates": {"records_dropped": 0},
         "by_finish_reason": {"length": 59, "stop": 1},
-        "by_quality_flag": {"empty_content": 58, "reasoning_ate_budget": 58, "truncated": 59},
+        "quality": {
+            "results": 60,
+            "classes": {"degenerate": 58, "empty_content": 58, "reasoning_ate_budget": 58, "truncated": 59},
+        },
     }
     text = summary(manifest, 10.0, None, "/d", resumed=True, after_halt=True)
-    assert "warning: at least 58 of 60 completions are unusable" in text
-    assert "empty_content 58, reasoning_ate_budget 58" in text and "truncated" not in text.split("warning")[1]
+    assert (
+        "warning: 58 of 60 completions are unusable (degenerate: empty_content 58, reasoning_ate_budget 58)"
+        in text
+    )
+    assert "truncated" not in text.split("warning")[1]
     assert (
         f"kafkagen regenerate {manifest['run_id']} --where quality=empty_content,reasoning_ate_budget" in text
     )
@@ -387,3 +393,14 @@ def test_no_server_a_server_twice_or_an_openai_base_url_stop_the_run_before_anyt
     assert message in err
     assert "run bad-servers" not in out, "nothing was started"
     assert _started_nothing(idle_stack)
+
+
+def test_the_jobs_children_run_from_the_repository_root() -> None:
+    """The producer, consumers, sink and export run with the repository as their working directory,
+    so their ``python -m`` imports this checkout's code, not that of another checkout sharing the
+    virtual environment (a git worktree)."""
+    from launch.run.job import REPO_ROOT
+
+    assert (REPO_ROOT / "pyproject.toml").is_file()
+    modules = ("producers/prompts.py", "consumers/generate.py", "sinks/s3.py", "sinks/export/__main__.py")
+    assert all((REPO_ROOT / m).is_file() for m in modules)

@@ -73,7 +73,7 @@ def completion(
         server="http://127.0.0.1:30000",
         model="test-model",
         params={"max_tokens": 512},
-        quality=["degenerate"] if i % 10 == 0 else [],
+        quality=["repetition_loop"] if i % 10 == 0 else [],
         source=SourceOffset(topic="prompts", partition=0, offset=i),
     )
 

@@ -56,10 +56,10 @@ N = 900
 
 
 def run_export(settings: Settings, dest: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    """``python -m sinks.export --run <run> --to <dest>`` with ``settings``; (status, manifest, stdout)."""
+    """``python -m sinks.export --run-id <run> --to <dest>`` with ``settings``; (status, manifest, stdout)."""
     env = {**os.environ, **settings_to_env(settings)}
     proc = subprocess.run(
-        [sys.executable, "-m", "sinks.export", "--run", settings.run_id, "--to", str(dest), *extra],
+        [sys.executable, "-m", "sinks.export", "--run-id", settings.run_id, "--to", str(dest), *extra],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

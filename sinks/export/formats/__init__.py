@@ -1,8 +1,10 @@
 """The export's dataset formats (``kafkagen export --format``), one module each, behind one
 writer interface (:class:`~sinks.export.formats.base.Output`): ``jsonl`` (the default,
 :mod:`~sinks.export.formats.jsonl`), ``parquet`` (:mod:`~sinks.export.formats.parquet`, its card
-:mod:`~sinks.export.formats.card`), ``openai-batch`` (:mod:`~sinks.export.formats.openai_batch`)
-and ``chat`` (:mod:`~sinks.export.formats.chat`); their files: docs/export.md.
+:mod:`~sinks.export.formats.card`), ``openai_batch`` (:mod:`~sinks.export.formats.openai_batch`)
+and ``chat`` (:mod:`~sinks.export.formats.chat`); their files: docs/export.md. The names are spelled
+as the input side's ``--format`` spells its formats (``openai_batch``,
+:class:`streams.inputs.FormatName`); ``-`` for ``_`` is taken too (``openai-batch``).
 
 Any number of them are written by one export, from the same winners in one pass; each format's
 record → row function is pure (tested without Kafka or S3).
@@ -31,7 +33,7 @@ __all__ = [
 _OUTPUTS: Final[dict[str, tuple[str, str]]] = {
     "jsonl": ("jsonl", "JsonlOutput"),
     "parquet": ("parquet", "ParquetOutput"),
-    "openai-batch": ("openai_batch", "OpenAIBatchOutput"),
+    "openai_batch": ("openai_batch", "OpenAIBatchOutput"),
     "chat": ("chat", "ChatOutput"),
 }
 """format → (module of this package, its :class:`Output`), imported when used: pyarrow only loads
@@ -48,17 +50,18 @@ manifest does not list are stale shards of an earlier export, and removed."""
 
 
 def parse_formats(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``--format`` values (repeated, or comma-separated) → the formats, in the order given, once
-    each; none → ``("jsonl",)``.
+    """``--format`` values (repeated, or comma-separated) → the formats (:data:`FORMATS` names:
+    ``openai-batch`` is ``openai_batch``), in the order given, once each; none → ``("jsonl",)``.
 
     Raises:
         ValueError: an unknown format (the message names the known ones).
     """
     out: list[str] = []
     for value in values:
-        for name in (v.strip() for v in value.split(",")):
+        for given in (v.strip() for v in value.split(",")):
+            name = given.replace("-", "_")
             if name not in _OUTPUTS:
-                raise ValueError(f"unknown format {name!r} (known: {', '.join(FORMATS)})")
+                raise ValueError(f"unknown format {given!r} (known: {', '.join(FORMATS)})")
             if name not in out:
                 out.append(name)
     return tuple(out) or ("jsonl",)

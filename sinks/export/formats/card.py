@@ -76,7 +76,9 @@ def card(manifest: Mapping[str, Any]) -> str:
         f"- missing ids: {manifest['missing']['count']}; flagged completions: "
         f"{manifest['flagged_completions']}",
         *_counts("by finish_reason", manifest["by_finish_reason"]),
-        *_counts("by quality flag", manifest["by_quality_flag"]),
+        *_counts(
+            f"by quality class (of {manifest['quality']['results']} records)", manifest["quality"]["classes"]
+        ),
         *_counts("by attempt", manifest["by_attempt"]),
         *_counts("errors by type", manifest["errors_by_type"]),
         f"- tokens: prompt {tokens['prompt']}, completion {tokens['completion']} "

@@ -1,10 +1,10 @@
-"""``--format openai-batch``: the output and error files of OpenAI's Batch API, so a reader of
+"""``--format openai_batch``: the output and error files of OpenAI's Batch API, so a reader of
 Batch API results reads a kafkagen run unchanged.
 
 ``batch-output-NNNNN.jsonl`` holds one request output object per completion (its ``body`` a chat
 completion object), ``batch-errors-NNNNN.jsonl`` one per dead letter; plain JSON Lines. The line
 format, its upstream sources (OpenAI API reference: Batch, "The request output object"; Chat, "The
-chat completion object") and the field rules: docs/export.md, "openai-batch".
+chat completion object") and the field rules: docs/export.md, "openai_batch".
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def chat_completion(record: CompletionRecord) -> dict[str, Any]:
 
 
 def batch_output_line(record: CompletionRecord) -> dict[str, Any]:
-    """A completion's line of the output file (docs/export.md, "openai-batch")."""
+    """A completion's line of the output file (docs/export.md, "openai_batch")."""
     h = _digest(record.run_id, record.id, record.attempt)
     return {
         "id": f"batch_req_{h}",
@@ -85,9 +85,9 @@ def batch_error_line(record: ErrorRecord) -> dict[str, Any]:
 
 
 class OpenAIBatchOutput(LineOutput):
-    """``batch-output-NNNNN.jsonl`` and ``batch-errors-NNNNN.jsonl`` (docs/export.md, "openai-batch")."""
+    """``batch-output-NNNNN.jsonl`` and ``batch-errors-NNNNN.jsonl`` (docs/export.md, "openai_batch")."""
 
-    name = "openai-batch"
+    name = "openai_batch"
     stems = ("batch-output", "batch-errors")
     suffix = ".jsonl"
     compress = False

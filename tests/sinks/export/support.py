@@ -30,7 +30,7 @@ def export_argv(settings: Settings, to: str, inputs: Path | str | None, *extra: 
     """``python -m sinks.export`` arguments for the run of ``settings`` into ``to``."""
     t = settings.topics
     return [
-        "--run",
+        "--run-id",
         settings.run_id,
         "--to",
         to,

@@ -69,9 +69,16 @@ def test_dedupe_missing_ids_shards_and_exit_status(
 ) -> None:
     out = tmp_path / "dataset"
     assert main(export_argv(cfg, str(out), run, "--shard-records", "3")) == 1  # ids are missing
-    assert "2 missing" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 missing" in printed and "missing: id-000004, id-000006" in printed
+    assert not out.exists(), "an incomplete run is not published (test_export_atomic.py)"
+    # a failed export does not report itself on the run's control topic; a successful one does
+    control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
+    assert asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export is None
+
+    assert main(export_argv(cfg, str(out), run, "--shard-records", "3", "--allow-missing")) == 0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["run_id"] == cfg.run_id and manifest["created_at"] and manifest["ok"] is False
+    assert manifest["run_id"] == cfg.run_id and manifest["created_at"] and manifest["ok"] is True
     assert manifest["records"] == {"ids": 5, "completions": 4, "reused": 0, "errors": 1}
     assert manifest["duplicates"] == {
         "records_dropped": 2,
@@ -86,7 +93,11 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     assert manifest["missing"] == {"count": 2, "ids": ["id-000004", "id-000006"], "truncated": False}
     assert manifest["expected"] == {"source": f"file:{run}", "ids": 7, "unreadable": 0}
     assert manifest["by_finish_reason"] == {"stop": 4}  # the later "length" duplicate lost
-    assert manifest["by_quality_flag"] == {"degenerate": 1} and manifest["flagged_completions"] == 1
+    assert manifest["quality"] == {
+        "results": 5,
+        "classes": {"degenerate": 1, "error": 1, "repetition_loop": 1},
+    }
+    assert manifest["flagged_completions"] == 1
     expected_tokens = [completion(i, "r").usage for i in range(4)]
     assert manifest["tokens"] == {
         "prompt": sum(u.prompt_tokens for u in expected_tokens),
@@ -113,14 +124,29 @@ def test_dedupe_missing_ids_shards_and_exit_status(
     errors = [msgspec.json.decode(line, type=ErrorRecord) for line in _lines(out / shards[2]["path"])]
     assert [e.id for e in errors] == ["id-000005"]  # id-000002's error lost to its completion
 
-    # a successful export reports itself on the run's control topic; the failed one above did not
-    control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
-    assert asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export is None
-    assert main(export_argv(cfg, str(tmp_path / "again"), run, "--allow-missing")) == 0
     report = asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export
     assert report is not None and report.run_id == cfg.run_id
     assert (report.ids, report.completions, report.errors, report.missing) == (5, 4, 1, 2)
-    assert (report.duplicates_dropped, report.destination) == (2, str(tmp_path / "again"))
+    assert (report.duplicates_dropped, report.destination) == (2, str(out))
+
+
+def test_without_to_a_run_is_exported_to_its_dataset_folder_under_home(
+    cfg: Settings, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--to``: ``<home>/datasets/<run id>`` (``home`` relative to the working directory), as
+    the main job exports; the run named with ``--run``, the old spelling of ``--run-id``."""
+    argv = export_argv(cfg, "unused", run, "--allow-missing", "--home", "state")
+    del argv[argv.index("--to") : argv.index("--to") + 2]
+    argv[argv.index("--run-id")] = "--run"
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    dataset = tmp_path / "state" / "datasets" / cfg.run_id
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["run_id"] == cfg.run_id and manifest["records"]["ids"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl", "state"]
+    control = cfg.topics.model_copy(update={"control": naming.control_topic(cfg.run_id)})
+    report = asyncio.run(read_control(cfg.model_copy(update={"topics": control}))).export
+    assert report is not None and report.destination == str(dataset)
 
 
 def test_export_to_s3(cfg: Settings, run: Path) -> None:
@@ -264,9 +290,7 @@ def test_input_is_read_as_the_producer_reads_it(
         given = "-"
     out = tmp_path / "dataset"
     expected = 4 if shape == "s3" else 7  # a.jsonl.zst alone holds ids 0..3
-    assert main(export_argv(cfg, str(out), given)) == (
-        1 if expected == 7 else 0
-    )  # 7: ids 4 and 6 are missing
+    assert main(export_argv(cfg, str(out), given, "--allow-missing")) == 0  # 7: ids 4 and 6 are missing
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["expected"]["ids"] == expected and manifest["expected"]["unreadable"] == 0
     assert manifest["missing"]["ids"] == (["id-000004", "id-000006"] if expected == 7 else [])

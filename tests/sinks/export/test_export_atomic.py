@@ -2,7 +2,8 @@
 export SIGKILLed at each step of its write, into a local folder and into an S3 prefix, leaves a
 dataset whose manifest describes exactly its shards (the old one, or the new one); a transient
 S3 error in the second pass is retried; a read that keeps failing there fails the export, and a
-failed export never replaces a dataset that passed its checks. Real Kafka and S3."""
+failed export never replaces a dataset that passed its checks; an incomplete run, whole or
+SIGKILLed in its second pass, leaves the destination as it was. Real Kafka and S3."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from botocore.exceptions import ClientError
 import sinks.export.dataset
 import sinks.export.sources
 from sinks.export.cli import main
+from sinks.layout import run_prefix
 from streams.config import Settings
 from streams.environment import settings_to_env
 from streams.retry import Backoff
@@ -30,8 +32,8 @@ from tests.sinks.support import REPO_ROOT, client
 pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
 # A step of the export at which the child SIGKILLs itself: (what to patch, when to kill). The
-# patches wrap methods of sinks.export.destination.Destination (the export's own code runs
-# unchanged up to the kill).
+# patches wrap methods of sinks.export.destination.Destination, or the export's reads of the S3
+# objects (the export's own code runs unchanged up to the kill).
 KILL_AT = {
     # the second shard handed over: the new dataset half written (uploaded, for S3)
     "mid-pass-2": "publish:2",
@@ -68,6 +70,13 @@ elif step == "rename":
             kill_on(nth)
         return real_rename(a, b)
     d.os.rename = rename
+elif step == "read":  # the nth object read by the export, either pass
+    import sinks.export.dataset as ds
+    real_read = ds.read_object
+    def read(*a, **k):
+        kill_on(nth)
+        return real_read(*a, **k)
+    ds.read_object = read
 elif step == "after":
     for name in ("_carry", "_remove_stale_s3"):
         real = getattr(d.Destination, name)
@@ -180,6 +189,60 @@ def test_an_export_killed_at_any_step_leaves_a_whole_dataset(
     else:
         folders = {p.split("/")[0] for p in dataset.files() if "/" in p}
         assert folders == {final["shards"][0]["path"].split("/")[0]}, "older export folders are deleted"
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("killed", [False, True], ids=["whole", "killed-in-pass-2"])
+def test_an_incomplete_run_leaves_the_destination_as_it_was(
+    cfg: Settings,
+    run: Path,
+    tmp_path: Path,
+    where: str,
+    killed: bool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ids 4 and 6 are missing: without --allow-missing the export says what is missing, exits 1
+    and writes nothing, whether nothing is in place or a dataset is; SIGKILLed while it reads its
+    last object again (its second pass), it has written nothing either."""
+    to = _to(cfg, tmp_path, where)
+    dataset = Dataset(cfg, to)
+    objects = client(cfg).list_objects_v2(Bucket=cfg.s3.bucket, Prefix=run_prefix(cfg.s3.prefix, cfg.run_id))
+    last_read = 2 * objects["KeyCount"]  # each object is read once per pass
+
+    def beside() -> list[str]:
+        """The files and folders beside a local destination (the lock, staging, a rejected dataset)."""
+        return sorted(p.name for p in tmp_path.iterdir())
+
+    def export_incomplete() -> str:
+        """The incomplete export (exit 1), or its SIGKILL; what it printed."""
+        argv = _argv(cfg, to, run, "--shard-records", "1", "--format", "jsonl,parquet")
+        if killed:
+            _export_killed_at(cfg, f"read:{last_read}", argv)
+            return ""
+        assert main(argv) == 1
+        return capsys.readouterr().out
+
+    def says_what_is_missing(out: str) -> None:
+        if not killed:
+            assert "expected 7 ids" in out and "missing: id-000004, id-000006" in out, out
+            assert (
+                f"NOT PUBLISHED: run {cfg.run_id} is incomplete (2 ids missing): nothing was written" in out
+            )
+
+    nothing = beside()
+    printed = export_incomplete()
+    assert dataset.files() == {} and beside() == nothing, "nothing in place: nothing made"
+    if where == "local":
+        assert not Path(to).exists()
+    says_what_is_missing(printed)
+
+    assert main(_argv(cfg, to, run, "--allow-missing")) == 0
+    good, around = dataset.files(), beside()
+    capsys.readouterr()
+    printed = export_incomplete()
+    assert dataset.files() == good and beside() == around, "the dataset in place is left as it was"
+    assert dataset.check()["ok"] is True
+    says_what_is_missing(printed)
 
 
 def _fail_gets(cfg: Settings, monkeypatch: pytest.MonkeyPatch, *, second_pass_failures: int) -> list[str]:

@@ -32,11 +32,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.s3]
 
 @pytest.fixture
 async def run(cfg: Settings, tmp_path: Path) -> Path:
-    """Ids 0..5 of run ``cfg.run_id`` in Kafka and in S3: 0 flagged ``degenerate`` then regenerated
+    """Ids 0..5 of run ``cfg.run_id`` in Kafka and in S3: 0 flagged ``repetition_loop`` then regenerated
     (attempt 1 wins), 1 tool calls without reasoning, 2 neither reasoning nor tools, 3 truncated
     (``length``, flagged); dead letters 4 (with its prompt) and 5 (without). Returns the input file."""
     r = cfg.run_id
-    first = completion(0, r, quality=["degenerate"])
+    first = completion(0, r, quality=["repetition_loop"])
     completions = [
         first,
         completion(1, r, tools=True, reasoning=None, cached_tokens=16),
@@ -69,14 +69,14 @@ def test_every_format_from_one_export(
     cfg: Settings, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "dataset"
-    argv = export_argv(
+    argv = export_argv(  # openai-batch: the spelling of earlier versions, taken as openai_batch
         cfg, str(out), run, "--format", "jsonl,parquet", "--format", "openai-batch", "--format", "chat"
     )
     assert main([*argv, "--reasoning", "inline", "--shard-records", "2"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["records"] == {"ids": 6, "completions": 4, "reused": 0, "errors": 2}
     assert manifest["formats"] == {
-        "formats": ["jsonl", "parquet", "openai-batch", "chat"],
+        "formats": ["jsonl", "parquet", "openai_batch", "chat"],
         "reasoning": "inline",
     }
     assert manifest["by_attempt"] == {"0": 5, "1": 1} and manifest["card"] == "README.md"
@@ -87,9 +87,9 @@ def test_every_format_from_one_export(
         ("completions-00000.parquet", "parquet", "completions", 2),
         ("completions-00001.parquet", "parquet", "completions", 2),
         ("errors-00000.parquet", "parquet", "errors", 2),
-        ("batch-output-00000.jsonl", "openai-batch", "completions", 2),
-        ("batch-output-00001.jsonl", "openai-batch", "completions", 2),
-        ("batch-errors-00000.jsonl", "openai-batch", "errors", 2),
+        ("batch-output-00000.jsonl", "openai_batch", "completions", 2),
+        ("batch-output-00001.jsonl", "openai_batch", "completions", 2),
+        ("batch-errors-00000.jsonl", "openai_batch", "errors", 2),
         ("chat-00000.jsonl.zst", "chat", "completions", 2),
         ("chat-00001.jsonl.zst", "chat", "completions", 2),
     ]
@@ -179,10 +179,11 @@ def test_every_format_from_one_export(
     assert MARKER in text and f"# kafkagen run `{cfg.run_id}`" in text
     assert "- ids: 6; completions: 4; errors: 2" in text
     assert "- by finish_reason: `length` 1, `stop` 2, `tool_calls` 1" in text
-    assert "- by quality flag: `truncated` 1" in text and "- by attempt: `0` 5, `1` 1" in text
+    assert "- by quality class (of 6 records): `error` 2, `truncated` 1" in text
+    assert "- by attempt: `0` 5, `1` 1" in text
 
-    # openai-batch: every body is a ChatCompletion; custom_id is the record id
-    lines = [row for p in _paths(manifest, "openai-batch", "completions") for row in _jsonl(out / p)]
+    # openai_batch: every body is a ChatCompletion; custom_id is the record id
+    lines = [row for p in _paths(manifest, "openai_batch", "completions") for row in _jsonl(out / p)]
     assert [line["custom_id"] for line in lines] == ["id-000001", "id-000002", "id-000003", "id-000000"]
     for line in lines:
         assert line["error"] is None and line["response"]["status_code"] == 200
@@ -238,7 +239,7 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
         return body
 
     assert (
-        main(export_argv(cfg, to, run, "--format", "parquet,openai-batch,chat", "--reasoning", "field")) == 0
+        main(export_argv(cfg, to, run, "--format", "parquet,openai_batch,chat", "--reasoning", "field")) == 0
     )
     assert names() == [
         "README.md",
@@ -263,7 +264,7 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
     }
     assert "reasoning_content" not in chat["id-000002"]["messages"][-1]
     assert json.loads(read("manifest.json"))["formats"] == {
-        "formats": ["parquet", "openai-batch", "chat"],
+        "formats": ["parquet", "openai_batch", "chat"],
         "reasoning": "field",
     }
 
@@ -280,9 +281,9 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
 def test_an_input_format_given_as_format_says_where_it_goes(
     cfg: Settings, run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(export_argv(cfg, str(tmp_path / "d"), run, "--format", "openai_batch")) == 2
+    assert main(export_argv(cfg, str(tmp_path / "d"), run, "--format", "mt_bench")) == 2
     err = capsys.readouterr().err
-    assert "unknown format 'openai_batch'" in err and "the format of --input files is --input-format" in err
+    assert "unknown format 'mt_bench'" in err and "the format of --input files is --input-format" in err
     assert (
         main(export_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--format", "chat")) == 0
     )

@@ -26,6 +26,7 @@ from sinks.export.formats.parquet import (
     completion_row,
     error_row,
 )
+from streams.inputs import FormatName
 from tests.sinks.export.format_records import TOOL_CALLS, TOOLS, completion, dead_letter
 
 RUN = "run-1"
@@ -125,13 +126,13 @@ def test_a_chat_row_with_tools() -> None:
 
 def test_parquet_rows_fit_their_schema_with_nulls() -> None:
     rows = [
-        completion_row(completion(0, RUN, quality=["degenerate", "truncated"])),
+        completion_row(completion(0, RUN, quality=["repetition_loop", "truncated"])),
         completion_row(completion(1, RUN, reasoning=None, tools=True, cached_tokens=4)),
     ]
     table = _table(rows, COMPLETION_SCHEMA).to_pylist()
     assert table[0]["reasoning_content"] == "Add them.\n" and table[0]["tools"] is None
     assert table[0]["tool_calls"] is None and table[0]["cached_tokens"] is None
-    assert table[0]["quality"] == ["degenerate", "truncated"] and table[1]["quality"] == []
+    assert table[0]["quality"] == ["repetition_loop", "truncated"] and table[1]["quality"] == []
     assert table[1]["reasoning_content"] is None
     assert json.loads(table[1]["tools"]) == TOOLS and json.loads(table[1]["tool_calls"]) == TOOL_CALLS
     assert table[1]["cached_tokens"] == 4 and table[1]["finish_reason"] == "tool_calls"
@@ -166,11 +167,19 @@ def test_parquet_rows_fit_their_schema_with_nulls() -> None:
 
 
 def test_format_values() -> None:
-    assert FORMATS == ("jsonl", "parquet", "openai-batch", "chat")
+    assert FORMATS == ("jsonl", "parquet", "openai_batch", "chat")
     assert parse_formats(()) == ("jsonl",)
     assert parse_formats(("parquet,chat", "jsonl", "parquet")) == ("parquet", "chat", "jsonl")
     with pytest.raises(ValueError, match="unknown format 'csv'"):
         parse_formats(("jsonl,csv",))
+
+
+def test_a_format_is_spelled_as_the_input_side_spells_it_and_the_other_spelling_is_taken() -> None:
+    assert FormatName.OPENAI_BATCH.value in FORMATS  # produce --format openai_batch reads Batch API requests
+    assert parse_formats(("openai-batch",)) == parse_formats(("openai_batch",)) == ("openai_batch",)
+    assert parse_formats(("openai-batch,jsonl", "openai_batch")) == ("openai_batch", "jsonl")
+    with pytest.raises(ValueError, match=r"unknown format 'open-ai' .*openai_batch"):
+        parse_formats(("open-ai",))
 
 
 @pytest.mark.parametrize(
@@ -222,7 +231,7 @@ def test_the_card_has_the_counts_and_the_configs() -> None:
         "missing": {"count": 0},
         "flagged_completions": 1,
         "by_finish_reason": {"stop": 2},
-        "by_quality_flag": {"degenerate": 1},
+        "quality": {"results": 3, "classes": {"degenerate": 1, "error": 1, "repetition_loop": 1}},
         "by_attempt": {"0": 2, "1": 1},
         "errors_by_type": {"generate:FatalRequestError": 1},
         "tokens": {"prompt": 60, "completion": 30, "reasoning": 10},
@@ -237,7 +246,8 @@ def test_the_card_has_the_counts_and_the_configs() -> None:
     assert '  data_files: "errors-*.parquet"' in text and is_ours(text.encode()[:4096])
     assert "# kafkagen run `run-1`" in text
     assert "- ids: 3; completions: 2; errors: 1" in text
-    assert "- by finish_reason: `stop` 2" in text and "- by quality flag: `degenerate` 1" in text
+    assert "- by finish_reason: `stop` 2" in text
+    assert "- by quality class (of 3 records): `degenerate` 1, `error` 1, `repetition_loop` 1" in text
     assert "- by attempt: `0` 2, `1` 1" in text
     assert "- tokens: prompt 60, completion 30 (of which reasoning 10)" in text
     assert "| `prompt_tokens` | int64 | tokens of the prompt |" in text
