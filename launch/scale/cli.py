@@ -18,8 +18,6 @@ from pathlib import Path
 import click
 from aiokafka.errors import KafkaError
 
-from launch.scale.control import check_partitions, raise_partitions, scale_fleet
-from launch.supervise import Supervisor
 from streams.cli import command_settings, flag_given, run_command, settings_options
 from streams.config import Settings
 from streams.kafka import kafka_unavailable
@@ -104,6 +102,10 @@ async def _scale(
     server_timeout_s: float,
     by: str,
 ) -> None:
+    # here, not at the top: --help answers at once
+    from launch.scale.control import check_partitions, raise_partitions, scale_fleet
+    from launch.supervise import Supervisor
+
     if partitions is not None:
         await check_partitions(settings, partitions)  # refused before anything is written
     if add or remove or servers is not None:

@@ -19,8 +19,6 @@ import click
 from aiokafka.errors import KafkaError
 from rich.console import Console, RenderableType
 
-from launch.status.collect import quiet_kafka_logs
-from launch.status.runs import collect_runs
 from launch.status.runs_view import runs_view
 from launch.status.view import PLAIN_WIDTH
 from streams.cli import command_settings, exit_code, run_command, settings_options
@@ -67,6 +65,9 @@ refused key); 3 when Kafka cannot be reached, or S3 cannot be (Kafka's runs are 
 @click.pass_context
 def runs_command(ctx: click.Context, runs: tuple[str, ...], as_json: bool, no_s3: bool) -> int:
     settings = command_settings(ctx)
+    from launch.status.collect import quiet_kafka_logs  # here: --help does not load the collector
+    from launch.status.runs import collect_runs
+
     quiet_kafka_logs()
     try:
         listing, s3_error = asyncio.run(collect_runs(settings, runs, with_s3=not no_s3))

@@ -25,6 +25,9 @@ LIGHT_HELPS = {
     "serve": "launch.serve.cli",
     "status": "launch.status.cli",
     "replay": "launch.regenerate.replay_cli",
+    "gate": "launch.gate.cli",
+    "runs": "launch.status.runs_cli",
+    "scale": "launch.scale.cli",
 }
 """The commands whose help must stay light, and the module each imports."""
 
