@@ -289,9 +289,9 @@ class ConsumerSettings(GroupMemberSettings):
     )
     parallel_samples: bool = Field(
         True,
-        description="send a prompt's samples (--samples) that start together as one request with "
-        "the server's own n, the prompt prefilled once, where the server kind supports it "
-        "(SGLang without --enable-deterministic-inference; docs/inputs.md, Samples)",
+        description="send a long prompt's samples (--samples) that start together as one request "
+        "with the server's own n, the prompt prefilled once, on SGLang without deterministic "
+        "inference (docs/inputs.md, Samples)",
     )
     retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
     retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")
