@@ -54,6 +54,7 @@ from streams.inputs import (
     MappingOptions,
     prompt_template,
 )
+from streams.records import OPTIONAL_SAMPLING
 
 __all__ = [
     "MAPPING_OPTIONS",
@@ -177,20 +178,7 @@ def _flag(path: _Path) -> str:
 
 _SHORT_FLAGS: Final[dict[_Path, str]] = {
     ("consumer", "retry_invalid"): "--retry-invalid",
-    **{
-        ("generation", name): "--" + name.replace("_", "-")
-        for name in (
-            "top_k",
-            "min_p",
-            "repetition_penalty",
-            "frequency_penalty",
-            "presence_penalty",
-            "stop",
-            "seed",
-            "top_logprobs",
-            "extra_body",
-        )
-    },
+    **{("generation", name): "--" + name.replace("_", "-") for name in (*OPTIONAL_SAMPLING, "extra_body")},
 }
 """Settings that also answer to a short flag (the names users of peer tools know)."""
 

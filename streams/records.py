@@ -24,6 +24,7 @@ from streams.errors import RecordDecodeError
 
 __all__ = [
     "MAX_ERROR_ID_CHARS",
+    "OPTIONAL_SAMPLING",
     "OWN_FIELDS",
     "RESPONSE_FORMAT_TYPES",
     "SCHEMA_VERSION",
@@ -106,6 +107,19 @@ class GenerationParams(_Record, frozen=True, kw_only=True, omit_defaults=True):
         """The non-``None`` fields as a dict, ready to merge into a request body (``extra_body``
         left as one field: the body's builder merges it last)."""
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+OPTIONAL_SAMPLING: Final = (
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+    "seed",
+    "top_logprobs",
+)
+"""Sampling settings sent only when set, under SGLang's names; each also a flag (``--top-k``)."""
 
 
 RESPONSE_FORMAT_TYPES: Final = ("text", "json_object", "json_schema")

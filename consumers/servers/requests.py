@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from streams.config import GenerationSettings
-from streams.records import PromptRecord
+from streams.records import OPTIONAL_SAMPLING, PromptRecord
 
 __all__ = [
     "OUTPUT_CONSTRAINTS",
@@ -32,18 +32,6 @@ _NOT_PARAMS = ("messages", "tools", "rid", "request_id", "stream")
 
 OUTPUT_CONSTRAINTS: Final = ("response_format", "regex", "ebnf")
 """the structured-output fields; SGLang takes one at a time (docs/structured-output.md)."""
-
-_OPTIONAL_SAMPLING: Final = (
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "stop",
-    "seed",
-    "top_logprobs",
-)
-"""settings sent only when set (the server's defaults otherwise), in the fields of the same name."""
 
 
 def request_id(run_id: str, prompt_id: str, attempt: int, send: int) -> str:
@@ -79,7 +67,7 @@ def chat_request_body(
         "rid": rid,
         "stream": False,
     }
-    for name in (*OUTPUT_CONSTRAINTS, *_OPTIONAL_SAMPLING):  # set for every prompt
+    for name in (*OUTPUT_CONSTRAINTS, *OPTIONAL_SAMPLING):  # set for every prompt
         if getattr(g, name) is not None:
             body[name] = getattr(g, name)
     if g.logprobs:

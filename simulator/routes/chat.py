@@ -106,13 +106,7 @@ class ChatRoutes:
         faults = control.config
         plan = self._plan(chat, None, prompt_tokens)
         rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
-        job = engine.submit(
-            prompt_tokens=prompt_tokens,
-            target_tokens=plan.completion_tokens,
-            base_rate=plan.base_rate,
-            ends_in_abort=plan.finish_reason == "abort",
-            priority=chat.priority,
-        )
+        job = self._submit(chat, plan, prompt_tokens)
         server.telemetry.admitted(prompt_tokens, cached_tokens)
         outcome = await self._run(job, request, rid)
         if outcome is not None:
@@ -136,6 +130,19 @@ class ChatRoutes:
         if faults.omit_usage:
             body.pop("usage", None)
         return web.json_response(body, headers=headers)
+
+    def _submit(
+        self, chat: ChatRequest, plan: OutputPlan, prompt_tokens: int, *, cached_tokens: int = 0
+    ) -> Job:
+        """Queue the generation of ``plan`` in the engine (``cached_tokens``: not prefilled)."""
+        return self.server.engine.submit(
+            prompt_tokens=prompt_tokens,
+            target_tokens=plan.completion_tokens,
+            base_rate=plan.base_rate,
+            ends_in_abort=plan.finish_reason == "abort",
+            priority=chat.priority,
+            cached_tokens=cached_tokens,
+        )
 
     def _plan(
         self, chat: ChatRequest, rid: str | None, prompt_tokens: int, *, seed: int | None = None
@@ -191,14 +198,8 @@ class ChatRoutes:
             copy_rid = uuid.uuid4().hex
             seed = same_seed if server.profile.enable_deterministic_inference else None
             plan = self._plan(chat, copy_rid, prompt_tokens, seed=seed)
-            job = engine.submit(
-                prompt_tokens=prompt_tokens,
-                target_tokens=plan.completion_tokens,
-                base_rate=plan.base_rate,
-                ends_in_abort=plan.finish_reason == "abort",
-                priority=chat.priority,
-                cached_tokens=prompt_tokens - 1,  # the whole prompt but its last token is cached
-            )
+            # the whole prompt but its last token is in the cache
+            job = self._submit(chat, plan, prompt_tokens, cached_tokens=prompt_tokens - 1)
             server.telemetry.admitted(prompt_tokens, prompt_tokens - 1)
             copies.append((plan, job))
         waits = [self._run(job, request, uuid.uuid4().hex) for _, job in copies]
