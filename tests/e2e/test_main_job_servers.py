@@ -141,7 +141,9 @@ def test_run_serve_launches_a_fleet_runs_the_preflight_and_runs_on_it(
         done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=480)
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
-        assert "already running" in output and output.count("\n  ok\n") == 2, output
+        # 12 answers a server at a budget that fits: too few to call it ok at 95 % (the verdict's
+        # bounds, launch/preflight/verdict.py), and nothing to refuse: the run goes on
+        assert "already running" in output and output.count("not enough answers to judge") == 2, output
         assert {s.program: s.pid for s in fleet.status()} == pids, "the fleet was reused, not restarted"
         completions = _dataset(dataset)
         assert sorted(Counter(r["id"] for r in completions).values()) == [1] * 12
