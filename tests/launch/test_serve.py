@@ -78,11 +78,13 @@ def test_fleet_up_ready_idempotent_restarted_after_sigkill_and_down(
     assert _serve("status") == 0
     assert capsys.readouterr().out.count(" ready ") == 2
 
-    # SIGKILL one server: status shows it; supervisord restarts it; the other keeps its pid
-    os.kill(pids["gpu-1"], signal.SIGKILL)
+    # One server stops answering (SIGSTOP: no restart can race the status call): status shows it.
+    os.kill(pids["gpu-1"], signal.SIGSTOP)
     assert _serve("status") == 1
     status = capsys.readouterr().out
     assert "gpu-1" in status and "NOT READY" in status, status
+    # SIGKILL it: supervisord restarts it; the other keeps its pid
+    os.kill(pids["gpu-1"], signal.SIGKILL)
     assert wait_until(lambda: all(s.ready for s in fleet.status()), timeout_s=60, interval_s=0.5)
     after = _pids(fleet)
     assert after["gpu-0"] == pids["gpu-0"] and after["gpu-1"] not in (0, pids["gpu-1"])
