@@ -165,9 +165,7 @@ class PromptRunner:
             sends = 1
             if retriable(failed):
                 failures = 1
-                self.stats.retries += 1
-                self.metrics.retries.inc()
-                await asyncio.sleep(self.backoff.delay(1, self.rng))
+                await self._pause_to_retry(failures)
         while True:
             await self.server.ok.wait()
             sends += 1
@@ -202,9 +200,13 @@ class PromptRunner:
             self._observe_failure(last, sent_mono)
             if failures >= self.settings.consumer.max_attempts:
                 return await self._kept_or_failure(job, prompt, kept, invalid, last, sends)
-            self.stats.retries += 1
-            self.metrics.retries.inc()
-            await asyncio.sleep(self.backoff.delay(min(failures, 30), self.rng))
+            await self._pause_to_retry(failures)
+
+    async def _pause_to_retry(self, failures: int) -> None:
+        """Count a retry and wait out its backoff (``failures`` so far, seconds from the backoff)."""
+        self.stats.retries += 1
+        self.metrics.retries.inc()
+        await asyncio.sleep(self.backoff.delay(min(failures, 30), self.rng))
 
     def _asks_again(self, body: dict[str, Any], result: ChatResult, invalid: int) -> bool:
         """Whether ``result`` breaks ``body``'s structured output with re-asks left
