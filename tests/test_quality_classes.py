@@ -15,7 +15,7 @@ from rich.console import Console
 from consumers.quality.flags import quality_flags
 from consumers.quality.gate import tally
 from launch.regenerate.select import parse_where
-from launch.run.job import summary as run_summary
+from launch.run.summary import summary as run_summary
 from launch.status.dashboard.history import sample_of
 from launch.status.shape import Observation, shape
 from launch.status.view import status_view

@@ -10,24 +10,26 @@ a run's files, the local defaults and halt/resume: docs/main-job.md.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+
+from aiokafka.errors import KafkaError
 
 from launch.gate.control import halt_lines, resume_if_halted, unjudged_breach
 from launch.preflight.options import PreflightOptions, run_preflight_for
 from launch.preflight.sample import read_sample
+from launch.run.progress import Progress, wait_until_done
 from launch.run.progress import progress as progress_now
-from launch.run.progress import wait_until_done
 from launch.run.prompt_check import check_prompts
 from launch.run.replays import check_replay
 from launch.run.servers import describe_server, embedded_llm, wait_for_servers
+from launch.run.summary import read_manifest, summary
 from launch.scale.control import fleet_if_up, settle_fleet
 from launch.scale.policy import consumer_programs, same_servers
 from launch.scale.watch import FleetWatch
@@ -43,7 +45,6 @@ from streams.environment import settings_to_env
 from streams.errors import ConfigError, StackError
 from streams.inputs import InputMapping
 from streams.kafka import end_offsets
-from streams.quality import DEGENERATE_CLASS, DEGENERATE_FLAGS, classes_text
 from streams.runs import naming
 from streams.topics import ensure_topics, topic_specs
 
@@ -57,9 +58,7 @@ __all__ = [
     "metrics_port_args",
     "plan_run",
     "producer_argv",
-    "read_manifest",
     "run",
-    "summary",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -227,76 +226,6 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def summary(
-    manifest: dict[str, Any],
-    wall_s: float,
-    occupancy: float | None,
-    dataset: str,
-    *,
-    already_done: bool = False,
-    resumed: bool = False,
-    after_halt: bool = False,
-) -> str:
-    """The closing summary, from the export's ``manifest.json`` (docs/export.md, "What an export checks").
-    ``after_halt``: this invocation resumed a run its quality gate had halted; the results
-    finished before the halt are kept (docs/gate.md), so unusable ones are named. Records of an
-    attempt a regeneration superseded are told apart from duplicates (``superseded``)."""
-    m = manifest
-    records, tokens, dup = m["records"], m["tokens"], m["duplicates"]
-    superseded = dup.get("superseded_records", 0)  # absent from older manifests
-    expected = (m.get("expected") or {}).get("ids", "?")
-    lines = [
-        "",
-        f"run {m['run_id']}: done in {wall_s:.0f} s",
-        f"  prompts      {expected}",
-        f"  completions  {records['completions']}"
-        + (f" ({records['reused']} reused from another run)" if records.get("reused") else ""),
-        f"  errors       {records['errors']}",
-        f"  missing      {m['missing']['count']}",
-        f"  duplicates   {dup['records_dropped'] - superseded} records dropped by the export",
-        *(
-            [
-                f"  superseded   {superseded} records of {dup['older_attempts_dropped']} ids superseded by a "
-                "regeneration (the dataset keeps each id's latest attempt)"
-            ]
-            if superseded
-            else []
-        ),
-        f"  tokens       prompt {tokens['prompt']}, completion {tokens['completion']}, "
-        f"reasoning {tokens['reasoning']}",
-    ]
-    if already_done:
-        lines[1] = (
-            f"run {m['run_id']}: already complete (nothing generated now; re-exported in {wall_s:.0f} s)"
-        )
-    elif resumed:
-        lines.append("  tokens/s     - (a resumed run: its tokens were generated over several invocations)")
-    else:
-        rate = tokens["completion"] / max(wall_s, 1e-9)
-        lines.append(f"  tokens/s     {rate:.1f} (completion tokens / wall time)")
-    if occupancy is not None:
-        lines.append(
-            f"  slots busy   {occupancy:.0%} (mean over servers while generating: 100% with requests "
-            "queued, else running / running limit)"
-        )
-    lines.append(f"  finish       {json.dumps(m['by_finish_reason'], sort_keys=True)}")
-    quality = m["quality"]
-    lines.append(f"  quality      {classes_text(quality['classes'], quality['results'])}")
-    lines.append(f"  dataset      {dataset}")
-    unusable = {f: n for f, n in quality["classes"].items() if f in DEGENERATE_FLAGS and n}
-    if after_halt and unusable:
-        flags = ", ".join(f"{f} {n}" for f, n in unusable.items())
-        lines.append(
-            f"warning: {quality['classes'].get(DEGENERATE_CLASS, 0)} of {records['completions']} "
-            f"completions are unusable ({DEGENERATE_CLASS}: {flags}): the results finished at the halted "
-            "settings are kept, a resume does not generate them again; filter the dataset on each "
-            "record's quality flags, or generate them again with the fix: "
-            f"kafkagen regenerate {m['run_id']} --where quality={','.join(unusable)} (with the fixed "
-            "--max-tokens N or --thinking)"
-        )
-    return "\n".join(lines)
-
-
 def _check_llm_ports(stack: LocalStack) -> None:
     """Before the job starts its llama.cpp servers: a port held by a process the stack did not
     start may well be the user's own server (SGLang on a GPU host), so say how to use it.
@@ -357,6 +286,12 @@ def run(plan: RunPlan, options: RunOptions) -> int:
         f"run {settings.run_id}: servers {', '.join(settings.servers)} ({origin}); "
         f"max_tokens {gen.max_tokens}; thinking {'on' if thinking else 'off'}"
     )
+    # A finished run whose input holds nothing new needs no server, preflight, consumer or sink.
+    done = _finished_already(settings, options, stack.home, say=say) if early is not None else None
+    if done is not None:
+        stack.up(["kafka", "s3"], echo=say)
+        elapsed = time.monotonic() - started
+        return _export_and_report(settings, options, done, elapsed, resumed=True, after_halt=False, say=say)
     # The preflight names a fleet's servers gpu-<i>, any other server by its URL.
     names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
@@ -470,50 +405,15 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             for line in halt_lines(settings.run_id, progress.halted.reason, progress.halted.fix):
                 say(line)
             return 1
-        dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
-        export = subprocess.run(
-            _python(
-                "-m",
-                "sinks.export",
-                "--run-id",
-                settings.run_id,
-                "--to",
-                dataset,
-                *(arg for fmt in options.export_formats for arg in ("--format", fmt)),
-            ),
-            env={**os.environ, **env},
-            cwd=root,
-            check=False,
-            capture_output=True,
-            text=True,
+        return _export_and_report(
+            settings,
+            options,
+            progress,
+            time.monotonic() - started,
+            resumed=generated_before > 0,
+            after_halt=resumed is not None,
+            say=say,
         )
-        if export.returncode != 0:
-            say(export.stdout + export.stderr)
-            say(f"error: export failed (exit {export.returncode})")
-            return 1
-        manifest = read_manifest(dataset, settings)
-        occupancy = (
-            (sum(progress.load_samples) / len(progress.load_samples)) if progress.load_samples else None
-        )
-        wall = time.monotonic() - started
-        say(
-            summary(
-                manifest,
-                wall,
-                occupancy,
-                dataset,
-                already_done=progress.already_done,
-                resumed=generated_before > 0,
-                after_halt=resumed is not None,
-            )
-        )
-        # A run shorter than the gate's warm-up ends before an early trip is certain: judge it whole.
-        verdict = asyncio.run(unjudged_breach(settings))
-        if verdict is not None:
-            say(f"error: run {settings.run_id} fails its quality gate {verdict[0]}")
-            say(f"fix: {verdict[1]}; the dataset above keeps these results")
-            return 1
-        return 0
     finally:
         watch.stop()
         if not options.keep_running:
@@ -530,16 +430,92 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             )
 
 
-def read_manifest(dataset: str, settings: Settings) -> dict[str, Any]:
-    """The export's ``manifest.json`` in ``dataset`` (a folder or ``s3://bucket/prefix``)."""
-    if dataset.startswith("s3://"):
-        from streams.storage import s3_client
+def _finished_already(
+    settings: Settings, options: RunOptions, home: Path, *, say: Callable[[str], None]
+) -> Progress | None:
+    """The run's progress when it was complete before this invocation and still is once its
+    input was published again (the producer publishes only rows added since, the others it only
+    checks: docs/producer.md, "Resume points"); else None (also when Kafka does not answer).
+    A replay publishes nothing, so it is complete when its generation and sink are."""
+    try:
+        before = asyncio.run(progress_now(settings))
+    except (KafkaError, TimeoutError, OSError):
+        return None
+    if not before.done or before.halted is not None:
+        return None
+    if settings.replay_of is None:
+        say(f"run {settings.run_id}: complete before; checking its input for rows added since")
+        bad_lines = home / "runs" / settings.run_id / "bad-lines.jsonl"
+        bad_lines.parent.mkdir(parents=True, exist_ok=True)
+        publish = subprocess.run(
+            _python("-m", "producers.prompts", *producer_argv(options, bad_lines)),
+            env={**os.environ, **settings_to_env(settings)},
+            cwd=REPO_ROOT,
+            check=False,
+        )
+        if publish.returncode not in (0, 1):
+            return None  # the normal path publishes again and reports the failure
+        after = asyncio.run(progress_now(settings))
+        if not after.done or after.prompts_end != before.prompts_end:
+            return None
+        before = after
+    before.already_done = True
+    return before
 
-        bucket, _, prefix = dataset.removeprefix("s3://").partition("/")
-        key = f"{prefix.rstrip('/')}/manifest.json" if prefix else "manifest.json"
-        body = s3_client(settings.s3).get_object(Bucket=bucket, Key=key)["Body"].read()
-        data = json.loads(body)
-    else:
-        data = json.loads((Path(dataset) / "manifest.json").read_text())
-    assert isinstance(data, dict)
-    return data
+
+def _export_and_report(
+    settings: Settings,
+    options: RunOptions,
+    progress: Progress,
+    elapsed_s: float,
+    *,
+    resumed: bool,
+    after_halt: bool,
+    say: Callable[[str], None],
+) -> int:
+    """Export the done run to its dataset, print the summary and judge the whole run by its gate;
+    returns the exit status (0, or 1: the export failed or the gate fails the run). ``elapsed_s``:
+    seconds this invocation ran before the export."""
+    started = time.monotonic() - elapsed_s
+    dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
+    export = subprocess.run(
+        _python(
+            "-m",
+            "sinks.export",
+            "--run-id",
+            settings.run_id,
+            "--to",
+            dataset,
+            *(arg for fmt in options.export_formats for arg in ("--format", fmt)),
+        ),
+        env={**os.environ, **settings_to_env(settings)},
+        cwd=REPO_ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if export.returncode != 0:
+        say(export.stdout + export.stderr)
+        say(f"error: export failed (exit {export.returncode})")
+        return 1
+    manifest = read_manifest(dataset, settings)
+    occupancy = (sum(progress.load_samples) / len(progress.load_samples)) if progress.load_samples else None
+    wall = time.monotonic() - started
+    say(
+        summary(
+            manifest,
+            wall,
+            occupancy,
+            dataset,
+            already_done=progress.already_done,
+            resumed=resumed,
+            after_halt=after_halt,
+        )
+    )
+    # A run shorter than the gate's warm-up ends before an early trip is certain: judge it whole.
+    verdict = asyncio.run(unjudged_breach(settings))
+    if verdict is not None:
+        say(f"error: run {settings.run_id} fails its quality gate {verdict[0]}")
+        say(f"fix: {verdict[1]}; the dataset above keeps these results")
+        return 1
+    return 0

@@ -101,6 +101,33 @@ def test_servers_already_running_and_raw_gsm8k_rows(
     # group can finish all 20 before the second one joins).
     assert {r["server"] for r in completions} <= set(user_servers)
 
+    # The same command on the finished run: no preflight, no consumer, no sink, no request; the
+    # dataset is exported again, whole.
+    received = {url: _received(url) for url in user_servers}
+    again = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-4000:]
+    assert f"run {run_id}: already complete" in output, output
+    assert "preflight:" not in output and "consumers and sink started" not in output, output
+    assert {url: _received(url) for url in user_servers} == received
+    assert len(_dataset(dataset)) == 20
+
+    # A row added to the input since: the run is not finished, that row is generated.
+    with prompts.open("a") as f:
+        f.write(json.dumps(_rows(21)[20]) + "\n")
+    grown = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=480, check=False)
+    output = grown.stdout + grown.stderr
+    assert grown.returncode == 0, output[-4000:]
+    assert "already complete" not in output and "consumers and sink started" in output, output
+    ids = Counter(r["id"] for r in _dataset(dataset))
+    assert len(ids) == 21 and max(ids.values()) == 1, ids
+
+
+def _received(url: str) -> int:
+    """Generation requests the simulator at ``url`` has received since it started."""
+    stats = httpx.get(url + "/simulator/stats", timeout=10).json()
+    return int(stats["requests_received"])
+
 
 def _free_ports(count: int) -> int:
     """A port P with P .. P+count-1 all free on 127.0.0.1 (``KAFKAGEN_TEST_SERVER_PORT`` + 10 when

@@ -296,7 +296,7 @@ def test_serve_excludes_server_and_gpus_needs_serve(
 
 
 def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> None:
-    from launch.run.job import summary
+    from launch.run.summary import summary
 
     manifest = {
         "run_id": "r",
@@ -321,7 +321,7 @@ def test_the_summary_gives_a_rate_only_for_a_run_made_in_one_invocation() -> Non
 def test_the_summary_calls_attempts_a_regeneration_replaced_superseded_not_duplicates() -> None:
     """Issue 30 item 3: after regenerating 32 prompts the summary said "duplicates 32 records
     dropped"; those 32 are the older attempts the regeneration superseded."""
-    from launch.run.job import summary
+    from launch.run.summary import summary
 
     manifest = {
         "run_id": "r",
@@ -341,7 +341,7 @@ def test_the_summary_calls_attempts_a_regeneration_replaced_superseded_not_dupli
 def test_the_summary_of_a_resumed_halted_run_names_the_unusable_results_it_kept() -> None:
     """A small run halted by its gate had every prompt finished (in flight) at the bad settings:
     the re-run with the fix generates nothing and must not end as a plain "done"."""
-    from launch.run.job import summary
+    from launch.run.summary import summary
 
     manifest = {
         "run_id": "r",
