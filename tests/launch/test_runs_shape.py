@@ -338,3 +338,14 @@ def test_plain_text_is_as_wide_as_the_table_needs_without_trailing_spaces() -> N
     assert len(lines) == 2 and lines[1].startswith(f"{long_id}  done  "), "not cut, not wrapped"
     assert all(line == line.rstrip() for line in lines)
     assert "\x1b[" not in text, "no colours"
+
+
+def test_a_record_model_left_at_default_shows_the_model_the_servers_serve() -> None:
+    """``model`` "default" asks the server for whatever it serves (issue 30 item 9: ``runs`` said
+    "default"): the latest member report's served model is shown instead; none reported, "default"."""
+    record = _record(generation={"model": "default", "max_tokens": 128})
+    control = _control(record, _member(at=NOW - 90, model="old"), _member(at=NOW - 5, model="gemma-3-270m"))
+    row = shape_run(_finished_facts(control=control, published=3), at=NOW, live_s=LIVE_S)
+    assert row.params == {"model": "gemma-3-270m", "max_tokens": 128}
+    alone = shape_run(_finished_facts(control=_control(record), published=3), at=NOW, live_s=LIVE_S)
+    assert alone.params["model"] == "default"
