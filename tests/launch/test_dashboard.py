@@ -25,13 +25,16 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.status.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
-from launch.status.dashboard.backfill import align_published, samples_from_counts
+from launch.status.dashboard.backfill import align_published, samples_from_counts, topic_history
 from streams.config import Settings
 from streams.environment import settings_to_env
+from streams.kafka import producer_kwargs
+from streams.topics import ensure_topics, topic_specs
 from tests.helpers import REPO_ROOT, spawn, start_simulator, unused_port, wait_for, with_kafka_at
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -172,6 +175,40 @@ def test_the_past_goes_before_the_collected_samples_whatever_its_age() -> None:
     assert [s["at"] for s in history.since(55.0)] == [60.0, 100.0, 101.0]
     history.add({"at": 200.0})  # the collected samples keep history_s, the past stays
     assert [s["at"] for s in history.since()] == [50.0, 60.0, 200.0]
+
+
+async def test_the_past_is_read_back_from_the_topics_record_timestamps(
+    kafka: str, settings: Settings
+) -> None:
+    """Records planted with known timestamps on the run's topics (several partitions): the counts
+    before each sampled time are those of the records older than it, whatever the partition."""
+    specs = topic_specs(settings)
+    assert await topic_history(settings, until_ms=2_000_000_000_000) == [], "no topics yet: no past"
+    await ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]])
+    t0 = 1_700_000_000_000
+    planted = {  # topic -> the records' timestamps (ms after t0)
+        specs["prompts"].name: [0, 0, 500, 1000, 1000, 1500, 2000, 2000, 2500, 3000],
+        specs["completions"].name: [4000, 4500, 5000, 6000, 7000, 8000, 9000, 9000],
+        specs["errors"].name: [6500, 9500],
+    }
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        for topic, times in planted.items():
+            for i, ms in enumerate(times):
+                await producer.send_and_wait(topic, b"x", key=str(i).encode(), timestamp_ms=t0 + ms)
+    finally:
+        await producer.stop()
+    past = await topic_history(settings, until_ms=t0 + 60_000)
+    assert past[0]["at"] == t0 / 1000 and past[-1]["at"] > (t0 + 9500) / 1000, [s["at"] for s in past]
+    for sample in past:
+        ms = round(sample["at"] * 1000) - t0
+        expect = [
+            sum(1 for x in planted[specs[k].name] if x < ms) for k in ("prompts", "completions", "errors")
+        ]
+        assert [sample["published"], sample["completions"], sample["errors"]] == expect, (ms, sample)
+    assert past[-1]["results"] == 10 and past[-1]["published"] == 10 and past[-1]["remaining"] == 0
+    assert max(s["completions_per_s"] or 0 for s in past) > 0
 
 
 # --- the server in-process, over the test's own status source ---------------------------------
