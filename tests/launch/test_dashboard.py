@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,12 +25,16 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 from PIL import Image
 from playwright.async_api import BrowserContext, Page, async_playwright
 
 from launch.status.dashboard import STATIC, Dashboard, History, run_dashboard, sample_of
+from launch.status.dashboard.backfill import align_published, samples_from_counts, topic_history
 from streams.config import Settings
 from streams.environment import settings_to_env
+from streams.kafka import producer_kwargs
+from streams.topics import ensure_topics, topic_specs
 from tests.helpers import REPO_ROOT, spawn, start_simulator, unused_port, wait_for, with_kafka_at
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,9 +50,15 @@ CHROMIUM_ARGS = [
 
 
 def _status(
-    at: float, n: int, *, state: str = "running", gate: dict[str, Any] | None = None
+    at: float,
+    n: int,
+    *,
+    state: str = "running",
+    gate: dict[str, Any] | None = None,
+    eta_per_prompt: float = 1 / 3,
 ) -> dict[str, Any]:
-    """A status dict in the schema's shape (``kafkagen status --json``) after ``n`` results."""
+    """A status dict in the schema's shape (``kafkagen status --json``) after ``n`` results, with an
+    ETA of ``eta_per_prompt`` seconds for each of the ``100 - n`` prompts left."""
     servers = [
         {
             "instance": f"gen-{i}",
@@ -86,7 +97,7 @@ def _status(
             "remaining": 100 - n,
         },
         "rates": {"completions_per_s": 3.0, "tokens_per_s": 210.0 + 2 * n},
-        "eta_s": (100 - n) / 3.0,
+        "eta_s": (100 - n) * eta_per_prompt,
         "lag": {"total": 100 - n, "partitions": [], "consumers": [], "sink": {"lag": 5, "members": 1}},
         "servers": servers,
         "quality": {"results": n, "classes": {"truncated": n // 2, "error": 1}},
@@ -140,6 +151,64 @@ def test_history_keeps_the_last_history_s_seconds_in_order() -> None:
     assert [s["at"] for s in history.since()] == [100.0]
     with pytest.raises(ValueError, match="must be > 0"):
         History(interval_s=0)
+
+
+def test_the_past_goes_before_the_collected_samples_whatever_its_age() -> None:
+    history = History(history_s=10.0, interval_s=1.0)
+    assert history.add({"at": 100.0}) and history.add({"at": 101.0})
+    # 0 records before 50 s, then 10 prompts and 5 results by 60 s, 10 results by 100.5 s
+    past = samples_from_counts([50_000, 60_000, 100_500], [(0, 0, 0), (10, 4, 1), (10, 9, 1)])
+    assert [(s["published"], s["results"], s["remaining"]) for s in past] == [
+        (0, 0, 0),
+        (10, 5, 5),
+        (10, 10, 0),
+    ]
+    assert [s["completions_per_s"] for s in past] == [None, 0.5, 0.123]
+    assert {s["source"] for s in past} == {"topics"} and past[1]["in_s3"] is None
+    # 11 offsets for 10 prompts (a transaction marker): scaled to the exact count, the last at 10
+    aligned = align_published(samples_from_counts([0, 1000], [(0, 0, 0), (11, 2, 0)]), 10)
+    assert [(s["published"], s["remaining"]) for s in aligned] == [(0, 0), (10, 8)]
+    assert align_published(past, 12) == past, "fewer offsets than prompts: nothing to scale"
+    history.seed(past)
+    assert history.seeded == 2, "a sample of the past newer than the first collected one is dropped"
+    assert [s["at"] for s in history.since()] == [50.0, 60.0, 100.0, 101.0]
+    assert [s["at"] for s in history.since(55.0)] == [60.0, 100.0, 101.0]
+    history.add({"at": 200.0})  # the collected samples keep history_s, the past stays
+    assert [s["at"] for s in history.since()] == [50.0, 60.0, 200.0]
+
+
+async def test_the_past_is_read_back_from_the_topics_record_timestamps(
+    kafka: str, settings: Settings
+) -> None:
+    """Records planted with known timestamps on the run's topics (several partitions): the counts
+    before each sampled time are those of the records older than it, whatever the partition."""
+    specs = topic_specs(settings)
+    assert await topic_history(settings, until_ms=2_000_000_000_000) == [], "no topics yet: no past"
+    await ensure_topics(settings, [specs["prompts"], specs["completions"], specs["errors"]])
+    t0 = 1_700_000_000_000
+    planted = {  # topic -> the records' timestamps (ms after t0)
+        specs["prompts"].name: [0, 0, 500, 1000, 1000, 1500, 2000, 2000, 2500, 3000],
+        specs["completions"].name: [4000, 4500, 5000, 6000, 7000, 8000, 9000, 9000],
+        specs["errors"].name: [6500, 9500],
+    }
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        for topic, times in planted.items():
+            for i, ms in enumerate(times):
+                await producer.send_and_wait(topic, b"x", key=str(i).encode(), timestamp_ms=t0 + ms)
+    finally:
+        await producer.stop()
+    past = await topic_history(settings, until_ms=t0 + 60_000)
+    assert past[0]["at"] == t0 / 1000 and past[-1]["at"] > (t0 + 9500) / 1000, [s["at"] for s in past]
+    for sample in past:
+        ms = round(sample["at"] * 1000) - t0
+        expect = [
+            sum(1 for x in planted[specs[k].name] if x < ms) for k in ("prompts", "completions", "errors")
+        ]
+        assert [sample["published"], sample["completions"], sample["errors"]] == expect, (ms, sample)
+    assert past[-1]["results"] == 10 and past[-1]["published"] == 10 and past[-1]["remaining"] == 0
+    assert max(s["completions_per_s"] or 0 for s in past) > 0
 
 
 # --- the server in-process, over the test's own status source ---------------------------------
@@ -297,6 +366,22 @@ async def test_a_halted_run_shows_a_red_banner_with_reason_and_fix(
     assert not errors, errors
 
 
+@pytest.mark.parametrize("eta_per_prompt", [0.02, 20.0], ids=["eta-2s", "eta-33m"])
+async def test_chart_ticks_read_as_counts_and_durations_at_both_widths(
+    browser: BrowserContext, tmp_path: Path, eta_per_prompt: float
+) -> None:
+    """ETAs of 1.8 s down to 0 (uPlot's own steps rounded to "1s 1s 1s 0s") and of 33 minutes (its
+    label "33m 20s" cut to "33m 20" by a fixed-width axis); counts of 0 or 1 (steps of 0.2 prompts)."""
+    errors: list[str] = []
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    async with serving(Source(eta_per_prompt=eta_per_prompt)) as url:
+        page = await open_dashboard(browser, url, errors)
+        await page.wait_for_function("() => window.kafkagenDashboard.history.length >= 8", timeout=30_000)
+        await _check_layout(page, f"eta-{eta_per_prompt:g}", shots)
+    assert not errors, errors
+
+
 def _pixels(
     shot: Image.Image,
     box: tuple[int, int, int, int] | None,
@@ -315,12 +400,15 @@ def _pixels(
 # --- the issue's check: status --serve over a real pipeline, in Chromium -----------------------
 
 PROMPTS = 160
+MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
+WIDTHS = (1280, 1920)
 GSM8K = REPO_ROOT / "data" / "gsm8k" / "test.jsonl"
 
 
 def _simulator(log: Path) -> tuple[subprocess.Popen[str], str]:
     """``python -m simulator`` on a free port, 4 slots, at 5 times real time: the process and its URL."""
-    args = ("--time-scale", "5", "--max-running-requests", "4", "--served-model-name", "sim-qwen3")
+    # a served model name as long as real ones: the servers table must still fit the page
+    args = ("--time-scale", "5", "--max-running-requests", "4", "--served-model-name", MODEL)
     return start_simulator(log, *args)
 
 
@@ -332,6 +420,7 @@ class Pipeline:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen[Any]] = {}
         self.one_shot: set[str] = set()
+        self.stopped: set[str] = set()
 
     def add(self, name: str, proc: subprocess.Popen[Any], *, one_shot: bool = False) -> None:
         """Track ``proc`` (``one_shot``: it may end, with status 0: the producer)."""
@@ -341,16 +430,21 @@ class Pipeline:
 
     def assert_alive(self) -> None:
         for name, proc in self.procs.items():
+            if name in self.stopped:
+                continue
             if proc.poll() is not None and not (name in self.one_shot and proc.returncode == 0):
                 log = self.logs / f"{name}.log"
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
                 raise AssertionError(f"{name} exited with {proc.returncode}; end of {log}:\n{tail}")
 
-    def stop(self) -> None:
-        for proc in self.procs.values():
+    def stop(self, *names: str) -> None:
+        """Stop the processes ``names`` (none: all of them): SIGTERM, then SIGKILL after 15 s."""
+        procs = [p for n, p in self.procs.items() if not names or n in names]
+        self.stopped.update(names or self.procs)
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -385,6 +479,25 @@ async def _page_data(page: Page) -> dict[str, Any]:
     return data
 
 
+async def _serve(pipeline: Pipeline, settings: Settings, name: str = "dashboard") -> str:
+    """``kafkagen status --serve`` (a new status every second) as process ``name``; its URL once
+    ``/api/status`` answers."""
+    port = unused_port()
+    serve = ["-m", "launch.cli", "status", "--serve", "--port", str(port), "--interval", "1"]
+    pipeline.add(name, spawn(serve, settings, pipeline.logs / f"{name}.log"))
+    url = f"http://127.0.0.1:{port}/"
+    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+
+        async def listening() -> bool:
+            pipeline.assert_alive()
+            with contextlib.suppress(httpx.TransportError):
+                return (await http.get("/api/status")).status_code == 200
+            return False
+
+        await wait_for(listening, timeout_s=30, what=f"the dashboard on {url}")
+    return url
+
+
 async def _start_pipeline(pipeline: Pipeline, settings: Settings, count: int) -> str:
     """Two simulators with a consumer each, the sink, the producer of ``count`` GSM8K questions and
     ``kafkagen status --serve`` (a new status every second); returns the dashboard's URL once it
@@ -400,23 +513,46 @@ async def _start_pipeline(pipeline: Pipeline, settings: Settings, count: int) ->
     produce = ["-m", "producers.prompts", str(prompts), "--prompt-field", "question"]
     produce += ["--bad-lines", str(logs / "bad.jsonl")]
     pipeline.add("produce", spawn(produce, settings, logs / "produce.log"), one_shot=True)
-    port = unused_port()
-    serve = ["-m", "launch.cli", "status", "--serve", "--port", str(port), "--interval", "1"]
-    pipeline.add("dashboard", spawn(serve, settings, logs / "dashboard.log"))
-    url = f"http://127.0.0.1:{port}/"
-    async with httpx.AsyncClient(base_url=url, timeout=20) as http:
-
-        async def listening() -> bool:
-            pipeline.assert_alive()
-            with contextlib.suppress(httpx.TransportError):
-                return (await http.get("/api/status")).status_code == 200
-            return False
-
-        await wait_for(listening, timeout_s=30, what=f"the dashboard on {url}")
-    return url
+    return await _serve(pipeline, settings)
 
 
-@pytest.mark.timeout(150)
+_COUNT = re.compile(r"-?\d{1,3}(,\d{3})*")  # the count axes: whole numbers, "12,000"
+_DURATION = re.compile(r"0|(\d+h)?( ?\d+m)?( ?\d+s)?")  # the ETA axis: "45s", "33m", "1h 30m"
+
+
+async def _check_layout(page: Page, phase: str, shots: Path) -> None:
+    """At each of WIDTHS: the page has no horizontal scrollbar, every chart's tick labels are
+    distinct and fit their axis, counts and durations read as such; a screenshot of each
+    (``shots/<phase>-<width>.png``)."""
+    for width in WIDTHS:
+        before = await page.evaluate("() => window.kafkagenDashboard.updates")
+        await page.set_viewport_size({"width": width, "height": 1400})
+        # a refresh after the resize: the charts are drawn at the new width
+        await page.wait_for_function(f"() => window.kafkagenDashboard.updates > {before} + 1")
+        await page.screenshot(path=str(shots / f"{phase}-{width}.png"), full_page=True)
+        scroll = await page.evaluate(
+            "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert scroll[0] <= scroll[1], f"{phase} at {width} px: the page scrolls sideways {scroll}"
+        charts = (await _page_data(page))["charts"]
+        for name, chart in charts.items():
+            axes = chart.get("axes") or []
+            assert len(axes) >= 2, (
+                f"{phase} at {width} px: chart {name} shows no axes' labels: {chart.keys()}"
+            )
+            for axis in axes:
+                labels = [t for t in axis["labels"] if t]
+                where = f"{phase} at {width} px, chart {name}, axis {axis['scale']}: {labels}"
+                assert labels and len(set(labels)) == len(labels), f"tick labels repeat: {where}"
+                if axis["side"] in (1, 3):  # the y axes, left and right
+                    assert max(axis["widths"]) <= axis["room"], f"labels wider than the axis {axis}: {where}"
+                if axis["scale"] == "s":
+                    assert all(_DURATION.fullmatch(t) for t in labels), f"not durations: {where}"
+                elif axis["scale"] == "y" and name in ("lag", "progress", "quality"):
+                    assert all(_COUNT.fullmatch(t) for t in labels), f"not counts: {where}"
+
+
+@pytest.mark.timeout(240)
 async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chromium(
     kafka: str, s3: str, settings: Settings, tmp_path: Path, pipeline: Pipeline, browser: BrowserContext
 ) -> None:
@@ -437,6 +573,10 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
             return len(both) >= 3 and len(latest.get("servers") or []) == 2 and len(set(results)) >= 3
 
         await wait_for(generating, timeout_s=60, what="the page to show results growing", interval_s=0.5)
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        await _check_layout(page, "live", shots)
+        await page.set_viewport_size({"width": 1280, "height": 1400})
         # The page's numbers are the API's: the same status (same "at") as /api/status gives.
         # (the page polls every interval: wait until it has the status the API answered just now)
         seen_at = []
@@ -476,7 +616,7 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
                     by_time[x]["results"],
                     by_time[x]["in_s3"],
                 )
-        assert sorted(progress["data"][2])[-1] < progress["data"][1][-1] + 1
+        assert max(v for v in progress["data"][2] if v is not None) < progress["data"][1][-1] + 1
         tokens = charts["tokens"]
         assert [s["label"] for s in tokens["series"]] == ["gen-0", "gen-1", "total"]
         assert max(v or 0 for v in tokens["data"][3]) > 0, "tokens were generated"
@@ -525,6 +665,45 @@ async def test_status_serve_shows_the_live_numbers_of_a_running_pipeline_in_chro
             await wait_for(all_in_s3, timeout_s=60, what=f"the page to show all {PROMPTS} prompts in S3")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the page's last counts: {seen}") from None
+    assert not errors, errors
+    await _check_finished(pipeline, settings, browser, shots)
+
+
+async def _check_finished(
+    pipeline: Pipeline, settings: Settings, browser: BrowserContext, shots: Path
+) -> None:
+    """The run finished and its consumers gone: a dashboard started now shows the run's history
+    (read back from its topics), the consumers' lag as done, and fits both widths."""
+    pipeline.stop("gen-0", "gen-1", "sink", "dashboard")
+    started = time.time()
+    url = await _serve(pipeline, settings, "dashboard-after")
+    errors: list[str] = []
+    page = await open_dashboard(browser, url, errors)
+    await page.wait_for_function(
+        "() => { const d = window.kafkagenDashboard;"
+        " return d.latest && d.latest.state === 'done' && d.history.length >= 2 && d.updates >= 2; }",
+        timeout=60_000,
+    )
+    await _check_layout(page, "finished", shots)
+    data = await _page_data(page)
+    xs, published, results, _ = data["charts"]["progress"]["data"]
+    past = [p for x, p in zip(xs, published, strict=True) if x < started and p is not None]
+    assert past and max(past) == PROMPTS, f"published before the dashboard (markers not counted): {past}"
+    assert xs[0] < started - 5, f"the charts start at {xs[0]}, when the dashboard did ({started}): no history"
+    run = [r for x, r in zip(xs, results, strict=True) if x < started and r is not None]
+    assert run and run[0] < PROMPTS / 4 and run[-1] >= PROMPTS, f"results before the dashboard: {run}"
+    rates = [
+        v for x, v in zip(xs, data["charts"]["completions"]["data"][-1], strict=True) if x < started and v
+    ]
+    assert rates and max(rates) > 0, "the completions/s of the run, before the dashboard started"
+    lags = await page.locator("#consumers tbody td[data-col=lag]").evaluate_all(
+        "tds => tds.map(td => td.dataset.value)"
+    )
+    note = await page.locator("#consumers-note").inner_text()
+    members = await page.locator("#consumers tbody tr[data-member]").count()
+    assert lags and all(v == "0" for v in lags), f"lag per consumer when done: {lags} ({note!r})"
+    assert members or note.startswith("done: no consumer left"), note
+    assert "remaining" in await page.locator("#definitions").inner_text()
     assert not errors, errors
 
 

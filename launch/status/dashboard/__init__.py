@@ -4,7 +4,8 @@ ETA, quality classes and per-server occupancy, with the prompt counts and the ga
 The page and its chart library (uPlot, MIT: ``static/NOTICE.md``) are bundled with the package,
 so the dashboard works on a host without internet access. The server (:mod:`.server`) collects
 the run's status (:func:`launch.status.collect.collect`, the ``kafkagen status --json`` shape) every few
-seconds into a ring buffer (:mod:`.history`), so a page opened late shows the last half hour.
+seconds into a ring buffer (:mod:`.history`), so a page opened late shows the last half hour,
+after the run's past read back from its topics' record timestamps (:mod:`.backfill`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from launch.status.collect import Collector, quiet_kafka_logs
+from launch.status.dashboard.backfill import topic_history
 from launch.status.dashboard.history import History, sample_of
 from launch.status.dashboard.server import STATIC, Dashboard, StatusSource, run_dashboard
 from launch.status.shape import DASHBOARD_PORT
@@ -85,7 +87,19 @@ async def _serve(
             raise
 
     try:
-        dashboard = Dashboard(source or collect, interval_s=interval_s, history_s=history_s)
+
+        async def past() -> list[dict[str, Any]]:
+            try:
+                return await topic_history(settings)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                raise kafka_unavailable(settings.kafka, exc) from exc
+
+        dashboard = Dashboard(
+            source or collect,
+            interval_s=interval_s,
+            history_s=history_s,
+            past=None if source is not None else past,
+        )
         await run_dashboard(dashboard, host, port)
     finally:
         await collector.stop()

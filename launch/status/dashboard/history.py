@@ -36,7 +36,8 @@ def sample_of(status: Mapping[str, Any]) -> dict[str, Any]:
     ``remaining``; ``tokens_per_s`` and ``completions_per_s`` (fleet totals); ``eta_s`` (seconds);
     ``lag`` (prompts topic, offsets) and ``sink_lag`` (records); ``quality`` (class → count) and
     ``quality_results``; ``servers``: instance → ``tokens_per_s``, ``completions_per_s``,
-    ``running``, ``slots``, ``queued``, ``occupancy`` (0..1), ``state``.
+    ``running``, ``slots``, ``queued``, ``occupancy`` (0..1), ``state``; ``source``: ``"status"``
+    (a sample read back from the topics, ``backfill.py``, says ``"topics"``).
 
     Raises:
         ValueError: the status has no numeric ``at``.
@@ -51,6 +52,7 @@ def sample_of(status: Mapping[str, Any]) -> dict[str, Any]:
         servers[name] = {f: server.get(f) for f in _SERVER_FIELDS}
     return {
         "at": float(at),
+        "source": "status",
         "state": status.get("state"),
         "gate": _get(status, "gate", "state"),
         **{
@@ -85,9 +87,22 @@ class History:
         self.history_s = history_s
         self.interval_s = interval_s
         self._samples: deque[dict[str, Any]] = deque(maxlen=math.ceil(history_s / interval_s) + 1)
+        self._seed: list[dict[str, Any]] = []
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return len(self._seed) + len(self._samples)
+
+    @property
+    def seeded(self) -> int:
+        """How many samples :meth:`seed` gave (0 before it)."""
+        return len(self._seed)
+
+    def seed(self, samples: list[dict[str, Any]]) -> None:
+        """Put the run's past before the collected samples (``backfill.topic_history``'s, oldest
+        first): those older than the first collected one are kept, whatever their age (the run's
+        history, not the last ``history_s``), and replace an earlier seed."""
+        first = self._samples[0]["at"] if self._samples else float("inf")
+        self._seed = [s for s in samples if s["at"] < first]
 
     def add(self, sample: dict[str, Any]) -> bool:
         """Append ``sample`` (a :func:`sample_of` dict); returns whether it was kept."""
@@ -100,7 +115,7 @@ class History:
         return True
 
     def since(self, at: float | None = None) -> list[dict[str, Any]]:
-        """The samples newer than ``at`` (Unix seconds; ``None``: all of them), oldest first."""
-        if at is None:
-            return list(self._samples)
-        return [s for s in self._samples if s["at"] > at]
+        """The samples newer than ``at`` (Unix seconds; ``None``: all of them, the seed's first),
+        oldest first."""
+        samples = [*self._seed, *self._samples]
+        return samples if at is None else [s for s in samples if s["at"] > at]

@@ -20,10 +20,11 @@ from typing import Any
 
 from aiohttp import web
 
+from launch.status.dashboard.backfill import align_published
 from launch.status.dashboard.history import History, sample_of
 from streams.errors import ConfigError
 
-__all__ = ["STATIC", "Dashboard", "StatusSource", "run_dashboard"]
+__all__ = ["STATIC", "Dashboard", "PastSource", "StatusSource", "run_dashboard"]
 
 log = logging.getLogger("kafkagen.dashboard")
 
@@ -33,6 +34,9 @@ STATIC = Path(__file__).with_name("static")
 StatusSource = Callable[[], Awaitable[dict[str, Any]]]
 """An async callable returning one status dict (``launch.status.collect.collect(settings)`` as a dict)."""
 
+PastSource = Callable[[], Awaitable[list[dict[str, Any]]]]
+"""An async callable returning the run's past as samples, oldest first (``backfill.topic_history``)."""
+
 
 class Dashboard:
     """The sampler and the web application over one status source.
@@ -41,13 +45,24 @@ class Dashboard:
         source: returns the current status dict; called every ``interval_s`` seconds.
         interval_s: seconds between collections (and the page's refresh).
         history_s: seconds of samples kept for ``/api/history``.
+        past: the run's past (read once, after the first collection that worked, and after
+            each one until it works too), put before the collected samples (:meth:`History.seed`).
 
     Raises:
         ValueError: ``interval_s`` or ``history_s`` not positive.
     """
 
-    def __init__(self, source: StatusSource, *, interval_s: float = 5.0, history_s: float = 1800.0) -> None:
+    def __init__(
+        self,
+        source: StatusSource,
+        *,
+        interval_s: float = 5.0,
+        history_s: float = 1800.0,
+        past: PastSource | None = None,
+    ) -> None:
         self.source = source
+        self.past = past
+        self._past_error: str | None = None
         self.interval_s = interval_s
         self.history = History(history_s=history_s, interval_s=interval_s)
         self.latest: dict[str, Any] | None = None
@@ -75,12 +90,32 @@ class Dashboard:
         finally:
             self._first.set()
 
+    async def read_past(self) -> None:
+        """Seed the history with :attr:`past` (once it worked, never again); a failure is logged
+        when it changes and tried again at the next collection."""
+        assert self.past is not None
+        try:
+            samples = await self.past()
+        except Exception as exc:  # the charts start at the dashboard's start until it works
+            text = str(exc) or type(exc).__name__
+            if text != self._past_error:
+                log.warning("dashboard: reading the run's past from its topics failed: %s", text)
+            self._past_error = text
+        else:
+            prompts = (self.latest or {}).get("prompts") or {}
+            if prompts.get("published_exact") and isinstance(prompts.get("published"), int):
+                samples = align_published(samples, prompts["published"])
+            self.history.seed(samples)
+            self.past = None
+
     async def run_sampler(self) -> None:
         """Collect every ``interval_s`` seconds until cancelled (a slow collection is followed by the
         next one at once, never by a burst)."""
         while True:
             started = time.monotonic()
             await self.sample_once()
+            if self.past is not None and self.error is None:
+                await self.read_past()
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def _index(self, request: web.Request) -> web.FileResponse:
@@ -105,6 +140,7 @@ class Dashboard:
             "interval_s": self.interval_s,
             "history_s": self.history.history_s,
             "error": self.error,
+            "seeded": self.history.seeded,
             "samples": self.history.since(since),
         }
         return web.json_response(body, headers={"Cache-Control": "no-store"})
