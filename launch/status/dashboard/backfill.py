@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.config import Settings
-from streams.kafka import consumer_kwargs
+from streams.kafka import consumer_kwargs, topic_partitions
 
 __all__ = ["align_published", "samples_from_counts", "topic_history"]
 
@@ -97,11 +97,8 @@ async def topic_history(
     try:
         async with asyncio.timeout(timeout_s):
             await consumer.start()
-            # the cluster's metadata, as AIOKafkaConsumer.topics() fetches it (aiokafka 0.14
-            # consumer/consumer.py); partitions_for_topic knows only the topics subscribed to
-            cluster = await consumer._client.fetch_all_metadata()
             tps = {
-                topic: [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]
+                topic: [TopicPartition(topic, p) for p in await topic_partitions(settings.kafka, topic)]
                 for topic in (t.prompts, t.completions, t.errors)
             }
             every = [tp for group in tps.values() for tp in group]
