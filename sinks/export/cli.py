@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import click
 from aiokafka.errors import KafkaError
-from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
@@ -160,6 +159,8 @@ def export_command(
     system_template: str | None,
     samples: int,
 ) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError  # here: --help answers without boto3
+
     try:
         formats = parse_formats(formats)
     except ValueError as exc:
