@@ -91,7 +91,7 @@ __all__ = ["run_command_", "run_main"]
     multiple=True,
     metavar="FORMAT",
     help="dataset format of the export: jsonl (default), parquet, openai_batch, chat; repeatable or "
-    "comma-separated (kafkagen export --format, docs/export.md)",
+    "comma-separated (kafkagen export --output-format; docs/export.md)",
 )
 @click.option(
     "--timeout",

@@ -117,7 +117,7 @@ class RunOptions:
     """``--metrics-port BASE``: Prometheus metrics (``docs/metrics.md``) on 127.0.0.1, the producer
     on BASE, the sink on BASE+1, consumer i on BASE+2+i (:func:`metrics_port_args`); none: off."""
     export_formats: tuple[str, ...] = ()
-    """``--export-format``: the dataset formats (``kafkagen export --format``); none: ``jsonl``."""
+    """``--export-format``: the dataset formats (``kafkagen export --output-format``); none: ``jsonl``."""
 
 
 @dataclass(frozen=True)
@@ -458,7 +458,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             say(
                 f"error: nothing to generate: {settings.topics.prompts} holds no prompt"
                 + (
-                    f" (every input line was bad: see {bad_lines}; map the rows with --format, "
+                    f" (every input line was bad: see {bad_lines}; map the rows with --input-format, "
                     "--prompt-field, ...)"
                     if settings.replay_of is None
                     else f" (run {settings.replay_of} published none)"
@@ -479,7 +479,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                 settings.run_id,
                 "--to",
                 dataset,
-                *(arg for fmt in options.export_formats for arg in ("--format", fmt)),
+                *(arg for fmt in options.export_formats for arg in ("--output-format", fmt)),
             ),
             env={**os.environ, **env},
             cwd=root,
