@@ -98,3 +98,15 @@ def test_replay_help_lists_the_run_options_it_passes_through(capsys: pytest.Capt
     assert {"--prompts", "--server", "--max-tokens", "--thinking", "--to", "--export-format"} <= run_flags
     assert {"--input-format", "--settings-help"} <= run_flags
     assert not {"--run-id", "--replay-of", "--temperature", "--top-p"} & run_flags, "replay sets these itself"
+
+
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_lag_and_remaining_are_told_apart_where_they_are_printed(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'remaining'" in text and "lag" in text and "offsets" in text, text
+    if command == "status":
+        assert "'remaining' is prompts: published minus result records written" in text
+        assert "'lag' is Kafka offsets: the prompts topic's end offsets minus the generation group's" in text
