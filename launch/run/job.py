@@ -54,6 +54,7 @@ __all__ = [
     "REPO_ROOT",
     "RunOptions",
     "RunPlan",
+    "export_argv",
     "metrics_port_args",
     "plan_run",
     "producer_argv",
@@ -215,6 +216,13 @@ def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
         *(["--no-progress"] if not options.progress else []),
         *metrics_port_args(options, 0),
     ]
+
+
+def export_argv(options: RunOptions, run_id: str, dataset: str) -> list[str]:
+    """The ``python -m sinks.export`` arguments of the job's export of ``run_id`` into ``dataset``:
+    each ``--export-format`` as the export's ``--output-format``."""
+    formats = [arg for fmt in options.export_formats for arg in ("--output-format", fmt)]
+    return ["--run-id", run_id, "--to", dataset, *formats]
 
 
 def metrics_port_args(options: RunOptions, offset: int) -> list[str]:
@@ -472,15 +480,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             return 1
         dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
         export = subprocess.run(
-            _python(
-                "-m",
-                "sinks.export",
-                "--run-id",
-                settings.run_id,
-                "--to",
-                dataset,
-                *(arg for fmt in options.export_formats for arg in ("--output-format", fmt)),
-            ),
+            _python("-m", "sinks.export", *export_argv(options, settings.run_id, dataset)),
             env={**os.environ, **env},
             cwd=root,
             check=False,
