@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -55,6 +56,10 @@ EXIT_BAD_LINES: Final = ExitCode.FAILED
 
 
 def _echo(message: str) -> None:
+    """One message line on stderr; when stderr is no terminal (a log, the main job's output) it
+    starts with the local time, ``HH:MM:SS``, as every plain progress line of kafkagen does."""
+    if not sys.stderr.isatty():
+        message = f"{time.strftime('%H:%M:%S')} {message}"
     tqdm.write(message, file=sys.stderr)
 
 

@@ -1,4 +1,4 @@
-"""What one invocation of the producer did: counts per input and the summary line."""
+"""What one invocation of the producer did: counts per input and its closing line."""
 
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ class RunResult:
         return sum(int(getattr(s, name)) for s in self.inputs)
 
     def summary(self) -> str:
-        """The final summary line."""
+        """The producer's closing line, ``producer: published N, ...`` (not ``summary:``: inside
+        ``kafkagen run`` it comes before the progress, and the job's summary ends the run)."""
         rate = self.total("bytes") / self.seconds if self.seconds > 0 else 0.0
         shown = f"{rate / 1e6:.1f} MB/s" if rate >= 1e6 else f"{rate / 1e3:.1f} kB/s"
         return (
-            f"summary: published {self.total('published')}, skipped {self.total('skipped')} (already "
+            f"producer: published {self.total('published')}, skipped {self.total('skipped')} (already "
             f"published by an earlier run), bad {self.total('bad')}, {self.total('bytes')} bytes in "
             f"{self.seconds:.2f} s ({shown})"
         )

@@ -58,6 +58,7 @@ from streams.records import OPTIONAL_SAMPLING
 
 __all__ = [
     "MAPPING_OPTIONS",
+    "SummaryGroup",
     "command_settings",
     "exit_code",
     "flag_given",
@@ -77,6 +78,30 @@ _META = "kafkagen.settings"
 
 HELP_OPTIONS: Final = ["-h", "--help"]
 """Both spellings of help, on every command (click's default is ``--help`` only)."""
+
+
+def first_sentence(text: str) -> str:
+    """``text``'s first sentence (up to the first ``. ``, whitespace collapsed), whole."""
+    words = " ".join(text.split())
+    end = words.find(". ")
+    return words if end < 0 else words[: end + 1]
+
+
+class SummaryGroup(click.Group):
+    """A command group whose --help lists each subcommand with its whole first sentence (its
+    ``short_help`` when set), wrapped: click 8.3's ``Group.format_commands`` cuts a summary to the
+    terminal width minus the longest name and adds ``...`` (``click/core.py``, 8.3.3), which lost
+    the end of most summaries."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.short_help or first_sentence(command.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def exit_code(exc: BaseException) -> ExitCode:
@@ -353,9 +378,9 @@ def flag_given(ctx: click.Context, *path: str) -> bool:
     return tuple(path) in ctx.meta.get(_META, {})
 
 
-def input_format_option(help_text: str, flag: str = "--format") -> Callable[[F], F]:
-    """The ``--format`` option (or ``flag``) of the commands that read prompt inputs (the value: a
-    :class:`streams.inputs.FormatName`, ``auto`` by default), passed as ``format_``."""
+def input_format_option(help_text: str, flag: str = "--input-format") -> Callable[[F], F]:
+    """The ``--input-format`` option (or ``flag``) of the commands that read prompt inputs (the
+    value: a :class:`streams.inputs.FormatName`, ``auto`` by default), passed as ``format_``."""
     return click.option(
         flag,
         "format_",
@@ -416,7 +441,7 @@ def port(text: str | int) -> int:
 
 
 MAPPING_OPTIONS: Final = (
-    "--format",
+    "--input-format",
     "--prompt-field",
     "--id-field",
     "--system",
@@ -435,16 +460,18 @@ MAPPING_OPTIONS: Final = (
 
 def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for a click command that reads prompt inputs: the input mapping options
-    (:data:`MAPPING_OPTIONS`: ``--format``, ``--prompt-field``, ``--id-field``, ``--system``,
+    (:data:`MAPPING_OPTIONS`: ``--input-format``, ``--prompt-field``, ``--id-field``, ``--system``,
     ``--keep-field``, ``--tag``, ``--key-by``, ``--last-turn``, ``--skip-unreadable``), handed to
     the command as one keyword argument ``mapping`` (an :class:`InputMapping`). ``kafkagen
-    produce`` and ``kafkagen run`` both use it, so their options cannot drift apart. Put it below
-    ``@click.command``."""
+    produce`` and ``kafkagen run`` both use it, so their options cannot drift apart. ``--format`` is
+    a hidden alias of ``--input-format`` (its old name, for scripts; both with different values: a
+    usage error). Put it below ``@click.command``."""
 
     @functools.wraps(command)
     def wrapper(
         *args: Any,
         format_: str,
+        old_format: str | None,
         prompt_field: str | None,
         id_field: str | None,
         system: str | None,
@@ -459,6 +486,13 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         limit: int | None,
         **kwargs: Any,
     ) -> Any:
+        if old_format is not None:
+            if format_ != FormatName.AUTO.value and format_ != old_format:
+                raise click.UsageError(
+                    f"--format {old_format} and --input-format {format_}: --format is the old name of "
+                    "--input-format; give one"
+                )
+            format_ = old_format
         rows = MappingOptions(
             template=prompt_template(template, system_template),
             samples=samples,
@@ -475,7 +509,14 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(*args, mapping=mapping, **kwargs)
 
     decorators = [
-        input_format_option("row format (streams/inputs/formats.py)"),
+        input_format_option("how the input rows are read (docs/inputs.md, Row formats)"),
+        click.option(
+            "--format",
+            "old_format",
+            type=click.Choice([f.value for f in FormatName]),
+            hidden=True,
+            help="the old name of --input-format, kept for scripts",
+        ),
         click.option("--prompt-field", metavar="NAME", help="dataset rows: the field holding the prompt"),
         click.option("--id-field", metavar="NAME", help="the field holding the record id"),
         click.option("--system", metavar="TEXT", help="system prompt for rows that have none"),
@@ -499,7 +540,7 @@ def mapping_options(command: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="a conversation ending with an assistant turn: 'reference' sends the turns before it and "
             "keeps the answer in metadata.extra.reference, 'keep' sends it whole; 'auto': reference for "
-            "sharegpt rows, keep for the others (streams/inputs/answers.py)",
+            "sharegpt rows, keep for the others (docs/inputs.md, The last assistant turn)",
         ),
         skip_unreadable_option(),
         template_options(),

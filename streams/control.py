@@ -25,6 +25,7 @@ from streams.kafka import consumer_kwargs, producer_kwargs, topic_partitions
 
 __all__ = [
     "GATE_KEY",
+    "RATE_WINDOW_S",
     "Breach",
     "ClassCounts",
     "ControlLog",
@@ -44,6 +45,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("kafkagen.control")
+
+RATE_WINDOW_S = 120.0
+"""Seconds over which a :class:`MemberReport`'s ``tokens_per_s`` and ``completions_per_s`` are
+measured (since its start, when shorter), and over which a status reader measures the results rate
+itself while no member reports one."""
 
 GATE_KEY = b"gate"
 EXPORT_KEY = b"export"
@@ -137,7 +143,9 @@ class MemberReport(MemberLoad, frozen=True, kw_only=True, tag="member", tag_fiel
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     tokens_per_s: float = 0.0
+    """over the last :data:`RATE_WINDOW_S` seconds (since ``started_at``, when shorter)."""
     completions_per_s: float = 0.0
+    """results (completions and dead letters) per second, likewise."""
     max_tokens: int | None = None
     thinking: bool | None = None
 

@@ -15,10 +15,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Final
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
-
 from streams.config import S3Settings
 from streams.environment import aws_environment
 from streams.errors import KafkagenError, PermanentStorageError, StorageError
@@ -26,6 +22,7 @@ from streams.errors import KafkagenError, PermanentStorageError, StorageError
 __all__ = ["PERMANENT_S3_CODES", "http_status", "permanent_error", "s3_client", "storage_error"]
 
 if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
     from mypy_boto3_s3 import S3Client
 
 
@@ -42,6 +39,9 @@ def s3_client(
         connect_timeout_s / read_timeout_s: socket timeouts in seconds.
         max_attempts: botocore's total attempts per call (first try included).
     """
+    import boto3  # here, not at import: a --help loads this module and boto3 costs ~0.5 s
+    from botocore.config import Config
+
     os.environ.update(aws_environment())
     config = Config(
         s3={"addressing_style": "path"},
@@ -94,6 +94,8 @@ def permanent_error(exc: BaseException, what: str, bucket: str) -> PermanentStor
         what: the operation, for the message (``upload <key>``).
         bucket: the bucket, for the advice.
     """
+    from botocore.exceptions import ClientError
+
     if isinstance(exc, KafkagenError) and not exc.retriable:
         return exc if isinstance(exc, PermanentStorageError) else PermanentStorageError(str(exc))
     if not isinstance(exc, ClientError):

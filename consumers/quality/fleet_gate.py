@@ -27,7 +27,15 @@ from aiokafka.errors import KafkaError
 from consumers.metrics import ConsumerMetrics
 from consumers.quality.gate import QualityGate, halt_message, tally
 from streams.config import Settings
-from streams.control import Breach, ClassCounts, ControlLog, GateRecord, MemberLoad, MemberReport
+from streams.control import (
+    RATE_WINDOW_S,
+    Breach,
+    ClassCounts,
+    ControlLog,
+    GateRecord,
+    MemberLoad,
+    MemberReport,
+)
 from streams.kafka import KafkaOutage
 from streams.quality import result_classes
 from streams.records import Usage
@@ -39,8 +47,6 @@ log = logging.getLogger("kafkagen.generate")
 MemberState = Literal["starting", "running", "halted", "server_down", "stopped"]
 """A member's state as its reports show it (:attr:`streams.control.MemberReport.state`)."""
 
-RATE_WINDOW_S = 120.0
-"""Seconds over which a report's tokens/s and completions/s are measured."""
 
 _POLL_SLICE_S = 0.2
 """Longest wait for control records between checks of the report clock and of this consumer's

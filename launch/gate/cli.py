@@ -17,7 +17,7 @@ import click
 from aiokafka.errors import KafkaError
 
 from launch.gate.control import change_gate
-from streams.cli import command_settings, run_command, settings_options
+from streams.cli import SummaryGroup, command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.control import ControlState, MemberReport, read_control
 from streams.errors import ExitCode
@@ -83,7 +83,9 @@ def _member_line(r: MemberReport, now: float, silent_s: float) -> str:
     )
 
 
-@click.group("gate", help="The run's fleet-wide quality gate: status, halt, resume (docs/gate.md).")
+@click.group(
+    "gate", cls=SummaryGroup, help="The run's fleet-wide quality gate: status, halt, resume (docs/gate.md)."
+)
 def gate() -> None:
     pass
 

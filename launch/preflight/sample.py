@@ -47,7 +47,7 @@ class Sample:
             refuses a request id already in flight, 400 "Duplicate request ID").
         bad: lines read that the producer would not publish (:class:`producers.reading.maker.Rejected`).
         first_bad: the first of them as ``kafkagen produce`` tells it (``bad line a.jsonl:1: cannot
-            tell this row's format from its fields (...): pass --format ...``:
+            tell this row's format from its fields (...): pass --input-format ...``:
             :func:`producers.reading.badlines.bad_line_text`), None when none was bad.
     """
 

@@ -18,7 +18,7 @@ from typing import Final
 import click
 from aiokafka.errors import KafkaError
 
-from launch.run.cli import run_main
+from launch.run.cli import run_command_, run_main
 from streams.cli import run_command
 from streams.config import Settings
 from streams.control import RunRecord
@@ -100,13 +100,35 @@ def replay_argv(
     return [*argv, *inherited, *rest]
 
 
+_SET_BY_REPLAY: Final = frozenset({"--run-id", "--replay-of", "--help"})
+"""``kafkagen run`` options that replay sets itself (from RUN and --as), not listed as passed through."""
+
+
+class _ReplayCommand(click.Command):
+    """``kafkagen replay``: its --help lists, after its own options, every ``kafkagen run`` option
+    it passes through (those it sets itself, or has itself, left out)."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_options(ctx, formatter)
+        own = {name for param in self.get_params(ctx) for name in param.opts} | _SET_BY_REPLAY
+        run_ctx = click.Context(run_command_, info_name="run", parent=ctx.parent)
+        rows = [
+            record
+            for param in run_command_.get_params(run_ctx)
+            if not own.intersection(param.opts) and (record := param.get_help_record(run_ctx)) is not None
+        ]
+        with formatter.section("Options of kafkagen run (passed through to it)"):
+            formatter.write_dl(rows)
+
+
 @click.command(
     "replay",
+    cls=_ReplayCommand,
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     help="Generate every prompt of run RUN again under the new run id NEW (--as), with new generation "
     "parameters, publishing nothing: RUN's prompts topic is read in NEW's own consumer group and NEW "
-    "gets its own topics, S3 folder and dataset. Every other option is `kafkagen run`'s (--server, "
-    "--max-tokens, --no-thinking, --to, ...). The same command again resumes NEW.",
+    "gets its own topics, S3 folder and dataset. Every other option is `kafkagen run`'s, listed "
+    "below. The same command again resumes NEW.",
 )
 @click.argument("run")
 @click.option("--as", "new", required=True, metavar="NEW", help="the new run id")

@@ -27,7 +27,10 @@ __all__ = ["run_command_", "run_main"]
     "the S3 sink under supervisord, publish the prompts, show progress, export the dataset. Servers "
     "given with --server (or the servers setting) are used as they are, whatever their address; "
     "without them the job starts two local llama.cpp servers. The same --run-id resumes; settings "
-    "flags (see --settings-help) apply to every process of the run.",
+    "flags (see --settings-help) apply to every process of the run. Progress counts prompts, each "
+    "plain line after its time: 'generated' is result records written of the prompts published "
+    "(what is left is kafkagen status's 'remaining'), 'in S3' the results the sink committed; no "
+    "Kafka lag is shown (lag counts offsets: kafkagen status --help). The ETA is an interval.",
 )
 @click.option(
     "--prompts",
@@ -91,7 +94,7 @@ __all__ = ["run_command_", "run_main"]
     multiple=True,
     metavar="FORMAT",
     help="dataset format of the export: jsonl (default), parquet, openai_batch, chat; repeatable or "
-    "comma-separated (kafkagen export --format, docs/export.md)",
+    "comma-separated (kafkagen export --output-format; docs/export.md)",
 )
 @click.option(
     "--timeout",

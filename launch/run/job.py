@@ -55,6 +55,7 @@ __all__ = [
     "REPO_ROOT",
     "RunOptions",
     "RunPlan",
+    "export_argv",
     "metrics_port_args",
     "plan_run",
     "producer_argv",
@@ -116,7 +117,7 @@ class RunOptions:
     """``--metrics-port BASE``: Prometheus metrics (``docs/metrics.md``) on 127.0.0.1, the producer
     on BASE, the sink on BASE+1, consumer i on BASE+2+i (:func:`metrics_port_args`); none: off."""
     export_formats: tuple[str, ...] = ()
-    """``--export-format``: the dataset formats (``kafkagen export --format``); none: ``jsonl``."""
+    """``--export-format``: the dataset formats (``kafkagen export --output-format``); none: ``jsonl``."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,13 @@ def producer_argv(options: RunOptions, bad_lines: Path) -> list[str]:
         *(["--no-progress"] if not options.progress else []),
         *metrics_port_args(options, 0),
     ]
+
+
+def export_argv(options: RunOptions, run_id: str, dataset: str) -> list[str]:
+    """The ``python -m sinks.export`` arguments of the job's export of ``run_id`` into ``dataset``:
+    each ``--export-format`` as the export's ``--output-format``."""
+    formats = [arg for fmt in options.export_formats for arg in ("--output-format", fmt)]
+    return ["--run-id", run_id, "--to", dataset, *formats]
 
 
 def metrics_port_args(options: RunOptions, offset: int) -> list[str]:
@@ -393,7 +401,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             say(
                 f"error: nothing to generate: {settings.topics.prompts} holds no prompt"
                 + (
-                    f" (every input line was bad: see {bad_lines}; map the rows with --format, "
+                    f" (every input line was bad: see {bad_lines}; map the rows with --input-format, "
                     "--prompt-field, ...)"
                     if settings.replay_of is None
                     else f" (run {settings.replay_of} published none)"
@@ -479,15 +487,7 @@ def _export_and_report(
     started = time.monotonic() - elapsed_s
     dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
     export = subprocess.run(
-        _python(
-            "-m",
-            "sinks.export",
-            "--run-id",
-            settings.run_id,
-            "--to",
-            dataset,
-            *(arg for fmt in options.export_formats for arg in ("--format", fmt)),
-        ),
+        _python("-m", "sinks.export", *export_argv(options, settings.run_id, dataset)),
         env={**os.environ, **settings_to_env(settings)},
         cwd=REPO_ROOT,
         check=False,

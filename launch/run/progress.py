@@ -2,7 +2,8 @@
 
 Counts are prompts and records, never Kafka offsets; done is decided on offsets, exactly
 (:attr:`launch.status.shape.RunStatus.done`). A live view on a terminal, else one plain line every
-``interval_s`` seconds (default 10) and a final line: docs/main-job.md, "Progress".
+``interval_s`` seconds (default 10) and a final line, each starting with the local time
+(``HH:MM:SS``): docs/main-job.md, "Progress".
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.progress import Progress as Bars
 
 from launch.status.collect import Collector, quiet_kafka_logs
 from launch.status.shape import GateView, RunStatus
-from launch.status.view import duration, progress_line
+from launch.status.view import clock, eta_text, progress_line
 from streams.config import Settings
 from streams.errors import DeadlineError
 
@@ -133,22 +134,27 @@ class _Display:
     def show(self, status: RunStatus, *, final: bool = False) -> None:
         p = status.prompts
         if self._bars is not None:
-            note = f"{status.rates.completions_per_s:.1f}/s, ETA {duration(status.eta_s)}"
             load = progress_line(status).split("; ", 1)[1]
+            if p.results == 0:  # no S3 total yet: not "0/0"
+                note = "waiting for the first results"
+                self._bars.update(self._gen, total=p.published, completed=0, note=note)
+                self._bars.update(self._s3, total=None, completed=0, note=load)
+                return
+            note = f"{status.rates.completions_per_s:.1f}/s, {eta_text(status)}"
             self._bars.update(self._gen, total=p.published, completed=min(p.results, p.published), note=note)
             self._bars.update(self._s3, total=p.results, completed=p.in_s3, note=load)
         elif self.plain:
             now = time.monotonic()
             if final or self._last is None or now - self._last >= self.interval_s:
                 self._last = now
-                print(f"progress: {progress_line(status)}", file=self.out, flush=True)
+                print(f"{clock()} progress: {progress_line(status)}", file=self.out, flush=True)
 
     def note(self, text: str) -> None:
         """A line outside the progress (a Kafka outage), at most once per interval when plain."""
         if self._bars is not None:
             self._bars.console.print(text)
         elif self.plain:
-            print(text, file=self.out, flush=True)
+            print(f"{clock()} {text}", file=self.out, flush=True)
 
     def close(self) -> None:
         if self._bars is not None:

@@ -30,7 +30,7 @@ from launch.serve.spec import (
     Speculative,
     parse_gpus,
 )
-from streams.cli import command_settings, run_command, settings_options
+from streams.cli import SummaryGroup, command_settings, run_command, settings_options
 from streams.errors import ConfigError, ExitCode
 
 __all__ = [
@@ -212,7 +212,7 @@ def _fleet(ctx: click.Context, name: str) -> Fleet:
     return Fleet(command_settings(ctx).home, name)
 
 
-@click.group(help="A fleet of SGLang servers, one per GPU, detached under supervisord.")
+@click.group(cls=SummaryGroup, help="A fleet of SGLang servers, one per GPU, detached under supervisord.")
 @settings_options(log_default="warning")
 def serve() -> None:
     pass
@@ -277,11 +277,12 @@ def down(ctx: click.Context, fleet_name: str) -> None:
 
 
 @serve.command(
+    short_help="The preflight of each server of the fleet (or of each --server), judged by the quality gate.",
     help="The preflight of each server of the fleet (or of each --server): a sample of the bundled demo "
     "prompts at the run's generation settings, judged by the quality gate; fails with the fix and a "
     "recommended --max-tokens when the answers are unusable (the budget eaten by reasoning, empty "
     "content, no reasoning_content with thinking on). Exit 2 when it refuses, 3 when a server does not "
-    "answer."
+    "answer.",
 )
 @click.option("--server", "servers", multiple=True, metavar="URL", help="this server instead (repeat)")
 @budget_options

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import click
 
 from launch.stack import SERVICES, LocalStack, cluster_beside
-from streams.cli import command_settings, run_command, settings_options
+from streams.cli import SummaryGroup, command_settings, run_command, settings_options
 from streams.config import Settings
 from streams.errors import ExitCode
 
@@ -25,7 +25,7 @@ __all__ = ["main", "stack"]
 _SERVICE_HELP = f"SERVICE: any of {', '.join(SERVICES)} or one service such as kafka-2"
 
 
-@click.group(help="Run the local Kafka, S3 and LLM servers.")
+@click.group(cls=SummaryGroup, help="Run the local Kafka, S3 and LLM servers.")
 @click.option(
     "--cluster3",
     is_flag=True,

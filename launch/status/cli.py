@@ -175,8 +175,13 @@ async def _lines(
 @click.command(
     "status",
     help="A run's status from any host that reaches its Kafka: prompts published, generated, in S3 "
-    "and exported; lag per partition and consumer; servers, rates and load; quality, gate, ETA. "
-    "Exit status: 0; 1 when the run does not exist; 3 when Kafka cannot be reached.",
+    "and exported; lag per partition and consumer; servers, rates and load; quality, gate, ETA (an "
+    "interval: the rate's counting noise over its 120 s window). 'remaining' is prompts: published "
+    "minus result records written. 'lag' is Kafka offsets: the prompts topic's end offsets minus the "
+    "generation group's committed offsets; it also counts prompts finished behind an unfinished one "
+    "(only a contiguous prefix is committed) and the producer's transaction markers, so it is at "
+    "least remaining. 'sink' lag: results not in S3 yet. Details: docs/status.md, Lag and "
+    "remaining. Exit status: 0; 1 when the run does not exist; 3 when Kafka cannot be reached.",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the status document (schema_version 1)")
 @click.option(

@@ -29,7 +29,7 @@ from consumers.servers import ServerClient
 from launch.status.shape import GroupMember, Observation, RunStatus, ServerProbe, shape
 from producers.progress import take_progress
 from streams.config import Settings
-from streams.control import ControlLog, ControlState
+from streams.control import RATE_WINDOW_S, ControlLog, ControlState
 from streams.kafka import ask_brokers, client_kwargs, consumer_kwargs
 from streams.records import ProgressRecord
 from streams.runs import naming
@@ -39,7 +39,6 @@ __all__ = ["Collector", "RunStatus", "collect", "quiet_kafka_logs"]
 log = logging.getLogger("kafkagen.status")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
-_RATE_WINDOW_S = 120.0
 
 
 def quiet_kafka_logs() -> None:
@@ -324,13 +323,16 @@ class Collector:
         probes = await asyncio.gather(*(self._probe(u) for u in ask))
         return {p.url: p for p in probes}
 
-    def _observed_rate(self, results: int) -> float | None:
+    def _observed_rate(self, results: int) -> tuple[float | None, float]:
+        """Results per second between the collections of the last :data:`RATE_WINDOW_S` seconds
+        (None over less than 2 s), and the seconds it was measured over."""
         now = time.monotonic()
         self._results.append((now, results))
-        while self._results and now - self._results[0][0] > _RATE_WINDOW_S:
+        while self._results and now - self._results[0][0] > RATE_WINDOW_S:
             self._results.popleft()
         first_t, first_n = self._results[0]
-        return (results - first_n) / (now - first_t) if now - first_t >= 2.0 else None
+        span = now - first_t
+        return ((results - first_n) / span if span >= 2.0 else None), span
 
     async def collect(self) -> RunStatus:
         """The run's status now.
@@ -382,6 +384,9 @@ class Collector:
 
         completions_end, errors_end = by_partition(t.completions), by_partition(t.errors)
         interval = self.settings.gate.report_interval_s
+        observed_rate, observed_span_s = self._observed_rate(
+            sum(completions_end.values()) + sum(errors_end.values())
+        )
         observation = Observation(
             run_id=self.settings.run_id,
             at=at,
@@ -403,7 +408,8 @@ class Collector:
             probes=probes,
             extra_servers=self.servers,
             report_stale_s=max(10.0, 5 * interval),
-            observed_rate=self._observed_rate(sum(completions_end.values()) + sum(errors_end.values())),
+            observed_rate=observed_rate,
+            observed_span_s=observed_span_s,
         )
         return shape(observation)
 

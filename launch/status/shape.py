@@ -9,13 +9,14 @@ fields and the lags. The rules and the schema: docs/status.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import msgspec
 
-from streams.control import ClassCounts, ControlState, ExportReport, MemberReport
+from streams.control import RATE_WINDOW_S, ClassCounts, ControlState, ExportReport, MemberReport
 from streams.quality import counted_classes
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ServerProbe",
     "ServerView",
     "SinkLag",
+    "eta_range",
     "export_view",
     "gate_view",
     "occupancy",
@@ -83,7 +85,8 @@ class Observation:
     ``published`` is None when the producer's progress topic holds no resume point of the run.
     ``probes`` are keyed by server URL (without a trailing ``/``); ``extra_servers`` are URLs to
     list even without a member report (the main job's). ``observed_rate`` is results per second
-    measured by the caller between collections (a fallback while no member reports a rate)."""
+    measured by the caller between collections over ``observed_span_s`` seconds (a fallback while
+    no member reports a rate)."""
 
     run_id: str
     at: float
@@ -110,6 +113,7 @@ class Observation:
     report_stale_s: float = 10.0
     """a member report older than this many seconds is not live (its process stopped or hangs)."""
     observed_rate: float | None = None
+    observed_span_s: float = RATE_WINDOW_S
 
 
 # -- the status ---------------------------------------------------------------------------------
@@ -237,6 +241,8 @@ class RunStatus:
     quality: Quality
     gate: GateView
     export: dict[str, Any] | None
+    eta_range_s: tuple[float, float | None] | None = None
+    """the ETA's interval (:func:`eta_range`): low and high seconds, high None when unbounded."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -259,6 +265,21 @@ def occupancy(running: int | None, queued: int | None, slots: int | None) -> flo
     if running is None or not slots:
         return None
     return min(1.0, running / slots)
+
+
+def eta_range(remaining: int, rate: float, counted: float) -> tuple[float, float | None] | None:
+    """The interval of the time (seconds) ``remaining`` results take at ``rate`` results per
+    second, a rate measured by counting ``counted`` results (over :data:`RATE_WINDOW_S`): a count
+    of n is taken as Poisson, its standard error sqrt(n), so the rate is within ±2/sqrt(n) of
+    itself at about 95% and the ETA within ``remaining / (rate × (1 ± 2/sqrt(n)))``. The high end
+    is None (no bound) when n ≤ 4; None when ``rate`` ≤ 0. It tells the counting noise of the
+    window, not a change of pace to come (a slower tail, servers added): docs/status.md, "ETA"."""
+    if rate <= 0:
+        return None
+    spread = 2.0 / math.sqrt(counted) if counted > 0 else math.inf
+    low = round(remaining / (rate * (1.0 + spread)), 1) if math.isfinite(spread) else 0.0
+    high = round(remaining / (rate * (1.0 - spread)), 1) if spread < 1.0 else None
+    return low, high
 
 
 def report_is_live(report: MemberReport, at: float, stale_s: float) -> bool:
@@ -393,8 +414,11 @@ def shape(obs: Observation) -> RunStatus:
             views.append(_server_view(None, url, obs.probes.get(url), obs.at, obs.report_stale_s))
     live = [r for r in control.members.values() if report_is_live(r, obs.at, obs.report_stale_s)]
     rate = sum(r.completions_per_s for r in live)
+    # results each rate was counted from: its rate times its window (shorter after a start)
+    counted = sum(r.completions_per_s * min(RATE_WINDOW_S, max(0.0, r.at - r.started_at)) for r in live)
     if not live and obs.observed_rate is not None:
         rate = obs.observed_rate
+        counted = rate * obs.observed_span_s
     rates = Rates(round(float(rate), 3), round(float(sum(r.tokens_per_s for r in live)), 3))
 
     total = ClassCounts()
@@ -415,6 +439,7 @@ def shape(obs: Observation) -> RunStatus:
     else:
         state = "running"
     eta = None if state in ("done", "halted") or rate <= 0 else round(counts.remaining / rate, 1)
+    interval = None if eta is None else eta_range(counts.remaining, rate, counted)
     return RunStatus(
         run_id=obs.run_id,
         at=obs.at,
@@ -427,4 +452,5 @@ def shape(obs: Observation) -> RunStatus:
         quality=quality,
         gate=gate_view(control),
         export=export_view(export),
+        eta_range_s=interval,
     )

@@ -8,6 +8,7 @@ Pure: nothing here reads Kafka or a server; the rich renderables are printed by 
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.console import Group, RenderableType
@@ -17,7 +18,7 @@ from rich.text import Text
 from launch.status.shape import RunStatus, ServerView
 from streams.quality import classes_text
 
-__all__ = ["PLAIN_WIDTH", "duration", "progress_line", "status_line", "status_view"]
+__all__ = ["PLAIN_WIDTH", "clock", "duration", "eta_text", "progress_line", "status_line", "status_view"]
 
 PLAIN_WIDTH = 200
 """columns of the view when stdout is not a terminal (rich would assume 80 and wrap the tables)."""
@@ -35,6 +36,31 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
+def clock(at: float | None = None) -> str:
+    """Unix time ``at`` (default now) as local ``HH:MM:SS``: the first word of every plain progress
+    and status line."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def eta_text(status: RunStatus) -> str:
+    """``ETA 4-6 min``: the ETA's interval (:attr:`RunStatus.eta_range_s`), in seconds below a
+    minute, whole minutes below an hour, else hours to a tenth; ``ETA over 2 min`` when it has no
+    upper bound yet (a rate counted from few results); ``ETA -`` without a rate."""
+    span = status.eta_range_s
+    if span is None:
+        return f"ETA {duration(status.eta_s)}"
+    low, high = span
+    if high is None:
+        return f"ETA over {duration(low)}"
+    if high < 60:
+        a, b, unit = math.floor(low), math.ceil(high), "s"
+    elif high < 3600:
+        a, b, unit = math.floor(low / 60), math.ceil(high / 60), "min"
+    else:
+        return f"ETA {low / 3600:.1f}-{high / 3600:.1f} h"
+    return f"ETA {b} {unit}" if a == b else f"ETA {a}-{b} {unit}"
+
+
 def _load(status: RunStatus) -> str:
     servers = status.servers
     if not servers:
@@ -50,27 +76,31 @@ def _load(status: RunStatus) -> str:
 
 def progress_line(status: RunStatus) -> str:
     """The main job's progress in prompts: ``generated 80/100 (5 errors), in S3 70/80, 1.2/s,
-    ETA 17 s; servers 2/2 up, running 8, queued 0``."""
+    ETA 14-21 s; servers 2/2 up, running 8, queued 0``; before the first result ``generated
+    0/100, waiting for the first results; ...`` (no S3 total, rate or ETA is known yet)."""
     p = status.prompts
+    if p.results == 0:
+        return f"generated 0/{p.published}, waiting for the first results; {_load(status)}"
     errors = f" ({p.errors} errors)" if p.errors else ""
     rate = status.rates.completions_per_s
     return (
         f"generated {min(p.results, p.published)}/{p.published}{errors}, in S3 {p.in_s3}/{p.results}, "
-        f"{rate:.1f}/s, ETA {duration(status.eta_s)}; {_load(status)}"
+        f"{rate:.1f}/s, {eta_text(status)}; {_load(status)}"
     )
 
 
 def status_line(status: RunStatus) -> str:
-    """One plain line: the time, the run, its state and :func:`progress_line`'s counts."""
-    when = time.strftime("%H:%M:%S", time.localtime(status.at))
+    """One plain line: the time (:func:`clock`), the run, its state and :func:`progress_line`'s
+    counts; ``lag`` is offsets, ``remaining`` prompts (docs/status.md, "Lag and remaining")."""
+    when = clock(status.at)
     p = status.prompts
     gate = f"; gate HALTED: {status.gate.reason}" if status.gate.state == "halted" else ""
     exported = "" if p.exported is None else f", exported {p.exported}"
     return (
         f"{when} run {status.run_id} {status.state}: published {p.published}, "
-        f"results {p.results} ({p.errors} errors), in S3 {p.in_s3}{exported}, lag {status.lag.total}, "
-        f"{status.rates.completions_per_s:.1f} completions/s, {status.rates.tokens_per_s:.0f} tokens/s, "
-        f"ETA {duration(status.eta_s)}; {_load(status)}{gate}"
+        f"results {p.results} ({p.errors} errors), in S3 {p.in_s3}{exported}, remaining {p.remaining}, "
+        f"lag {status.lag.total}, {status.rates.completions_per_s:.1f} completions/s, "
+        f"{status.rates.tokens_per_s:.0f} tokens/s, {eta_text(status)}; {_load(status)}{gate}"
     )
 
 
@@ -132,7 +162,7 @@ def status_view(status: RunStatus) -> RenderableType:
         ),
         Text(
             f"rate       {status.rates.completions_per_s:.2f} completions/s, "
-            f"{status.rates.tokens_per_s:.0f} tokens/s, ETA {duration(status.eta_s)}"
+            f"{status.rates.tokens_per_s:.0f} tokens/s, {eta_text(status)}"
         ),
         Text(
             f"lag        prompts {status.lag.total} (offsets, {len(status.lag.partitions)} partitions), "

@@ -2,7 +2,7 @@
 
 Reads every object the sink wrote for a run (:mod:`sinks.layout`), checks it against its metadata and
 the topic's offsets, deduplicates by record id, compares the ids with the expected ones, and writes
-the winners in each ``--format`` with a ``manifest.json``, published in one step. The rules
+the winners in each ``--output-format`` with a ``manifest.json``, published in one step. The rules
 (deduplication, expected ids, coverage, foreign records, destination, report), the exit statuses
 (0; 1 when the export fails its checks; 2 on bad arguments, settings or inputs; 3 when Kafka or S3
 cannot be reached) and the module map: docs/export.md, "What an export checks".

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import click
 from aiokafka.errors import KafkaError
-from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.export.dataset import DEFAULT_LIST_CAP, DEFAULT_SHARD_RECORDS, export
 from sinks.export.expected import prompt_ids_from_inputs, prompt_ids_from_topic
@@ -73,7 +72,7 @@ __all__ = ["export_command", "main"]
     "inputs too (--input data/*.jsonl)",
 )
 @click.argument("more_inputs", nargs=-1, metavar="[INPUT]...")
-@input_format_option("--input format (streams/inputs/formats.py)", flag="--input-format")
+@input_format_option("the format of the --input files (docs/inputs.md, Row formats)")
 @click.option("--prompt-field", help="--input dataset rows: the prompt field")
 @click.option("--id-field", help="--input: the field holding record ids")
 @click.option(
@@ -112,19 +111,20 @@ __all__ = ["export_command", "main"]
     "letter; the latest attempt among equals)",
 )
 @click.option(
-    "--format",
+    "--output-format",
     "formats",
     multiple=True,
     metavar="FORMAT",
     help=f"dataset format: {', '.join(FORMATS)} (default jsonl); repeatable or comma-separated "
-    "(--format jsonl,parquet): all are written from the same records (docs/export.md)",
+    "(--output-format jsonl,parquet): all are written from the same records (docs/export.md)",
 )
+@click.option("--format", "old_format", multiple=True, hidden=True, expose_value=True)
 @click.option(
     "--reasoning",
     type=click.Choice(REASONING_MODES),
     default="field",
     show_default=True,
-    help="--format chat: the reasoning in the assistant message's reasoning_content (field), before "
+    help="--output-format chat: the reasoning in the assistant message's reasoning_content (field), before "
     "the answer in <think>...</think> (inline), or left out (drop)",
 )
 @skip_unreadable_option()
@@ -154,12 +154,20 @@ def export_command(
     list_cap: int,
     keep: Keep,
     formats: tuple[str, ...],
+    old_format: tuple[str, ...],
     reasoning: ReasoningMode,
     skip_unreadable: bool,
     template: str | None,
     system_template: str | None,
     samples: int,
 ) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError  # here: --help answers without boto3
+
+    if old_format:  # its old name, refused: the input side's --format now means --input-format
+        raise click.UsageError(
+            f"--format {old_format[0]}: export's dataset format is --output-format (--output-format "
+            f"{old_format[0]}); the format of --input files is --input-format"
+        )
     try:
         formats = parse_formats(formats)
     except ValueError as exc:
@@ -168,7 +176,7 @@ def export_command(
             if any(v in {f.value for f in FormatName} for f in formats for v in f.split(","))
             else ""
         )
-        raise click.BadParameter(f"{exc}{hint}", param_hint="--format") from None
+        raise click.BadParameter(f"{exc}{hint}", param_hint="--output-format") from None
     logging.getLogger("aiokafka.consumer.fetcher").setLevel(logging.CRITICAL)
     if more_inputs and not inputs:
         raise click.UsageError(f"unexpected argument {more_inputs[0]!r}: inputs follow --input")
@@ -186,16 +194,13 @@ def export_command(
     to = to or str(naming.dataset_folder(settings.home, settings.run_id))  # the run id is checked
     try:
         if inputs:
-            try:
-                options = MappingOptions(
-                    format=FormatName(format_),
-                    prompt_field=prompt_field,
-                    id_field=id_field,
-                    template=prompt_template(template, system_template),
-                    samples=samples,
-                )
-            except ConfigError as exc:  # worded for the producer, whose flag is --format
-                raise ConfigError(str(exc).replace("--format", "--input-format")) from None
+            options = MappingOptions(
+                format=FormatName(format_),
+                prompt_field=prompt_field,
+                id_field=id_field,
+                template=prompt_template(template, system_template),
+                samples=samples,
+            )
             clients: list[S3Client] = []
 
             def s3() -> S3Client:

@@ -106,7 +106,7 @@ def export(
     try:
         formats = parse_formats(formats)
     except ValueError as exc:
-        raise ConfigError(f"--format: {exc}") from None
+        raise ConfigError(f"--output-format: {exc}") from None
     to_bucket, to_prefix, to_folder = parse_target(to)  # a malformed --to before anything is read
     client = s3_client(settings.s3)
     bucket = settings.s3.bucket

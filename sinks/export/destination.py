@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 import zstandard
-from botocore.exceptions import ClientError
 
 from streams.errors import ConfigError
 
@@ -181,6 +180,8 @@ class Destination:
                 return None
         else:
             assert self.bucket is not None and self.client is not None
+            from botocore.exceptions import ClientError  # here: a --help imports this module
+
             try:
                 data = self.client.get_object(Bucket=self.bucket, Key=self._key(MANIFEST_NAME))["Body"].read()
             except ClientError as exc:
@@ -322,6 +323,8 @@ class Destination:
 
     def _head_s3(self, key: str) -> bytes:
         assert self.bucket is not None and self.client is not None
+        from botocore.exceptions import ClientError  # here: a --help imports this module
+
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-4095")
         except ClientError as exc:  # gone meanwhile, or empty (no byte in the range)

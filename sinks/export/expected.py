@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import zstandard
-from botocore.exceptions import BotoCoreError, ClientError
 
 from streams.config import Settings
 from streams.errors import ConfigError, InputError
@@ -102,6 +101,8 @@ def prompt_ids_from_inputs(
             corrupt or truncated compressed data, a broken JSON array, unreadable Parquet).
         StorageError: S3 failed.
     """
+    from botocore.exceptions import BotoCoreError, ClientError  # here: a --help imports this module
+
     ids: set[str] = set()
     prompts: dict[str, str] = {}
     unreadable = 0

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
-from botocore.exceptions import BotoCoreError, ClientError
 
 from sinks.layout import Line, ObjectKey, ObjectMeta, decode_line, iter_body_lines, parse_key
 from streams.errors import LayoutError, StorageError
@@ -144,6 +143,8 @@ def read_object(client: S3Client, bucket: str, source: Source) -> list[tuple[Lin
     contributes nothing)."""
 
     def fetch() -> tuple[Any, bytes]:
+        from botocore.exceptions import BotoCoreError, ClientError  # here: a --help imports this module
+
         try:
             resp = client.get_object(Bucket=bucket, Key=source.key)
             return resp, resp["Body"].read()

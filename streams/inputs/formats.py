@@ -48,7 +48,7 @@ _BATCH_URL: Final = "/v1/chat/completions"
 
 
 class FormatName(StrEnum):
-    """An input format name, as given to ``--format``."""
+    """An input format name, as given to ``--input-format``."""
 
     AUTO = "auto"
     CHAT = "chat"
@@ -62,7 +62,7 @@ class FormatName(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class MappingOptions:
-    """How rows become prompt records (the producer's ``--format``/``--prompt-field``/... flags).
+    """How rows become prompt records (the producer's ``--input-format``/``--prompt-field``/... flags).
 
     Attributes:
         format: the rows' format; ``auto`` detects it per row (:func:`detect_format`). A plain
@@ -115,9 +115,9 @@ class MappingOptions:
         object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
         object.__setattr__(self, "tags", tuple(self.tags))
         if fmt is FormatName.DATASET and self.prompt_field is None:
-            raise ConfigError("--format dataset needs --prompt-field: the row field holding the prompt")
+            raise ConfigError("--input-format dataset needs --prompt-field: the row field holding the prompt")
         if self.prompt_field is not None and fmt not in (FormatName.AUTO, FormatName.DATASET):
-            raise ConfigError(f"--prompt-field applies to --format dataset only, not {fmt.value}")
+            raise ConfigError(f"--prompt-field applies to --input-format dataset only, not {fmt.value}")
         for name, value in (("prompt_field", self.prompt_field), ("id_field", self.id_field)):
             if value is not None and not value:
                 raise ConfigError(f"{name} is an empty string")
@@ -131,7 +131,7 @@ class MappingOptions:
             raise ConfigError(f"--limit must be at least 1, not {self.limit!r}")
         if self.template is not None:
             if fmt is not FormatName.AUTO or self.prompt_field is not None:
-                given = f"--format {fmt.value}" if fmt is not FormatName.AUTO else "--prompt-field"
+                given = f"--input-format {fmt.value}" if fmt is not FormatName.AUTO else "--prompt-field"
                 raise ConfigError(f"--template builds the prompt from the row's fields itself: drop {given}")
             if self.system is not None and self.template.system is not None:
                 raise ConfigError("--system and --system-template are alternatives: give one")
@@ -160,7 +160,7 @@ def detect_format(row: Mapping[str, Any]) -> FormatName:
 
     Raises:
         InputError: the row matches none (no source or line: :func:`normalise` adds them); the
-            message lists the row's fields and asks for ``--format`` or ``--prompt-field``.
+            message lists the row's fields and asks for ``--input-format`` or ``--prompt-field``.
     """
     if not isinstance(row, Mapping):
         raise InputError(f"row is {json_type(row)}, expected a JSON object")
@@ -180,7 +180,7 @@ def detect_format(row: Mapping[str, Any]) -> FormatName:
     text_fields = [k for k, v in row.items() if isinstance(v, str)]
     hint = f" (text fields here: {', '.join(text_fields)})" if text_fields else ""
     raise InputError(
-        f"cannot tell this row's format from its fields ({fields}): pass --format "
+        f"cannot tell this row's format from its fields ({fields}): pass --input-format "
         f"(chat, prompt, openai_batch, mt_bench, bfcl, sharegpt) or --prompt-field NAME for the field that "
         f"holds the prompt{hint}"
     )

@@ -46,7 +46,7 @@ class InputMapping:
         rows = self.rows
         args: list[str] = []
         if rows.format != FormatName.AUTO:
-            args += ["--format", rows.format.value]
+            args += ["--input-format", rows.format.value]
         if rows.last_turn != "auto":
             args += ["--last-turn", rows.last_turn]
         if self.skip_unreadable:

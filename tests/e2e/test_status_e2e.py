@@ -117,14 +117,19 @@ def test_status_and_progress_on_a_real_pipeline(
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-4000:]
 
-        # the progress: a handful of plain lines in prompts, then the summary
+        # the progress: a handful of plain lines in prompts, each after its time, then the summary
         lines = done.stdout.splitlines()
-        progress = [line for line in lines if line.startswith("progress: ")]
+        progress = [line for line in lines if re.match(r"\d\d:\d\d:\d\d progress: ", line)]
         assert 1 <= len(progress) <= 12, output
         assert all(
-            re.match(r"progress: generated \d+/100(?: \(\d+ errors\))?, in S3 \d+/\d+, ", p) for p in progress
-        )
-        assert progress[-1].startswith("progress: generated 100/100"), progress
+            re.match(
+                r"\d\d:\d\d:\d\d progress: generated \d+/100(?: \(\d+ errors\))?, "
+                r"(?:in S3 \d+/\d+, |waiting for the first results; )",
+                p,
+            )
+            for p in progress
+        ), progress
+        assert re.match(r"\d\d:\d\d:\d\d progress: generated 100/100", progress[-1]), progress
         assert "/107" not in output and "offset" not in "\n".join(progress)
         assert "aiokafka" not in output and "GroupCoordinator" not in output, output
         first = lines.index(progress[0])

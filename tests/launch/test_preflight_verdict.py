@@ -219,7 +219,7 @@ def test_rows_no_option_maps_are_named_with_their_fields_and_the_options(
     sglang: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 30: "no prompt could be read ...: nothing was checked" with no reason. The sample
-    says why as kafkagen produce does for the same lines (the fields found, --format and
+    says why as kafkagen produce does for the same lines (the fields found, --input-format and
     --prompt-field), in the command's error and in the main job's report."""
     rows = tmp_path / "rows.jsonl"
     unmapped = [{"instruction": f"do {i}", "output": "x", "n": i} for i in "abc"]
@@ -230,8 +230,8 @@ def test_rows_no_option_maps_are_named_with_their_fields_and_the_options(
     assert why.startswith(f"no prompt could be read from {rows}: nothing was checked; all 3 lines read")
     assert (
         f"the first: bad line {rows}:1: cannot tell this row's format from its fields (instruction, n, "
-        "output): pass --format (chat, prompt, openai_batch, mt_bench, bfcl, sharegpt) or --prompt-field "
-        "NAME for the field that holds the prompt (text fields here: instruction, output, n)"
+        "output): pass --input-format (chat, prompt, openai_batch, mt_bench, bfcl, sharegpt) or "
+        "--prompt-field NAME for the field that holds the prompt (text fields here: instruction, output, n)"
     ) in why
     lines: list[str] = []
     preflight([sglang], _generation(512, False), sample, echo=lines.append)

@@ -152,7 +152,7 @@ def test_the_producer_gets_the_mapping_options_and_the_demo_fields_only_by_defau
     assert argv == [
         "a.jsonl",
         "s3://b/k.jsonl",
-        "--format",
+        "--input-format",
         "dataset",
         "--limit",
         "40",
@@ -242,10 +242,10 @@ def test_a_prompts_file_without_a_prompt_stops_the_run_before_anything_starts(
 def test_mapping_options_that_do_not_fit_stop_the_run_before_anything_starts(
     idle_stack: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc = main(["--run-id", "bad-map", "--format", "dataset"])
+    rc = main(["--run-id", "bad-map", "--format", "dataset"])  # the old name of --input-format
     _, err = capsys.readouterr()
     assert rc == 2
-    assert "--format dataset needs --prompt-field" in err
+    assert "--input-format dataset needs --prompt-field" in err
     assert _started_nothing(idle_stack)
 
 

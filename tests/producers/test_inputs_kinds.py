@@ -51,7 +51,7 @@ async def test_the_bundled_sharegpt_sample_through_kafkagen_produce(
     )
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert "summary: published 300, skipped 0 (already published by an earlier run), bad 0" in err
+    assert "producer: published 300, skipped 0 (already published by an earlier run), bad 0" in err
     got = sorted(await prompts_on_topic(settings), key=lambda r: r.metadata.line)
     source = json.loads(path.read_bytes())
     assert [r.metadata.line for r in got] == list(range(1, 301))
@@ -136,7 +136,7 @@ async def test_an_array_and_a_parquet_folder_with_bad_rows_then_a_rerun_skips_th
     rc, err = run_cli(settings, "gsm", "--prompt-field", "question", "--keep-field", "answer", cwd=tmp_path)
     assert rc == 1, err
     assert "gsm/part-0.parquet: an earlier run published all its 2 records" in err
-    assert "summary: published 0, skipped 2 (already published by an earlier run), bad 2" in err
+    assert "producer: published 0, skipped 2 (already published by an earlier run), bad 2" in err
     rc, err = run_cli(settings, "talks.json", "--last-turn", "keep", "--allow-bad", cwd=tmp_path)
     assert rc == 2 and "(last_turn: None then, 'keep' now)" in err
     assert len(await prompts_on_topic(settings)) == 4
@@ -163,7 +163,7 @@ async def test_a_folder_is_read_whole_or_refused_before_anything_is_published(
 
     rc, err = run_cli(settings, "mixed", "--skip-unreadable", cwd=tmp_path)
     assert rc == 0, err
-    assert "summary: published 30, skipped 0 (already published by an earlier run), bad 0" in err
+    assert "producer: published 30, skipped 0 (already published by an earlier run), bad 0" in err
     got = sorted(r.id for r in await prompts_on_topic(settings))
     assert got == sorted(f"{p}-{i:05d}" for p in "abc" for i in range(10))
 
@@ -185,7 +185,7 @@ async def test_sigkill_mid_json_array_then_rerun_publishes_each_id_exactly_once(
     rc, err = run_cli(settings, str(path), cwd=tmp_path)
     assert rc == 0, err
     assert f"published records 1-{committed} " in err and f"continuing after record {committed}" in err
-    assert f"summary: published {n - committed}, skipped {committed} " in err
+    assert f"producer: published {n - committed}, skipped {committed} " in err
     counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
     assert set(counts) == {f"a-{i:05d}".encode() for i in range(n)}
     assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
@@ -209,7 +209,7 @@ async def test_sigkill_mid_parquet_then_rerun_publishes_each_id_exactly_once(
     rc, err = run_cli(settings, str(path), cwd=tmp_path)
     assert rc == 0, err
     assert f"continuing after record {committed}" in err
-    assert f"summary: published {n - committed}, skipped {committed} " in err
+    assert f"producer: published {n - committed}, skipped {committed} " in err
     counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
     assert set(counts) == {f"p-{i:05d}".encode() for i in range(n)}
     assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"

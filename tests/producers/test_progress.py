@@ -88,5 +88,5 @@ def test_the_last_turn_rule_is_stored_only_when_given_so_older_resume_points_sti
 def test_the_last_turn_option_reaches_the_producer_command_line() -> None:
     assert InputMapping().argv() == []
     mapping = InputMapping(MappingOptions(format=FormatName.SHAREGPT, last_turn="keep"))
-    assert mapping.argv() == ["--format", "sharegpt", "--last-turn", "keep"]
+    assert mapping.argv() == ["--input-format", "sharegpt", "--last-turn", "keep"]
     assert mapping.options("r").last_turn == "keep"

@@ -77,7 +77,7 @@ async def test_gsm8k_with_prompt_field_becomes_one_record_per_question(
     path = sample_data / "gsm8k" / "test.jsonl"
     rc = await run_main(settings, str(path), "--prompt-field", "question", "--keep-field", "answer")
     assert rc == 0
-    assert "summary: published 1319, skipped 0" in capsys.readouterr().err
+    assert "producer: published 1319, skipped 0" in capsys.readouterr().err
     got = await prompts_on_topic(settings)
     options = MappingOptions(prompt_field="question", keep_fields=("answer",), run_id=settings.run_id)
     expected = expected_records(path, str(path), options)
@@ -97,7 +97,7 @@ async def test_mt_bench_and_bfcl_files_in_one_run(
         sample_data / "bfcl" / "BFCL_v4_multiple.json",
     ]
     assert await run_main(settings, *map(str, files)) == 0
-    assert "summary: published 680, skipped 0 (already published by an earlier run), bad 0" in (
+    assert "producer: published 680, skipped 0 (already published by an earlier run), bad 0" in (
         capsys.readouterr().err
     )
     records = await read_all(settings, settings.topics.prompts)
@@ -185,7 +185,7 @@ async def test_sigkill_mid_file_then_rerun_publishes_each_id_exactly_once(
     rc, err = run_cli(settings, str(path), cwd=tmp_path)
     assert rc == 0, err
     assert f"continuing after line {committed}" in err
-    assert f"summary: published {n - committed}, skipped {committed} " in err
+    assert f"producer: published {n - committed}, skipped {committed} " in err
     counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
     assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
     assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
@@ -235,7 +235,7 @@ async def test_a_broker_killed_mid_file_loses_and_repeats_nothing(
             proc.kill()
             proc.wait(10)
     assert proc.returncode == 0, err.decode()[-3000:]
-    assert f"summary: published {n}," in err.decode()
+    assert f"producer: published {n}," in err.decode()
     counts = Counter(r.key for r in await read_all(settings, settings.topics.prompts))
     assert set(counts) == {f"k-{i:05d}".encode() for i in range(n)}
     assert set(counts.values()) == {1}, "each id exactly once for read_committed readers"
@@ -343,14 +343,14 @@ async def test_every_kind_of_bad_line_is_reported_and_good_lines_arrive(
         assert reason in row["reason"], row
         assert row.get("id") == record_id, row
         assert f"bad line mixed.jsonl:{row['line']}: " in err
-    assert "summary: published 2, skipped 0 (already published by an earlier run), bad 10" in err
+    assert "producer: published 2, skipped 0 (already published by an earlier run), bad 10" in err
     assert sorted(r.id for r in await prompts_on_topic(settings)) == ["good-1", "good-2"]
 
     # Re-run with --allow-bad: nothing new to publish, the same report, exit 0.
     report.unlink()
     rc, err = run_cli(settings, "mixed.jsonl", *small, "--allow-bad", cwd=tmp_path)
     assert rc == 0, err
-    assert "summary: published 0, skipped 2 (already published by an earlier run), bad 10" in err
+    assert "producer: published 0, skipped 2 (already published by an earlier run), bad 10" in err
     assert [json.loads(line) for line in report.read_text().splitlines()] == rows
     assert len(await prompts_on_topic(settings)) == 2
 
@@ -380,7 +380,7 @@ async def test_grown_file_resumes_changed_file_is_refused(
     assert await run_main(settings, str(path)) == 0
     path.write_bytes(b"\n".join(rows) + b"\n")  # 10 lines appended
     assert await run_main(settings, str(path)) == 0
-    assert "summary: published 10, skipped 30" in capsys.readouterr().err
+    assert "producer: published 10, skipped 30" in capsys.readouterr().err
     assert sorted(r.id for r in await prompts_on_topic(settings)) == [f"k-{i:05d}" for i in range(40)]
 
     edited = [*rows[:4], rows[4].replace(b"Question", b"Query"), *rows[5:]]
@@ -407,9 +407,9 @@ async def test_gzip_zstd_and_stdin_inputs(kafka: str, settings: Settings, tmp_pa
     stdin_data = zstandard.ZstdCompressor().compress(data)  # compression is detected on stdin too
     rc, err = run_cli(settings, "-", "--tag", "t1", cwd=tmp_path, input=stdin_data)
     assert rc == 0, err
-    assert "summary: published 50," in err
+    assert "producer: published 50," in err
     rc, err = run_cli(settings, "-", "--tag", "t1", cwd=tmp_path, input=stdin_data)
-    assert "summary: published 0, skipped 50 " in err, "the same stdin stream is recognised"
+    assert "producer: published 0, skipped 50 " in err, "the same stdin stream is recognised"
 
     got = {r.id: r for r in await prompts_on_topic(settings)}
     assert len(got) == 150

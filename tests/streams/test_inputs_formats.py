@@ -99,7 +99,7 @@ def test_gsm8k_without_prompt_field_asks_for_it(sample_data: Path) -> None:
     message = str(info.value)
     assert message.startswith("test.jsonl:1: cannot tell this row's format")
     assert "answer, question" in message
-    assert "--format" in message
+    assert "--input-format" in message
     assert "--prompt-field" in message
 
 
@@ -602,8 +602,11 @@ def test_options_accept_format_strings_and_lists() -> None:
     ("kwargs", "reason"),
     [
         ({"format": "csv"}, "unknown input format 'csv': expected one of auto, chat"),
-        ({"format": FormatName.DATASET}, "--format dataset needs --prompt-field"),
-        ({"format": FormatName.CHAT, "prompt_field": "q"}, "--prompt-field applies to --format dataset only"),
+        ({"format": FormatName.DATASET}, "--input-format dataset needs --prompt-field"),
+        (
+            {"format": FormatName.CHAT, "prompt_field": "q"},
+            "--prompt-field applies to --input-format dataset only",
+        ),
         ({"system": " "}, "the system prompt is empty"),
         ({"keep_fields": ("",)}, "keep_fields must be non-empty strings"),
     ],

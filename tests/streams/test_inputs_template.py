@@ -97,7 +97,7 @@ def test_static_system_prompt_and_keep_fields_work_beside_a_template() -> None:
         ("promts.j2", None, {}, "--template 'promts.j2': no such file, and no template either"),
         (None, "{{ s }}", {}, "--system-template needs --template"),
         ("{{ q }}", "{{ s }}", {"system": "x"}, "--system and --system-template are alternatives"),
-        ("{{ q }}", None, {"format": FormatName.SHAREGPT}, "drop --format sharegpt"),
+        ("{{ q }}", None, {"format": FormatName.SHAREGPT}, "drop --input-format sharegpt"),
         ("{{ q }}", None, {"prompt_field": "q"}, "drop --prompt-field"),
     ],
 )

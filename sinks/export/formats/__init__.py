@@ -1,9 +1,9 @@
-"""The export's dataset formats (``kafkagen export --format``), one module each, behind one
+"""The export's dataset formats (``kafkagen export --output-format``), one module each, behind one
 writer interface (:class:`~sinks.export.formats.base.Output`): ``jsonl`` (the default,
 :mod:`~sinks.export.formats.jsonl`), ``parquet`` (:mod:`~sinks.export.formats.parquet`, its card
 :mod:`~sinks.export.formats.card`), ``openai_batch`` (:mod:`~sinks.export.formats.openai_batch`)
 and ``chat`` (:mod:`~sinks.export.formats.chat`); their files: docs/export.md. The names are spelled
-as the input side's ``--format`` spells its formats (``openai_batch``,
+as the input side's ``--input-format`` spells its formats (``openai_batch``,
 :class:`streams.inputs.FormatName`); ``-`` for ``_`` is taken too (``openai-batch``).
 
 Any number of them are written by one export, from the same winners in one pass; each format's
@@ -39,7 +39,7 @@ _OUTPUTS: Final[dict[str, tuple[str, str]]] = {
 """format → (module of this package, its :class:`Output`), imported when used: pyarrow only loads
 for ``parquet``."""
 FORMATS: Final[tuple[str, ...]] = tuple(_OUTPUTS)
-"""The ``--format`` values."""
+"""The ``--output-format`` values."""
 
 SHARD_NAME: Final = re.compile(
     r"^(?:(?:completions|errors)-\d{5}\.(?:jsonl\.zst|parquet)|batch-(?:output|errors)-\d{5}\.jsonl"
@@ -50,7 +50,7 @@ manifest does not list are stale shards of an earlier export, and removed."""
 
 
 def parse_formats(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``--format`` values (repeated, or comma-separated) → the formats (:data:`FORMATS` names:
+    """``--output-format`` values (repeated, or comma-separated) → the formats (:data:`FORMATS` names:
     ``openai-batch`` is ``openai_batch``), in the order given, once each; none → ``("jsonl",)``.
 
     Raises:

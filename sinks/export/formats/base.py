@@ -47,7 +47,7 @@ class Output(ABC):
     """
 
     name: ClassVar[str]
-    """the ``--format`` value."""
+    """the ``--output-format`` value."""
 
     def __init__(self, dest: Destination, per_shard: int, options: FormatOptions) -> None:
         self.dest = dest

@@ -1,4 +1,4 @@
-"""``--format chat``: training-ready conversations, ``chat-NNNNN.jsonl.zst`` (zstd JSON Lines).
+"""``--output-format chat``: training-ready conversations, ``chat-NNNNN.jsonl.zst`` (zstd JSON Lines).
 
 One row per completion (dead letters have none): ``{"id", "messages": [<the prompt's messages>...,
 {"role": "assistant", "content": str, "reasoning_content"?: str, "tool_calls"?: [...]}],

@@ -1,4 +1,4 @@
-"""``--format jsonl`` (the default): the records as produced, zstd JSON Lines.
+"""``--output-format jsonl`` (the default): the records as produced, zstd JSON Lines.
 
 ``completions-NNNNN.jsonl.zst``: one :class:`streams.records.CompletionRecord` per line, the bytes
 as the consumer produced them; ``errors-NNNNN.jsonl.zst``: one

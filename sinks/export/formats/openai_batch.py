@@ -1,4 +1,4 @@
-"""``--format openai_batch``: the output and error files of OpenAI's Batch API, so a reader of
+"""``--output-format openai_batch``: the output and error files of OpenAI's Batch API, so a reader of
 Batch API results reads a kafkagen run unchanged.
 
 ``batch-output-NNNNN.jsonl`` holds one request output object per completion (its ``body`` a chat

@@ -1,4 +1,4 @@
-"""``--format parquet``: typed columns, ``completions-NNNNN.parquet`` and ``errors-NNNNN.parquet``
+"""``--output-format parquet``: typed columns, ``completions-NNNNN.parquet`` and ``errors-NNNNN.parquet``
 (zstd-compressed Parquet; one :class:`pyarrow.parquet.ParquetWriter` per shard, row groups of at
 most :data:`ROW_GROUP_ROWS` rows or about :data:`ROW_GROUP_BYTES` bytes of records, so memory
 stays at one row group), with a dataset card (:mod:`sinks.export.formats.card`) beside them.

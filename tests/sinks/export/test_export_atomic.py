@@ -215,7 +215,7 @@ def test_an_incomplete_run_leaves_the_destination_as_it_was(
 
     def export_incomplete() -> str:
         """The incomplete export (exit 1), or its SIGKILL; what it printed."""
-        argv = _argv(cfg, to, run, "--shard-records", "1", "--format", "jsonl,parquet")
+        argv = _argv(cfg, to, run, "--shard-records", "1", "--output-format", "jsonl,parquet")
         if killed:
             _export_killed_at(cfg, f"read:{last_read}", argv)
             return ""

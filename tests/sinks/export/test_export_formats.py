@@ -1,4 +1,4 @@
-"""``kafkagen export --format`` on a run staged in the real Kafka and S3 as the sink writes it:
+"""``kafkagen export --output-format`` on a run staged in the real Kafka and S3 as the sink writes it:
 completions with reasoning, with tool calls and with quality flags, dead letters (one without its
 prompt) and a regenerated attempt, exported as JSON Lines, Parquet (read with pyarrow and with
 Hugging Face ``datasets``, offline), OpenAI Batch output and error files (validated with the
@@ -70,7 +70,15 @@ def test_every_format_from_one_export(
 ) -> None:
     out = tmp_path / "dataset"
     argv = export_argv(  # openai-batch: the spelling of earlier versions, taken as openai_batch
-        cfg, str(out), run, "--format", "jsonl,parquet", "--format", "openai-batch", "--format", "chat"
+        cfg,
+        str(out),
+        run,
+        "--output-format",
+        "jsonl,parquet",
+        "--output-format",
+        "openai-batch",
+        "--output-format",
+        "chat",
     )
     assert main([*argv, "--reasoning", "inline", "--shard-records", "2"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -239,7 +247,10 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
         return body
 
     assert (
-        main(export_argv(cfg, to, run, "--format", "parquet,openai_batch,chat", "--reasoning", "field")) == 0
+        main(
+            export_argv(cfg, to, run, "--output-format", "parquet,openai_batch,chat", "--reasoning", "field")
+        )
+        == 0
     )
     assert names() == [
         "README.md",
@@ -281,11 +292,14 @@ def test_chat_reasoning_field_and_an_earlier_export_s_files_are_removed(
 def test_an_input_format_given_as_format_says_where_it_goes(
     cfg: Settings, run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(export_argv(cfg, str(tmp_path / "d"), run, "--format", "mt_bench")) == 2
+    assert main(export_argv(cfg, str(tmp_path / "d"), run, "--output-format", "mt_bench")) == 2
     err = capsys.readouterr().err
     assert "unknown format 'mt_bench'" in err and "the format of --input files is --input-format" in err
     assert (
-        main(export_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--format", "chat")) == 0
+        main(
+            export_argv(cfg, str(tmp_path / "d"), run, "--input-format", "prompt", "--output-format", "chat")
+        )
+        == 0
     )
 
 

@@ -1,6 +1,6 @@
 """The export formats' pure record → row functions (no Kafka, no S3): OpenAI Batch lines validated
 with the ``openai`` package's own types, chat rows in each reasoning mode, Parquet rows against
-their schema (nulls included), the dataset card, the ``--format`` values and the shard names."""
+their schema (nulls included), the dataset card, the ``--output-format`` values and the shard names."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_format_values() -> None:
 
 
 def test_a_format_is_spelled_as_the_input_side_spells_it_and_the_other_spelling_is_taken() -> None:
-    assert FormatName.OPENAI_BATCH.value in FORMATS  # produce --format openai_batch reads Batch API requests
+    assert FormatName.OPENAI_BATCH.value in FORMATS  # produce --input-format openai_batch: Batch API requests
     assert parse_formats(("openai-batch",)) == parse_formats(("openai_batch",)) == ("openai_batch",)
     assert parse_formats(("openai-batch,jsonl", "openai_batch")) == ("openai_batch", "jsonl")
     with pytest.raises(ValueError, match=r"unknown format 'open-ai' .*openai_batch"):
