@@ -92,7 +92,12 @@ async def test_vllm_answers_in_vllms_shape(vllm: SimulatedServer, fixture: str) 
         extra |= {"tools": [weather], "tool_choice": "required"}
     async with httpx.AsyncClient(base_url=vllm.url, timeout=5) as http:
         answer = (await http.post("/v1/chat/completions", json=body(**extra))).json()
+        extra["request_id"] = "kg-2"
+        again = (await http.post("/v1/chat/completions", json=body(**extra))).json()
     assert answer["id"] == "chatcmpl-kg-1"
+    # prompt_tokens_details: null until a prompt has cached tokens (serving_chat.py)
+    assert answer["usage"]["prompt_tokens_details"] is None
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     message = answer["choices"][0]["message"]
     assert message["reasoning_content"], "vLLM splits the reasoning whatever separate_reasoning says"
     expected = keys(recorded)
@@ -161,6 +166,8 @@ async def test_generic_serves_models_and_chat_only(generic: SimulatedServer) -> 
         assert set(models["data"][0]) == {"id", "object", "created", "owned_by"}
         answer = (await http.post("/v1/chat/completions", json=body(request_id="kg-2", max_tokens=50))).json()
     assert set(answer) == {"id", "object", "created", "model", "choices", "usage"}
+    assert set(answer["choices"][0]) == {"index", "message", "logprobs", "finish_reason"}
+    assert set(answer["choices"][0]["message"]) <= {"role", "content", "reasoning_content", "tool_calls"}
     assert answer["id"] != "chatcmpl-kg-2"
     assert set(answer["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
 
