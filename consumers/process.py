@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -44,8 +45,9 @@ log = logging.getLogger("kafkagen.generate")
 _Answer = tuple[dict[str, Any], ChatResult, float]
 """An answer in hand: the request body sent, its result, and the Unix time it was sent."""
 
-DUPLICATE_RID = "Duplicate request ID"
-"""SGLang's 400 message for a ``rid`` already in flight (docs/sglang.md, "Errors and overload")."""
+DUPLICATE_RID = re.compile(r"Duplicate request ID|Request id \S+ already running\.")
+"""The 400 message for a request id already in flight: SGLang's (docs/sglang.md, "Errors and
+overload") and vLLM's (docs/vllm.md, "Requests")."""
 
 
 class PromptRunner:
@@ -180,7 +182,7 @@ class PromptRunner:
             except ServerError as exc:
                 if retriable(exc):
                     last = exc
-                elif DUPLICATE_RID in str(exc):  # our earlier send of this rid still runs there
+                elif DUPLICATE_RID.search(str(exc)):  # our earlier send of this rid still runs there
                     last = RetriableServerError(str(exc), status=exc.status)
                 else:
                     self.server.record_success(time.monotonic())

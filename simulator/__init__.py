@@ -9,6 +9,10 @@ What it simulates
   errors (400 for a too-long prompt or a duplicate in-flight ``rid``, 503 only with
   ``max_queued_requests``; ``/health`` generates like ``/health_generate``,
   503 while warming up) and reasoning split (``reasoning_content``, ``usage.reasoning_tokens``).
+* With ``SimulatorProfile.persona`` "vllm": vLLM 0.11.0's API instead (``/health``, ``/version``,
+  ``/v1/models``, ``/metrics`` with ``vllm:*`` gauges, chat with ``request_id``, vLLM's answers
+  and ``ErrorResponse``; docs/vllm.md); "openai": a generic OpenAI-compatible server
+  (``/v1/models`` and chat only). See :mod:`.routes.personas`.
 * Continuous batching: ``max_running_requests`` slots, an unbounded FIFO waiting queue,
   per-request decode rate ``rate(b) = r1 / (1 + alpha * (b - 1))`` tokens/s with ``b``
   requests in slots, prefill time ``prompt_tokens / prefill_tok_s``, a slow first request
@@ -37,6 +41,7 @@ Use
 From the command line::
 
     python -m simulator --port 30000 --time-scale 1 --max-running-requests 16
+    python -m simulator --persona vllm --port 8000    # passes for vLLM 0.11.0
 
 In process (tests, benchmarks)::
 

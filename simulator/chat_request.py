@@ -61,8 +61,12 @@ class ChatRequest:
     top_logprobs: int = 0
 
 
-def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
+def parse_chat(body: object, profile: SimulatorProfile, *, id_field: str = "rid") -> ChatRequest:
     """Validate a decoded chat-completions body.
+
+    ``id_field`` names the field of the client's request id (SGLang's ``rid``, vLLM's
+    ``request_id``; "" for a server that takes none). Only SGLang reads ``separate_reasoning``:
+    another server ignores the field and always splits the reasoning when it has a parser.
 
     Raises:
         BadRequest: the body is not one the simulator serves (SGLang's or the simulator's message).
@@ -118,15 +122,15 @@ def parse_chat(body: object, profile: SimulatorProfile) -> ChatRequest:
     priority = body.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise BadRequest("'priority' must be an integer.")
-    separate_reasoning = body.get("separate_reasoning", True)
+    separate_reasoning = body.get("separate_reasoning", True) if id_field == "rid" else True
     if not isinstance(separate_reasoning, bool):
         raise BadRequest("'separate_reasoning' must be a boolean.")
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         raise BadRequest("'tools' must be a list.")
-    rid = body.get("rid")
+    rid = body.get(id_field) if id_field else None
     if rid is not None and (not isinstance(rid, str) or not rid):
-        raise BadRequest("'rid' must be a non-empty string.")
+        raise BadRequest(f"'{id_field}' must be a non-empty string.")
     model = body.get("model")
     tool_choice = body.get("tool_choice")
     try:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from simulator.profile import DEFAULT_PROFILE, SGLANG_VERSIONS, FaultConfig, SimulatorProfile
+from simulator.profile import DEFAULT_PROFILE, PERSONAS, SGLANG_VERSIONS, FaultConfig, SimulatorProfile
 from simulator.server import SimulatedServer
 from streams.errors import KafkagenError
 
@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--model-path", default=d.model_path)
     parser.add_argument("--served-model-name", default=None, help="default: the model path")
+    parser.add_argument(
+        "--persona",
+        choices=PERSONAS,
+        default="sglang",
+        help="the server to pass for: SGLang, vLLM 0.11.0 (docs/vllm.md) or a generic "
+        "OpenAI-compatible server with /v1/models and chat only (default %(default)s)",
+    )
     parser.add_argument(
         "--sglang-version",
         choices=SGLANG_VERSIONS,
@@ -128,6 +135,7 @@ def profile_from_args(args: argparse.Namespace) -> SimulatorProfile:
         model_path=args.model_path,
         served_model_name=args.served_model_name or args.model_path,
         sglang_version=args.sglang_version,
+        persona=args.persona,
         max_running_requests=(
             DEFAULT_PROFILE.max_running_requests
             if args.max_running_requests is None
@@ -164,8 +172,11 @@ async def serve(server: SimulatedServer) -> int:
             loop.add_signal_handler(signum, stop.set)
     await server.start()
     p = server.profile
+    persona = {"sglang": f"SGLang {p.sglang_version}", "vllm": "vLLM 0.11.0"}.get(
+        p.persona, "OpenAI-compatible"
+    )
     print(
-        f"SGLang-API simulator (SGLang {p.sglang_version}, synthetic output) listening on {server.url} "
+        f"simulator ({persona}, synthetic output) listening on {server.url} "
         f"[model {p.served_model_name}, max_running_requests {p.max_running_requests}, "
         f"context {p.context_length}, time_scale {server.time_scale:g}]",
         flush=True,

@@ -14,10 +14,25 @@ from typing import Any
 
 from streams.errors import ConfigError
 
-__all__ = ["DEFAULT_PROFILE", "SGLANG_VERSIONS", "FaultConfig", "SimulatorProfile"]
+__all__ = [
+    "DEFAULT_PROFILE",
+    "PERSONAS",
+    "SGLANG_VERSIONS",
+    "VLLM_VERSION",
+    "FaultConfig",
+    "SimulatorProfile",
+]
 
 SGLANG_VERSIONS = ("0.5.20", "0.5.23")
 """SGLang releases the simulator can mirror (``SimulatorProfile.sglang_version``)."""
+
+PERSONAS = ("sglang", "vllm", "openai")
+"""The servers the simulator can pass for (``SimulatorProfile.persona``): SGLang, vLLM
+(:data:`VLLM_VERSION`, docs/vllm.md) or a generic OpenAI-compatible server (``/v1/models`` and
+``/v1/chat/completions`` only)."""
+
+VLLM_VERSION = "0.11.0"
+"""The vLLM release the ``vllm`` persona mirrors (``/version``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +67,9 @@ class SimulatorProfile:
         sglang_version: the SGLang release whose answers the simulator mirrors, one of
             :data:`SGLANG_VERSIONS` ("0.5.20", the version ``docker-compose.yml`` pins, or
             "0.5.23"); see :mod:`simulator.shapes` for what differs.
+        persona: the server the simulator passes for, one of :data:`PERSONAS`: "sglang"
+            (default), "vllm" (vLLM 0.11.0's endpoints, shapes and errors; docs/vllm.md) or
+            "openai" (a generic server: ``/v1/models`` and chat only; :mod:`simulator.routes.personas`).
         max_running_requests_set: whether ``--max-running-requests`` was given on the command
             line; SGLang's ``/server_info`` top-level ``max_running_requests`` is null otherwise
             (the limit in use is ``internal_states[i].effective_max_running_requests_per_dp``).
@@ -135,8 +153,11 @@ class SimulatorProfile:
     enable_deterministic_inference: bool = False
     decode_log_interval: int = 40
     load_s: float = 0.0
+    persona: str = "sglang"
 
     def __post_init__(self) -> None:
+        if self.persona not in PERSONAS:
+            raise ConfigError(f"persona must be one of {PERSONAS}, got {self.persona!r}")
         if self.sglang_version not in SGLANG_VERSIONS:
             raise ConfigError(f"sglang_version must be one of {SGLANG_VERSIONS}, got {self.sglang_version!r}")
         if self.max_queued_requests is not None and self.max_queued_requests < 0:

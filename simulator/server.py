@@ -12,7 +12,10 @@ Mirrored from SGLang (0.5.20 and 0.5.23 agree on all of it), never kinder: befor
 (``profile.load_s``) connections are refused; during warm-up (``profile.startup_s``) only the
 health endpoints answer 503, chat is served.
 
-Every response carries an ``X-Simulator`` header (profile name and SGLang version), so
+With ``profile.persona`` "vllm" or "openai" it passes for vLLM 0.11.0 or a generic
+OpenAI-compatible server instead (:mod:`simulator.routes.personas`).
+
+Every response carries an ``X-Simulator`` header (profile name, persona and version), so
 benchmarks can tell a simulator from a real server.
 """
 
@@ -32,7 +35,7 @@ from simulator.engine import Engine, SimulatorStats
 from simulator.fault_control import ALL_FAULT_FIELDS, FaultControl
 from simulator.inflight import InflightRequests
 from simulator.prefix_cache import PrefixCache
-from simulator.profile import DEFAULT_PROFILE, FaultConfig, SimulatorProfile
+from simulator.profile import DEFAULT_PROFILE, VLLM_VERSION, FaultConfig, SimulatorProfile
 from simulator.routes import add_routes
 from simulator.telemetry import Telemetry
 from streams.errors import ConfigError, StackError
@@ -297,7 +300,9 @@ class SimulatedServer:
     @web.middleware
     async def _mark(self, request: web.Request, handler: Any) -> web.StreamResponse:
         response: web.StreamResponse = await handler(request)
-        response.headers["X-Simulator"] = f"{self.profile.name}; sglang {self.profile.sglang_version}"
+        p = self.profile
+        version = {"sglang": p.sglang_version, "vllm": VLLM_VERSION}.get(p.persona, "")
+        response.headers["X-Simulator"] = f"{p.name}; {p.persona} {version}".rstrip()
         return response
 
     def _make_app(self) -> web.Application:

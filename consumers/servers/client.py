@@ -18,7 +18,7 @@ import aiohttp
 import msgspec
 
 from consumers.servers.answers import ChatResult
-from consumers.servers.base import ServerInfo, ServerKind, ServerLoad, parse_load
+from consumers.servers.base import ServerInfo, ServerKind, ServerLoad, model_cards, parse_load
 from consumers.servers.registry import FALLBACK, KINDS, LOAD_SERIES
 from streams.config import GenerationSettings
 from streams.errors import RetriableServerError
@@ -184,13 +184,20 @@ class ServerClient:
     async def healthy(self, kind: ServerKind | None = None, *, timeout_s: float = 30.0) -> bool:
         """True when the server can generate now, as its kind (default: the discovered one, else
         the OpenAI-compatible fallback) judges it within ``timeout_s`` seconds. SGLang:
-        ``/health_generate``; others: a 1-token chat completion."""
+        ``/health_generate``; others: a 1-token chat completion. Before discovery the probe names
+        the first ``/v1/models`` id (else ``generation.model``): vLLM answers 404 for a model it
+        does not serve (docs/vllm.md, "Requests")."""
         kind = kind or self.kind or FALLBACK
-        model = self.info.model if self.info else self.generation.model
+        model = self.info.model if self.info else await self._served_model()
         try:
             return await kind.healthy(self, model=model, timeout_s=timeout_s)
         except _TRANSPORT_ERRORS:
             return False
+
+    async def _served_model(self) -> str:
+        cards = model_cards(await self.get_json("/v1/models"))
+        first = cards[0].get("id") if cards else None
+        return first if isinstance(first, str) and first else self.generation.model
 
     async def load(self) -> ServerLoad | None:
         """Running and queued requests and KV-cache usage from ``/metrics`` (Prometheus text,

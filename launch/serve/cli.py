@@ -1,4 +1,5 @@
-"""``kafkagen serve up|status|down|logs|probe``: a fleet of SGLang servers, one per GPU (docs/serve.md).
+"""``kafkagen serve up|status|down|logs|probe``: a fleet of SGLang (or, ``--engine vllm``, vLLM)
+servers, one per GPU (docs/serve.md).
 
 ``up MODEL_PATH --gpus N`` starts the servers detached under supervisord, waits until each answers
 its health path, then runs the preflight (:mod:`launch.preflight.check`); ``status``, ``down``,
@@ -26,10 +27,12 @@ from launch.serve.spec import (
     DEFAULT_PORT,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_SERVER_COMMAND,
+    ENGINES,
     FleetSpec,
     Speculative,
     parse_gpus,
 )
+from launch.serve.vllm_args import VLLM_HEALTH_PATH, VLLM_SERVER_COMMAND
 from streams.cli import SummaryGroup, command_settings, run_command, settings_options
 from streams.errors import ConfigError, ExitCode
 
@@ -44,6 +47,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _FLEET_OPTIONS: list[Callable[[F], F]] = [
     click.option("--gpus", help="a count (7 = GPUs 0..6) or indices (0,2,5); one server per GPU"),
+    click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="sglang",
+        show_default=True,
+        help="the inference server: SGLang, or vLLM 0.11 (docs/vllm.md, 'Serving')",
+    ),
     click.option(
         "--port",
         type=click.IntRange(1, 65535),
@@ -91,7 +101,8 @@ _FLEET_OPTIONS: list[Callable[[F], F]] = [
         help="a raw SGLang argument, passed verbatim; repeat it: --server-arg=--tp-size --server-arg=1",
     ),
     click.option(
-        "--health-path", default=DEFAULT_HEALTH_PATH, show_default=True, help="readiness path; 200 = ready"
+        "--health-path",
+        help=f"readiness path; 200 = ready (default: {DEFAULT_HEALTH_PATH}, vLLM's {VLLM_HEALTH_PATH})",
     ),
     click.option(
         "--ready-timeout",
@@ -103,10 +114,9 @@ _FLEET_OPTIONS: list[Callable[[F], F]] = [
     ),
     click.option(
         "--server-command",
-        default=DEFAULT_SERVER_COMMAND,
-        show_default=True,
-        help="command template; placeholders {python} {model} {port} {host} {gpu} {name}; "
-        "the word {args} is the SGLang arguments",
+        help=f"command template (default: '{DEFAULT_SERVER_COMMAND}', vLLM's "
+        f"'{VLLM_SERVER_COMMAND}'); placeholders {{python}} {{model}} {{port}} {{host}} {{gpu}} {{name}}; "
+        "the word {args} is the engine's arguments",
     ),
     click.option(
         "--copy-model-to",
@@ -129,7 +139,7 @@ def fleet_options(command: F) -> F:
     """Decorator: the fleet spec options (``--gpus``, ``--port``, ... ``--copy-model-to``, and
     ``--fleet``); the command receives them as one ``fleet: dict[str, Any]`` keyword argument,
     for :func:`spec_from_options`."""
-    names = ["fleet_name", "gpus", "port", "host", "served_model_name", "reasoning_parser",
+    names = ["fleet_name", "gpus", "engine", "port", "host", "served_model_name", "reasoning_parser",
              "tool_call_parser", "metrics", "cache_report", "context_length", "mem_fraction_static",
              "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
              "speculative_eagle_topk", "speculative_num_draft_tokens", "server_args", "health_path",
@@ -154,6 +164,9 @@ def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
     """
     if not fleet["gpus"]:
         raise ConfigError("--gpus is required: a count (--gpus 7 = GPUs 0..6) or indices (--gpus 0,2,5)")
+    vllm = fleet["engine"] == "vllm"
+    health_path = fleet["health_path"] or (VLLM_HEALTH_PATH if vllm else DEFAULT_HEALTH_PATH)
+    server_command = fleet["server_command"] or (VLLM_SERVER_COMMAND if vllm else DEFAULT_SERVER_COMMAND)
     return FleetSpec(
         model_path=model_path,
         gpus=parse_gpus(fleet["gpus"]),
@@ -174,11 +187,12 @@ def spec_from_options(model_path: str, fleet: dict[str, Any]) -> FleetSpec:
             num_draft_tokens=fleet["speculative_num_draft_tokens"],
         ),
         server_args=tuple(fleet["server_args"]),
-        health_path=fleet["health_path"],
+        health_path=health_path,
         ready_timeout_s=fleet["ready_timeout_s"],
-        server_command=fleet["server_command"],
+        server_command=server_command,
         copy_model_to=fleet["copy_model_to"],
         name=fleet["fleet_name"],
+        engine=fleet["engine"],
     )
 
 

@@ -13,6 +13,7 @@ import string
 import sys
 
 from launch.serve.spec import FleetSpec
+from launch.serve.vllm_args import vllm_args
 from streams.errors import ConfigError
 
 __all__ = ["PLACEHOLDERS", "server_argv", "sglang_args", "template_fields"]
@@ -84,7 +85,8 @@ def server_argv(spec: FleetSpec, index: int, *, python: str | None = None) -> li
     """The command line of the ``index``-th server: :attr:`FleetSpec.server_command` shlex-split,
     each token formatted with ``{python}`` (``python``, default ``sys.executable``), ``{model}``,
     ``{port}``, ``{host}``, ``{gpu}``, ``{name}`` (the program name ``gpu-<i>``); the token
-    ``{args}`` alone expands to :func:`sglang_args`. A template without ``{args}`` gets none of them
+    ``{args}`` alone expands to :func:`sglang_args` (:func:`launch.serve.vllm_args.vllm_args` for
+    :attr:`FleetSpec.engine` "vllm"). A template without ``{args}`` gets none of them
     (how the tests run the simulator in place of SGLang).
 
     Raises:
@@ -110,7 +112,7 @@ def server_argv(spec: FleetSpec, index: int, *, python: str | None = None) -> li
     argv: list[str] = []
     for token in shlex.split(spec.server_command):
         if token == "{args}":
-            argv += sglang_args(spec, gpu, port)
+            argv += (vllm_args if spec.engine == "vllm" else sglang_args)(spec, gpu, port)
         elif "{args}" in token:
             raise ConfigError("--server-command: {args} must be a word of its own (it expands to many)")
         else:

@@ -1,4 +1,4 @@
-"""The fleet spec: what ``kafkagen serve up`` starts, one SGLang server per GPU.
+"""The fleet spec: what ``kafkagen serve up`` starts, one SGLang (or vLLM) server per GPU.
 
 A :class:`FleetSpec` is frozen and JSON-round-trippable (:meth:`FleetSpec.to_json`,
 :meth:`FleetSpec.from_json`): the fleet record (``fleet.json``) holds it, so ``serve status``,
@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_READY_TIMEOUT_S",
     "DEFAULT_SERVER_COMMAND",
+    "ENGINES",
     "FleetSpec",
     "Speculative",
     "parse_gpus",
@@ -31,6 +32,8 @@ DEFAULT_HEALTH_PATH = "/health_generate"
 # healthcheck allows start_period 20m); 30 minutes leaves room for a slow first load.
 DEFAULT_READY_TIMEOUT_S = 1800.0
 DEFAULT_SERVER_COMMAND = "{python} -m sglang.launch_server {args}"
+ENGINES = ("sglang", "vllm")
+"""the inference servers a fleet can run (:attr:`FleetSpec.engine`)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 
@@ -101,6 +104,9 @@ class FleetSpec:
             once before starting (:func:`launch.serve.model_copy.copy_model`); the servers then
             load the copy, served under the original path's name unless ``served_model_name``.
         name: the fleet's name: its folder ``<home>/serve/<name>/``.
+        engine: the server the ``{args}`` of :attr:`server_command` are for, one of
+            :data:`ENGINES`: SGLang (:func:`launch.serve.sglang_args.sglang_args`) or vLLM 0.11.0
+            (:func:`launch.serve.vllm_args.vllm_args`; docs/vllm.md, "Serving").
     """
 
     model_path: str
@@ -121,8 +127,11 @@ class FleetSpec:
     server_command: str = DEFAULT_SERVER_COMMAND
     copy_model_to: str | None = None
     name: str = "fleet"
+    engine: str = "sglang"
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine {self.engine!r}: one of {', '.join(ENGINES)}")
         if not self.gpus:
             raise ConfigError("a fleet needs at least one GPU (--gpus)")
         if not _NAME.fullmatch(self.name):

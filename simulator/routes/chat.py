@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from simulator import shapes
-from simulator.answers import chat_body, error_response
-from simulator.chat_request import BadRequest, ChatRequest, context_error, parse_chat
+from simulator.answers import error_response
+from simulator.chat_request import BadRequest, ChatRequest, parse_chat
 from simulator.engine import Job
 from simulator.output import OutputPlan, estimate_prompt_tokens, plan_output, request_seed
+from simulator.routes.personas import Dialect
 
 if TYPE_CHECKING:
     from simulator.server import SimulatedServer
@@ -36,15 +36,18 @@ __all__ = ["ChatRoutes"]
 
 
 class ChatRoutes:
-    """The handlers of the generation endpoints for ``server``."""
+    """The handlers of the generation endpoints for ``server``, answering in ``dialect``
+    (SGLang's by default; :mod:`simulator.routes.personas`)."""
 
-    def __init__(self, server: SimulatedServer) -> None:
+    def __init__(self, server: SimulatedServer, dialect: Dialect | None = None) -> None:
         self.server = server
+        self.dialect = dialect if dialect is not None else Dialect()
 
     def register(self, router: web.UrlDispatcher) -> None:
-        """Add this family's routes to ``router``."""
+        """Add this family's routes to ``router`` (``/abort_request``: SGLang only)."""
         router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/abort_request", self.abort_request)
+        if self.dialect.aborts_by_prefix:
+            router.add_post("/abort_request", self.abort_request)
 
     async def abort_request(self, request: web.Request) -> web.Response:
         """``{"rid": ...}`` or ``{"abort_all": true}``; 200 whatever matched, 400 for a non-JSON body."""
@@ -65,7 +68,7 @@ class ChatRoutes:
 
     def _reject(self, status: int, message: str) -> web.Response:
         self.server.telemetry.rejected += 1
-        return error_response(status, message)
+        return self.dialect.error(status, message)
 
     async def chat(self, request: web.Request) -> web.Response:
         """A non-streaming chat completion: faults first, then validation, then the engine."""
@@ -80,20 +83,22 @@ class ChatRoutes:
             await asyncio.Event().wait()  # never answered: the crash cancels this handler
         if control.take_503(engine.now()):
             return self._reject(503, "The server is overloaded (simulated 503 fault). Retry later.")
+        dialect = self.dialect
         try:
-            chat = parse_chat(await request.json(), profile)
-        except ValueError:
-            return self._reject(400, "The request body must be valid JSON.")
-        except BadRequest as exc:
-            return self._reject(400, str(exc))
-
+            chat = parse_chat(await request.json(), profile, id_field=dialect.id_field)
+        except (ValueError, BadRequest) as exc:
+            server.telemetry.rejected += 1
+            message = str(exc) if isinstance(exc, BadRequest) else "The request body must be valid JSON."
+            return dialect.bad_body(message)
+        refused = dialect.refusal(chat, profile, chat.rid is not None and chat.rid in server.inflight)
+        if refused is not None:
+            server.telemetry.rejected += 1
+            return refused
         prompt_tokens = estimate_prompt_tokens(chat.messages, chat.tools)
         context = profile.context_length
-        too_long = context_error(prompt_tokens, chat.max_tokens, context)
+        too_long = dialect.context_error(prompt_tokens, chat.max_tokens, context)
         if too_long is not None:
             return self._reject(400, too_long)
-        if chat.rid is not None and chat.rid in server.inflight:
-            return self._reject(400, f"Duplicate request ID detected: {chat.rid}")
         limit = profile.max_queued_requests
         if limit is not None:
             engine.sync()
@@ -106,6 +111,7 @@ class ChatRoutes:
         faults = control.config
         plan = self._plan(chat, None, prompt_tokens)
         rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
+        answer_id = dialect.response_id(chat.rid, f"chatcmpl-{uuid.uuid4().hex}")
         job = self._submit(chat, plan, prompt_tokens)
         server.telemetry.admitted(prompt_tokens, cached_tokens)
         outcome = await self._run(job, request, rid)
@@ -126,7 +132,7 @@ class ChatRoutes:
         failed = self._injected_failure(plan)
         if failed is not None:
             return failed
-        body = chat_body(profile, rid, chat, plan, prompt_tokens, cached_tokens)
+        body = dialect.body(profile, answer_id, chat, plan, prompt_tokens, cached_tokens)
         if faults.omit_usage:
             body.pop("usage", None)
         return web.json_response(body, headers=headers)
@@ -185,7 +191,7 @@ class ChatRoutes:
         ``--enable-deterministic-inference`` every copy samples with the same seed: equal answers."""
         server = self.server
         engine = server.engine
-        rid = chat.rid if chat.rid is not None else f"chatcmpl-{uuid.uuid4().hex}"
+        answer_id = self.dialect.response_id(chat.rid, f"chatcmpl-{uuid.uuid4().hex}")
         # like any request here, the prefill pays for the whole prompt: the simulator credits no cache
         warm = engine.submit(prompt_tokens=prompt_tokens, target_tokens=0, base_rate=1.0)
         server.telemetry.admitted(prompt_tokens, cached_tokens)
@@ -215,16 +221,13 @@ class ChatRoutes:
             if failed is not None:
                 return failed
         bodies = [
-            chat_body(server.profile, rid, chat, plan, prompt_tokens, prompt_tokens - 1) for plan in plans
+            self.dialect.body(server.profile, answer_id, chat, plan, prompt_tokens, prompt_tokens - 1)
+            for plan in plans
         ]
         body = bodies[0]
         body["choices"] = [dict(b["choices"][0], index=i) for i, b in enumerate(bodies)]
-        body["usage"] = shapes.usage(
-            server.profile,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=sum(b["usage"]["completion_tokens"] for b in bodies),
-            reasoning_tokens=sum(b["usage"]["reasoning_tokens"] for b in bodies),
-            cached_tokens=prompt_tokens - 1,
+        body["usage"] = self.dialect.usage(
+            server.profile, prompt_tokens=prompt_tokens, completions=bodies, cached=prompt_tokens - 1
         )
         if server.fault_control.config.omit_usage:
             body.pop("usage", None)
@@ -248,7 +251,7 @@ class ChatRoutes:
         if disconnected:
             return web.Response(status=499)
         if job.cancel_reason == "shutdown":
-            return error_response(503, "The server is shutting down.")
+            return self.dialect.error(503, "The server is shutting down.")
         return None
 
     def _injected_failure(self, plan: OutputPlan) -> web.Response | None:
@@ -259,10 +262,10 @@ class ChatRoutes:
         status = faults.abort_status
         if plan.finish_reason == "abort" and status is not None:
             kind = "BadRequest" if status == 400 else str(status)  # ValueError / HTTPException
-            return error_response(status, "Request aborted (simulated).", kind)
+            return self.dialect.error(status, "Request aborted (simulated).", kind)
         rate = faults.reasoning_parse_error_rate
         if rate > 0 and server.profile.reasoning_parser is not None and server.rng.random() < rate:
-            return error_response(500, "Failed to parse reasoning content")
+            return self.dialect.error(500, "Failed to parse reasoning content")
         return None
 
     async def _wait(self, job: Job, request: web.Request, rid: str) -> bool:
@@ -280,7 +283,8 @@ class ChatRoutes:
                 # SGLang aborts a disconnected request through abort_request(rid): every
                 # in-flight request whose rid starts with this one goes too.
                 server.telemetry.aborts_sent += 1
-                server.inflight.abort_matching(rid, engine, sparing=job)
+                if self.dialect.aborts_by_prefix:
+                    server.inflight.abort_matching(rid, engine, sparing=job)
                 engine.cancel(job, "disconnect")
                 return True
         return False
