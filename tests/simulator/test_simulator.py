@@ -823,11 +823,14 @@ async def test_server_info_hangs_while_the_engine_hangs(client: httpx.AsyncClien
 
 async def test_abort_request_needs_an_in_flight_rid_then_aborts_its_prefix(client: httpx.AsyncClient) -> None:
     async with SimulatedServer(steady(), time_scale=10) as server:
-        tasks = {rid: asyncio.create_task(post_chat(client, server, chat(rid=rid, max_tokens=100)))
-                 for rid in ("job", "job-a", "job-b", "other")}  # fmt: skip
+        # the "job" family runs 30 s wall unless aborted (so a loaded machine cannot finish it
+        # first); "other" runs to its 1,000 tokens (1 s wall)
+        tasks = {rid: asyncio.create_task(post_chat(client, server, chat(rid=rid, max_tokens=30000)))
+                 for rid in ("job", "job-a", "job-b")}  # fmt: skip
+        tasks["other"] = asyncio.create_task(post_chat(client, server, chat(rid="other", max_tokens=1000)))
         await wait_until(lambda: server.stats().running == 4)
-        await client.post(f"{server.url}/abort_request", json={"rid": "jo"})  # not a request: ignored
-        await asyncio.sleep(0.05)
+        # not a request: ignored (the abort is applied before its answer is sent)
+        await client.post(f"{server.url}/abort_request", json={"rid": "jo"})
         assert server.stats().requests_aborted == 0
         await client.post(f"{server.url}/abort_request", json={"rid": "job"})
         finishes = {rid: (await task).json()["choices"][0]["finish_reason"] for rid, task in tasks.items()}
