@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Literal
 
+from consumers.quality.budget import budget_halt, deadline_halt, is_budget_halt
 from consumers.quality.gate import breaches, halt_message
 from streams.config import GenerationSettings, Settings
 from streams.control import ControlLog, ControlState, GateRecord, RegenerateRecord, read_control
@@ -125,6 +126,14 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
             f"; the {kept.results} results written before the halt stay in the run with their quality "
             f"flags ({bad}): the export keeps them, tell them by params.max_tokens or quality"
         )
+    if is_budget_halt(halted.params):
+        tokens = halted.params.get("output_tokens")
+        still = budget_halt(settings.gate, tokens if isinstance(tokens, int) else 0) or deadline_halt(
+            settings.gate
+        )
+        if still is not None:
+            note += f"; warning: it will halt again at once: {still[0]}. Fix: {still[1]}"
+        return note
     same = halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking
     if same and settings.gate.enabled:
         note += (
