@@ -202,6 +202,7 @@ class FleetGate:
                 self.counts.results,
             )
         self._announce()
+        self._check_budgets()  # a budget passed already halts before the first prompt starts
 
     # -- counting -----------------------------------------------------------------------------------
     def count(

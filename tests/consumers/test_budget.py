@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from consumers.generate import group_id
@@ -16,7 +17,7 @@ from streams.config import Settings
 from streams.control import GateRecord, read_control
 from streams.kafka import end_offsets
 from tests.consumers.support import Fleet, completions, errors
-from tests.consumers.test_fleet_gate import assert_commits_covered, simulators, wait_members
+from tests.consumers.test_fleet_gate import assert_commits_covered, received, simulators, wait_members
 from tests.helpers import committed, make_prompt, publish, wait_for
 
 PROMPTS = 120
@@ -102,3 +103,22 @@ async def test_a_run_halts_at_its_output_token_budget_and_resumes_with_a_raised_
     done = Counter(c.id for c in await completions(raised))
     assert set(done) == ids, f"{len(ids - set(done))} prompts without a result"
     assert max(done.values()) == 1, {i: n for i, n in done.items() if n > 1}
+
+
+async def test_a_consumer_halts_the_run_at_its_deadline_without_the_main_job(
+    cs: Settings, fleet: Fleet, tmp_path: Path
+) -> None:
+    passed = datetime.now(UTC) - timedelta(seconds=1)
+    s = cs.model_copy(update={"gate": cs.gate.model_copy(update={"deadline": passed})})
+    fleet.settings = s
+    await publish(s, [make_prompt(i, max_tokens=50) for i in range(20)])
+    with simulators(1, 40.0, tmp_path, "deadline") as urls:
+        started = time.time()
+        fleet.start("deadline-0", urls[0])
+        state = await wait_members(s, "halted", started, ("deadline-0",))
+        assert state.gate is not None and state.gate.by == "deadline-0"
+        assert state.gate.reason == f"deadline {passed.isoformat(timespec='seconds')} reached"
+        assert state.gate.params["budget"] == "deadline" and "--deadline" in state.gate.fix
+        assert received(urls) == [0], "a prompt was sent past the deadline"
+        fleet.stop_all()
+    assert not await completions(s)
