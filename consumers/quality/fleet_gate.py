@@ -99,6 +99,7 @@ class FleetGate:
         self.completions = 0
         self.errors = 0
         self.completion_tokens = 0
+        self.completion_tokens_sq = 0
         self.reasoning_tokens = 0
         self.quality = QualityGate(settings.gate)
         self.trip: list[Breach] | None = None
@@ -193,6 +194,7 @@ class FleetGate:
             self.totals = own.totals
             self.completions, self.errors = own.completions, own.errors
             self.completion_tokens, self.reasoning_tokens = own.completion_tokens, own.reasoning_tokens
+            self.completion_tokens_sq = own.completion_tokens_sq
             if own.epoch == self.epoch:
                 self.counts = own.gate
             log.info(
@@ -222,6 +224,7 @@ class FleetGate:
         else:
             self.completions += 1
             self.completion_tokens += tokens
+            self.completion_tokens_sq += tokens * tokens
             self.reasoning_tokens += usage.reasoning_tokens if usage is not None else 0
         now = time.monotonic()
         self._recent.append((now, tokens))
@@ -278,6 +281,7 @@ class FleetGate:
             completions=self.completions,
             errors=self.errors,
             completion_tokens=self.completion_tokens,
+            completion_tokens_sq=self.completion_tokens_sq,
             reasoning_tokens=self.reasoning_tokens,
             tokens_per_s=tokens_per_s,
             completions_per_s=completions_per_s,

@@ -81,3 +81,29 @@ def test_the_budgets_are_settings_and_not_quality_thresholds() -> None:
         gate = Settings().gate
     assert gate.max_output_tokens == 5000 and gate.deadline == datetime(2026, 12, 8, 6, tzinfo=UTC)
     assert "output_tokens" not in gate.thresholds() and "deadline" not in gate.thresholds()
+
+
+def test_a_consumer_counts_the_runs_output_tokens_and_their_spread() -> None:
+    """FleetGate's sum: its own completions plus every other member's latest report (any epoch),
+    and its report's sum of squares (the projection's spread, launch/status/projection.py)."""
+    import logging
+
+    from consumers.quality.fleet_gate import FleetGate
+    from streams.control import MemberLoad, MemberReport
+    from streams.kafka import KafkaOutage
+    from streams.records import Usage
+
+    s = Settings(run_id="r")
+    outage = KafkaOutage("k", logging.getLogger("t"))
+    gate = FleetGate(s, instance_id="a", server_url="http://a", kafka=outage, load=MemberLoad)
+    gate.count([], Usage(completion_tokens=3))
+    gate.count([], Usage(completion_tokens=4))
+    gate.count(None)  # a dead letter: no tokens
+    other = dict(
+        run_id="r", incarnation="x", host="h", pid=1, server="http://b", epoch=3, completion_tokens=100
+    )
+    gate.control.state.members["b"] = MemberReport(instance="b", **other)  # type: ignore[arg-type]
+    gate.control.state.members["a"] = MemberReport(instance="a", **other)  # type: ignore[arg-type]  # its own: stale
+    assert gate.fleet_output_tokens() == 3 + 4 + 100
+    report = gate.report()
+    assert (report.completion_tokens, report.completion_tokens_sq, report.completions) == (7, 25, 2)
