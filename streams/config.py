@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -378,9 +379,7 @@ class GateSettings(BaseModel):
     enabled: bool = Field(True, description="halt the run when a quality class passes its share")
     warmup: int = Field(200, gt=0, description="results judged first, the run's first or a resume's")
     window: int = Field(1000, gt=0, description="results of the rolling window judged after the warm-up")
-    report_interval_s: float = Field(
-        1.0, gt=0, description="seconds between a consumer's reports on the control topic"
-    )
+    report_interval_s: float = Field(1.0, gt=0, description="seconds between a consumer's control reports")
     max_empty_content: float = Field(
         0.25, ge=0, le=1, description="share of results: no answer, no tool call"
     )
@@ -404,13 +403,15 @@ class GateSettings(BaseModel):
     max_pattern_mismatch: float = Field(0.1, ge=0, le=1, description="share of results: regex not matched")
     max_error: float = Field(0.2, ge=0, le=1, description="share of results: dead letters")
     max_degenerate: float = Field(0.5, ge=0, le=1, description="share of results: any unusable flag")
+    max_output_tokens: int | None = Field(None, gt=0, description="halt at this many output tokens in all")
+    deadline: AwareDatetime | None = Field(None, description="halt when the projected finish passes it")
 
     def thresholds(self) -> dict[str, float]:
-        """``{quality class: max share}`` for every class (the ``max_*`` fields without the prefix)."""
+        """``{quality class: max share}`` for every class (the ``max_*`` share fields without the prefix)."""
         return {
             name.removeprefix("max_"): value
             for name, value in self.model_dump().items()
-            if name.startswith("max_")
+            if name.startswith("max_") and name != "max_output_tokens"
         }
 
 

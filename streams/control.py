@@ -141,6 +141,9 @@ class MemberReport(MemberLoad, frozen=True, kw_only=True, tag="member", tag_fiel
     completions: int = 0
     errors: int = 0
     completion_tokens: int = 0
+    completion_tokens_sq: int = 0
+    """the completions' completion tokens squared, summed (tokens²): their spread, for a
+    projection's interval (:mod:`launch.status.projection`)."""
     reasoning_tokens: int = 0
     tokens_per_s: float = 0.0
     """over the last :data:`RATE_WINDOW_S` seconds (since ``started_at``, when shorter)."""

@@ -25,6 +25,7 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from consumers.metrics import ConsumerMetrics
+from consumers.quality.budget import BUDGET_PARAM, budget_halt, deadline_halt
 from consumers.quality.gate import QualityGate, halt_message, tally
 from streams.config import Settings
 from streams.control import (
@@ -98,10 +99,14 @@ class FleetGate:
         self.completions = 0
         self.errors = 0
         self.completion_tokens = 0
+        self.completion_tokens_sq = 0
         self.reasoning_tokens = 0
         self.quality = QualityGate(settings.gate)
         self.trip: list[Breach] | None = None
         """the breaches this consumer found, until the halt record is written (or a resume)."""
+        self.budget_trip: tuple[str, str, str] | None = None
+        """(budget, reason, fix) of a budget this consumer found passed (docs/budgets.md), until
+        the halt record is written (or a resume); ``budget``: ``output_tokens`` or ``deadline``."""
         self._trip_counts = ClassCounts()
         self._judged = -1
         """fleet results at the last judgement: the gate is fed only when the counts changed."""
@@ -119,7 +124,34 @@ class FleetGate:
     def halted(self) -> bool:
         """Whether the run is halted: a halt record of the current epoch, or this consumer's own
         trip not yet written. Nothing new may start while it is."""
-        return self.trip is not None or self.control.state.halted
+        return self.tripped or self.control.state.halted
+
+    @property
+    def tripped(self) -> bool:
+        """Whether this consumer found a breach or a passed budget whose halt is not written yet."""
+        return self.trip is not None or self.budget_trip is not None
+
+    def fleet_output_tokens(self) -> int:
+        """The run's output tokens so far: completion tokens of every completion, this consumer's
+        own count plus every other member's latest report, of every epoch."""
+        return self.completion_tokens + sum(
+            r.completion_tokens for i, r in self.control.state.members.items() if i != self.instance_id
+        )
+
+    def _check_budgets(self) -> None:
+        """Trip when the run's output tokens reached ``gate.max_output_tokens`` or the clock
+        ``gate.deadline`` (:mod:`consumers.quality.budget`); nothing while halted."""
+        if self.halted:
+            return
+        gate = self.settings.gate
+        tokens = budget_halt(gate, self.fleet_output_tokens())
+        found = ("output_tokens", *tokens) if tokens else None
+        late = deadline_halt(gate)
+        found = found or (("deadline", *late) if late else None)
+        if found is not None:
+            self.budget_trip = found
+            self._trip_counts = self.fleet_counts()
+            self._announce()
 
     def params(self) -> dict[str, object]:
         """The generation parameters a halt record names: ``max_tokens`` (tokens), ``thinking``,
@@ -162,6 +194,7 @@ class FleetGate:
             self.totals = own.totals
             self.completions, self.errors = own.completions, own.errors
             self.completion_tokens, self.reasoning_tokens = own.completion_tokens, own.reasoning_tokens
+            self.completion_tokens_sq = own.completion_tokens_sq
             if own.epoch == self.epoch:
                 self.counts = own.gate
             log.info(
@@ -171,6 +204,7 @@ class FleetGate:
                 self.counts.results,
             )
         self._announce()
+        self._check_budgets()  # a budget passed already halts before the first prompt starts
 
     # -- counting -----------------------------------------------------------------------------------
     def count(
@@ -190,9 +224,11 @@ class FleetGate:
         else:
             self.completions += 1
             self.completion_tokens += tokens
+            self.completion_tokens_sq += tokens * tokens
             self.reasoning_tokens += usage.reasoning_tokens if usage is not None else 0
         now = time.monotonic()
         self._recent.append((now, tokens))
+        self._check_budgets()
         self._judge()
 
     def _judge(self) -> None:
@@ -245,6 +281,7 @@ class FleetGate:
             completions=self.completions,
             errors=self.errors,
             completion_tokens=self.completion_tokens,
+            completion_tokens_sq=self.completion_tokens_sq,
             reasoning_tokens=self.reasoning_tokens,
             tokens_per_s=tokens_per_s,
             completions_per_s=completions_per_s,
@@ -263,13 +300,14 @@ class FleetGate:
         while True:
             try:
                 now = time.monotonic()
-                if self.trip is not None and not self.control.state.halted:
+                self._check_budgets()
+                if self.tripped and not self.control.state.halted:
                     # Read what was written meanwhile first: a halt by another consumer, or a
                     # resume that made this trip's epoch past (its halt would be stale).
                     async with asyncio.timeout(max(5.0, 5 * interval)):
                         await self.control.catch_up()
                     self._after_records()
-                if self.trip is not None and not self.control.state.halted:
+                if self.tripped and not self.control.state.halted:
                     await self._publish_halt()
                 if now >= next_report:
                     await self._publish(self.report())
@@ -296,17 +334,23 @@ class FleetGate:
             self.epoch = state.epoch
             self.counts = ClassCounts()
             self.quality = QualityGate(self.settings.gate)
-            self.trip = None
+            self.trip = self.budget_trip = None
             self._judged = -1
-        if state.halted and self.trip is not None:
-            self.trip = None  # someone's halt (ours or another's) is written
+        if state.halted and self.tripped:
+            self.trip = self.budget_trip = None  # someone's halt (ours or another's) is written
         self._announce()
+        self._check_budgets()
         self._judge()
 
     async def _publish_halt(self) -> None:
         """Write this consumer's trip as the run's halt record (its epoch, cause, fix, counts)."""
-        assert self.trip is not None
-        reason, fix = halt_message(self.trip, self.params())
+        params = self.params()
+        if self.budget_trip is not None:
+            budget, reason, fix = self.budget_trip
+            params = {**params, BUDGET_PARAM: budget, "output_tokens": self.fleet_output_tokens()}
+        else:
+            assert self.trip is not None
+            reason, fix = halt_message(self.trip, params)
         record = GateRecord(
             run_id=self.settings.run_id,
             state="halted",
@@ -315,13 +359,13 @@ class FleetGate:
             by=self.instance_id,
             reason=reason,
             fix=fix,
-            breaches=self.trip,
+            breaches=self.trip or [],
             counts=self._trip_counts,
-            params=self.params(),
+            params=params,
         )
         await self._publish(record)
         self.control.state.apply(record)
-        self.trip = None
+        self.trip = self.budget_trip = None
         self._announce()
 
     async def _publish(self, record: MemberReport | GateRecord) -> None:
@@ -344,7 +388,10 @@ class FleetGate:
             if self._announced == key:
                 return
             self._announced = key
-            if self.trip is not None:
+            if self.budget_trip is not None:
+                _, reason, fix = self.budget_trip
+                by = self.instance_id
+            elif self.trip is not None:
                 reason, fix = halt_message(self.trip, self.params())
                 by = self.instance_id
             else:

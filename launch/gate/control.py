@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Literal
 
+from consumers.quality.budget import BUDGET_PARAM, budget_halt, deadline_halt, is_budget_halt, projected_halt
 from consumers.quality.gate import breaches, halt_message
 from streams.config import GenerationSettings, Settings
 from streams.control import ControlLog, ControlState, GateRecord, RegenerateRecord, read_control
@@ -21,7 +22,15 @@ from streams.errors import ConfigError
 from streams.kafka import topic_partitions
 from streams.topics import ensure_topics, topic_specs
 
-__all__ = ["attempt_params", "change_gate", "halt_lines", "resume_if_halted", "unjudged_breach"]
+__all__ = [
+    "attempt_params",
+    "change_gate",
+    "halt_for_budget",
+    "halt_if_late",
+    "halt_lines",
+    "resume_if_halted",
+    "unjudged_breach",
+]
 
 TIMEOUT_S = 30.0
 """Seconds Kafka gets for each step (topic set-up, reading the topic, the write)."""
@@ -80,6 +89,61 @@ async def change_gate(
         await control.stop()
 
 
+async def halt_for_budget(settings: Settings, reason: str, fix: str, *, budget: str, by: str) -> bool:
+    """Halt run ``settings.run_id`` for a passed budget (docs/budgets.md): the gate's halt record
+    with ``reason``, ``fix`` and ``params[BUDGET_PARAM] = budget``; False when it was halted already.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    control = ControlLog(settings)
+    try:
+        state = await control.start(timeout_s=TIMEOUT_S)
+        if state.halted:
+            return False
+        record = GateRecord(
+            run_id=settings.run_id,
+            state="halted",
+            epoch=state.epoch,
+            at=time.time(),
+            by=by,
+            reason=reason,
+            fix=fix,
+            counts=state.fleet_gate_counts(),
+            params={BUDGET_PARAM: budget},
+        )
+        async with asyncio.timeout(TIMEOUT_S):
+            await control.publish(record)
+        return True
+    finally:
+        await control.stop()
+
+
+MIN_PROJECTED_SHARE = 0.01
+"""share of the run's results (and at least :data:`MIN_PROJECTED` of them) done before a projected
+finish past ``gate.deadline`` halts it: the rate of the first results is the servers' warm-up."""
+MIN_PROJECTED = 10
+
+
+async def halt_if_late(settings: Settings, *, done: int, total: int, results_per_s: float, by: str) -> bool:
+    """Halt run ``settings.run_id`` (:func:`halt_for_budget`) when ``done`` of ``total`` results at
+    ``results_per_s`` project a finish past ``gate.deadline``, or the deadline is reached; only once
+    :data:`MIN_PROJECTED_SHARE` of the run is done (the reached deadline halts at any time). True
+    when it wrote the halt.
+
+    Raises:
+        aiokafka.errors.KafkaError, TimeoutError: Kafka did not answer within :data:`TIMEOUT_S` s.
+    """
+    gate = settings.gate
+    if done < max(MIN_PROJECTED, MIN_PROJECTED_SHARE * total):
+        found = deadline_halt(gate)
+    else:
+        found = projected_halt(gate, done=done, total=total, results_per_s=results_per_s)
+    if found is None:
+        return False
+    return await halt_for_budget(settings, *found, budget="deadline", by=by)
+
+
 async def _check_run_exists(settings: Settings) -> None:
     """Raise :class:`ConfigError` when none of the run's prompts, completions and control
     topics exists on the Kafka asked (nothing of the run ever ran there)."""
@@ -125,6 +189,14 @@ async def resume_if_halted(settings: Settings, *, by: str) -> str | None:
             f"; the {kept.results} results written before the halt stay in the run with their quality "
             f"flags ({bad}): the export keeps them, tell them by params.max_tokens or quality"
         )
+    if is_budget_halt(halted.params):
+        tokens = halted.params.get("output_tokens")
+        still = budget_halt(settings.gate, tokens if isinstance(tokens, int) else 0) or deadline_halt(
+            settings.gate
+        )
+        if still is not None:
+            note += f"; warning: it will halt again at once: {still[0]}. Fix: {still[1]}"
+        return note
     same = halted.params.get("max_tokens") == gen.max_tokens and halted.params.get("thinking") == thinking
     if same and settings.gate.enabled:
         note += (

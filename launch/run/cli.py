@@ -14,6 +14,7 @@ from launch.preflight.cli import preflight_options
 from launch.preflight.options import PreflightOptions
 from launch.serve.cli import fleet_options, spec_from_options
 from streams.cli import command_settings, flag_given, mapping_options, run_command, settings_options
+from streams.config import Settings
 from streams.errors import ConfigError
 from streams.inputs import InputMapping
 from streams.runs import naming
@@ -84,6 +85,19 @@ __all__ = ["run_command_", "run_main"]
     "servers, else generation.chat_template_kwargs (on)",
 )
 @click.option(
+    "--max-output-tokens",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="halt the run (resumable) once its completions hold N output tokens in all; re-run with a "
+    "larger N to go on (gate.max_output_tokens, docs/budgets.md)",
+)
+@click.option(
+    "--deadline",
+    metavar="WHEN",
+    help="halt the run (resumable) when its projected finish passes WHEN: a time with its zone "
+    "(2026-12-08T06:00:00Z) or a duration from now (2h, 1h30m, PT2H) (gate.deadline, docs/budgets.md)",
+)
+@click.option(
     "--to",
     help="dataset destination: a folder or s3://bucket/prefix (default <home>/datasets/<run id>, the home "
     "setting being KAFKAGEN_HOME, .local)",
@@ -125,6 +139,8 @@ def run_command_(
     server_timeout_s: float | None,
     max_tokens: int | None,
     thinking: bool | None,
+    max_output_tokens: int | None,
+    deadline: str | None,
     to: str | None,
     export_formats: tuple[str, ...],
     timeout_s: float | None,
@@ -139,7 +155,7 @@ def run_command_(
         export_formats = parse_formats(export_formats) if export_formats else ()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--export-format") from None
-    settings = command_settings(ctx)
+    settings = _with_budgets(command_settings(ctx), max_output_tokens, deadline)
     run_id = settings.run_id if flag_given(ctx, "run_id") or settings.run_id != "default" else "demo"
     try:
         settings = naming.for_run(settings, run_id)
@@ -166,6 +182,23 @@ def run_command_(
         export_formats=export_formats,
     )
     return run(plan_run(settings, options), options)
+
+
+def _with_budgets(settings: Settings, max_output_tokens: int | None, deadline: str | None) -> Settings:
+    """``settings`` with ``--max-output-tokens`` and ``--deadline`` in ``gate`` (docs/budgets.md)."""
+    from consumers.quality.budget import parse_deadline
+
+    update: dict[str, object] = {}
+    if max_output_tokens is not None:
+        update["max_output_tokens"] = max_output_tokens
+    if deadline is not None:
+        try:
+            update["deadline"] = parse_deadline(deadline)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deadline") from None
+    return (
+        settings.model_copy(update={"gate": settings.gate.model_copy(update=update)}) if update else settings
+    )
 
 
 def run_main(argv: Sequence[str] | None = None, *, prog: str = "python -m launch.run") -> int:

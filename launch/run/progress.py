@@ -9,6 +9,8 @@ Counts are prompts and records, never Kafka offsets; done is decided on offsets,
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -96,6 +98,24 @@ async def progress(settings: Settings) -> Progress:
     quiet_kafka_logs()
     async with Collector(settings, probe_servers=False, timeout_s=60.0) as collector:
         return from_status(await collector.collect())
+
+
+async def _halt_past_deadline(settings: Settings, status: RunStatus) -> None:
+    """Halt the run when its projected finish passes ``gate.deadline`` (docs/budgets.md); a Kafka
+    error is left to the next collection."""
+    from launch.gate.control import halt_if_late
+
+    p = status.prompts
+    if settings.gate.deadline is None or status.state != "running":
+        return
+    with contextlib.suppress(TimeoutError, KafkaError, OSError):
+        await halt_if_late(
+            settings,
+            done=p.results,
+            total=p.published,
+            results_per_s=status.rates.completions_per_s,
+            by=f"kafkagen run@{socket.gethostname()}",
+        )
 
 
 def _occupancy(status: RunStatus) -> float | None:
@@ -213,6 +233,7 @@ async def wait_until_done(
                 return now
             display.show(status)
             first = False
+            await _halt_past_deadline(settings, status)
             if deadline is not None and time.monotonic() > deadline:
                 raise DeadlineError(
                     f"run {settings.run_id} not done after {timeout_s:.0f} s: {progress_line(status)}"

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from launch.status.projection import Projection, project
 from streams.control import RATE_WINDOW_S, ClassCounts, ControlState, ExportReport, MemberReport
 from streams.quality import counted_classes
 
@@ -243,6 +244,8 @@ class RunStatus:
     export: dict[str, Any] | None
     eta_range_s: tuple[float, float | None] | None = None
     """the ETA's interval (:func:`eta_range`): low and high seconds, high None when unbounded."""
+    projection: Projection | None = None
+    """the run at its end, projected (:mod:`launch.status.projection`); None before a completion."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -453,4 +456,13 @@ def shape(obs: Observation) -> RunStatus:
         gate=gate_view(control),
         export=export_view(export),
         eta_range_s=interval,
+        projection=project(
+            control.members.values(),
+            at=obs.at,
+            total=counts.published,
+            results=results,
+            tokens_per_s=rates.tokens_per_s,
+            live_servers=len(live),
+            started_at=control.run.created_at if control.run is not None else None,
+        ),
     )

@@ -15,10 +15,20 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from launch.status.projection import Projection
 from launch.status.shape import RunStatus, ServerView
 from streams.quality import classes_text
 
-__all__ = ["PLAIN_WIDTH", "clock", "duration", "eta_text", "progress_line", "status_line", "status_view"]
+__all__ = [
+    "PLAIN_WIDTH",
+    "clock",
+    "duration",
+    "eta_text",
+    "progress_line",
+    "projection_text",
+    "status_line",
+    "status_view",
+]
 
 PLAIN_WIDTH = 200
 """columns of the view when stdout is not a terminal (rich would assume 80 and wrap the tables)."""
@@ -146,6 +156,24 @@ def _consumers_table(status: RunStatus) -> Table:
     return table
 
 
+def projection_text(p: Projection) -> str:
+    """The projection in one line: output tokens, GPU-hours, finish (local time), each with its 95%
+    interval in brackets."""
+
+    def when(at: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+
+    o = p.output_tokens
+    parts = [f"output tokens {o.value:,.0f} [{o.low:,.0f}-{o.high:,.0f}]"]
+    if p.gpu_hours is not None:
+        g = p.gpu_hours
+        parts.append(f"GPU-hours {g.value:.2f} [{g.low:.2f}-{g.high:.2f}] ({p.servers} servers)")
+    if p.finish_at is not None:
+        f = p.finish_at
+        parts.append(f"finish {when(f.value)} [{when(f.low)} - {when(f.high)}]")
+    return f"{', '.join(parts)} (95%, from {p.completions} completions)"
+
+
 def status_view(status: RunStatus) -> RenderableType:
     """The terminal view: aligned summary lines, then the servers and the consumers."""
     p = status.prompts
@@ -171,6 +199,8 @@ def status_view(status: RunStatus) -> RenderableType:
     ]
     q = status.quality
     lines.append(Text(f"quality    {classes_text(q.classes, q.results)}"))
+    if status.projection is not None:
+        lines.append(Text(f"projected  {projection_text(status.projection)}"))
     g = status.gate
     if g.state == "halted":
         lines.append(Text(f"gate       HALTED (epoch {g.epoch}): {g.reason}", style="bold red"))

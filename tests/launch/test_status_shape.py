@@ -215,7 +215,7 @@ def test_occupancy_rule() -> None:
 
 SCHEMA_KEYS = {
     "": {"schema_version", "run_id", "at", "state", "prompts", "rates", "eta_s", "lag", "servers",
-         "quality", "gate", "export", "eta_range_s"},
+         "quality", "gate", "export", "eta_range_s", "projection"},
     "prompts": {"published", "published_exact", "regenerated", "results", "completions", "errors", "in_s3",
                 "exported", "remaining"},
     "rates": {"completions_per_s", "tokens_per_s"},
@@ -228,12 +228,15 @@ SCHEMA_KEYS = {
                "slots", "occupancy"},
     "quality": {"results", "classes"},
     "gate": {"state", "epoch", "reason", "fix", "at", "breaches"},
+    "projection": {"at", "results", "total", "completions", "output_tokens", "gpu_hours", "finish_at",
+                   "servers", "started_at", "classes"},
+    "estimate": {"value", "low", "high"},
 }  # fmt: skip
 """The keys of the schema_version 1 document (the dashboard reads them)."""
 
 
 def test_the_document_has_the_schema_keys_and_is_json() -> None:
-    control = ControlState(members={"gen-0": _report("gen-0")})
+    control = ControlState(members={"gen-0": _report("gen-0", completions=3, completion_tokens=30)})
     doc = json.loads(json.dumps(shape(_obs(control=control)).to_dict()))
     assert next(iter(doc)) == "schema_version" and doc["schema_version"] == 1
     assert set(doc) == SCHEMA_KEYS[""]
@@ -243,6 +246,8 @@ def test_the_document_has_the_schema_keys_and_is_json() -> None:
     assert set(doc["lag"]["consumers"][0]) == SCHEMA_KEYS["consumer"]
     assert set(doc["lag"]["sink"]) == SCHEMA_KEYS["sink"]
     assert set(doc["servers"][0]) == SCHEMA_KEYS["server"]
+    assert set(doc["projection"]) == SCHEMA_KEYS["projection"]
+    assert set(doc["projection"]["output_tokens"]) == SCHEMA_KEYS["estimate"]
 
 
 def test_the_lines_count_prompts_and_are_one_line() -> None:

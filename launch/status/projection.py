@@ -1,0 +1,111 @@
+"""A run's projection (docs/budgets.md, "Projection"): its total output tokens, GPU-hours and finish
+time at the end, and each quality class's count at the end, each with a 95% interval, from what
+the members' reports on the control topic say so far. Pure; :func:`launch.status.shape.shape`
+puts it in the status document (``projection``).
+
+The interval of the output tokens treats the remaining completions as independent draws of the
+per-completion token counts seen so far (their mean and spread, from the reports' sums of tokens
+and of squared tokens): ``remaining × mean ± z·sqrt(remaining·var + remaining²·var/n)``, the second
+term being the uncertainty of the mean itself. A class's count at the end is the same for a
+0/1 draw (its share ``p``, ``var = p(1-p)``). The finish and the GPU-hours scale with the remaining
+tokens at the fleet's tokens/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from streams.control import MemberReport
+
+__all__ = ["Z_95", "Estimate", "Projection", "project"]
+
+Z_95 = 1.96
+"""the normal quantile of a two-sided 95% interval."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A projected value and its 95% interval (``low`` <= ``value`` <= ``high``), in the unit of
+    the field that holds it."""
+
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The run at its end as projected at ``at`` (Unix seconds) from ``results`` of ``total``.
+
+    ``output_tokens``: completion tokens of the run in all (tokens); ``gpu_hours``: servers × wall
+    hours from the run's start to its finish; ``finish_at``: Unix seconds, None without a rate;
+    ``classes``: per quality class, results with it at the end; ``servers``: the live members the
+    GPU-hours count; ``started_at``: the run's start (Unix seconds)."""
+
+    at: float
+    results: int
+    total: int
+    completions: int
+    output_tokens: Estimate
+    gpu_hours: Estimate | None
+    finish_at: Estimate | None
+    servers: int
+    started_at: float | None
+    classes: dict[str, Estimate]
+
+
+def _draws(done: float, mean: float, var: float, n: int, remaining: int) -> Estimate:
+    """``done`` plus ``remaining`` independent draws of mean ``mean`` and variance ``var``
+    (estimated from ``n``), with its 95% interval (never below ``done``)."""
+    value = done + remaining * mean
+    spread = Z_95 * math.sqrt(max(0.0, remaining * var + remaining * remaining * var / max(n, 1)))
+    return Estimate(value, max(done, value - spread), value + spread)
+
+
+def project(
+    members: Iterable[MemberReport],
+    *,
+    at: float,
+    total: int,
+    results: int,
+    tokens_per_s: float,
+    live_servers: int,
+    started_at: float | None,
+) -> Projection | None:
+    """The projection of a run of ``total`` results with ``results`` written, from the members'
+    latest ``members`` reports (every epoch's: their counts are cumulative per instance); None
+    before a completion is reported. ``tokens_per_s``: the live members' completion tokens/s.
+    ``started_at``: the run's start (Unix seconds; None: the earliest report's ``started_at``)."""
+    reports = list(members)
+    n = sum(r.completions for r in reports)
+    if n == 0:
+        return None
+    tokens = sum(r.completion_tokens for r in reports)
+    squares = sum(r.completion_tokens_sq for r in reports)
+    mean = tokens / n
+    var = max(0.0, squares / n - mean * mean) if squares else 0.0
+    remaining = max(0, total - results)
+    out = _draws(tokens, mean, var, n, remaining)
+    counted = sum(r.totals.results for r in reports)
+    classes: dict[str, Estimate] = {}
+    if counted:
+        names = sorted({c for r in reports for c in r.totals.classes})
+        for name in names:
+            k = sum(r.totals.classes.get(name, 0) for r in reports)
+            p = k / counted
+            classes[name] = _draws(k, p, p * (1 - p), counted, remaining)
+    start = started_at if started_at is not None else min((r.started_at for r in reports), default=None)
+    finish: Estimate | None = None
+    gpu: Estimate | None = None
+    if remaining == 0:
+        finish = Estimate(at, at, at)
+    elif tokens_per_s > 0:
+        left = (out.value - tokens, out.low - tokens, out.high - tokens)
+        finish = Estimate(*(at + t / tokens_per_s for t in left))
+    if finish is not None and start is not None and live_servers > 0:
+        gpu = Estimate(
+            *(live_servers * max(0.0, f - start) / 3600 for f in (finish.value, finish.low, finish.high))
+        )
+    return Projection(at, results, total, n, out, gpu, finish, live_servers, start, classes)

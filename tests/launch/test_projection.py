@@ -1,0 +1,116 @@
+"""The run's projection (launch/status/projection.py, docs/budgets.md "Projection"): totals at the
+end with 95% intervals from the members' reports, in the status document and the terminal view."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from launch.status.projection import Z_95, project
+from launch.status.shape import Observation, shape
+from launch.status.view import projection_text
+from streams.control import ClassCounts, ControlState, MemberReport, RunRecord
+
+NOW = 1_800_000_000.0
+
+
+def _report(instance: str, tokens: list[int], *, truncated: int = 0, **kw: object) -> MemberReport:
+    return MemberReport(
+        run_id="r",
+        instance=instance,
+        incarnation="x",
+        host="h",
+        pid=1,
+        server=f"http://{instance}:30000",
+        at=NOW - 1,
+        completions=len(tokens),
+        completion_tokens=sum(tokens),
+        completion_tokens_sq=sum(t * t for t in tokens),
+        totals=ClassCounts(results=len(tokens), classes={"truncated": truncated} if truncated else {}),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_the_output_tokens_project_the_mean_with_an_interval_from_the_spread() -> None:
+    # 2 members, 100 completions of 90 and 110 tokens (mean 100, sd 10); 900 results to come
+    a = _report("a", [90, 110] * 25, truncated=10)
+    b = _report("b", [110, 90] * 25, truncated=10)
+    p = project(
+        [a, b], at=NOW, total=1000, results=100, tokens_per_s=50.0, live_servers=2, started_at=NOW - 200
+    )
+    assert p is not None and p.completions == 100
+    o = p.output_tokens
+    assert o.value == 100_000  # 10,000 so far + 900 × 100
+    half = Z_95 * math.sqrt(900 * 100 + 900 * 900 * 100 / 100)
+    assert math.isclose(o.high - o.value, half) and math.isclose(o.value - o.low, half)
+    # the finish: the remaining 90,000 tokens at 50 tokens/s, its interval the tokens' one
+    assert p.finish_at is not None and p.finish_at.value == NOW + 1800
+    assert p.finish_at.low < p.finish_at.value < p.finish_at.high
+    # GPU-hours: 2 servers × (200 s so far + 1,800 s to come)
+    assert p.gpu_hours is not None and math.isclose(p.gpu_hours.value, 2 * 2000 / 3600)
+    # a class: 20 of 100 truncated, 20% of the 900 to come
+    t = p.classes["truncated"]
+    assert t.value == 20 + 180 and t.low < t.value < t.high and t.low >= 20
+
+
+def test_no_spread_no_interval_and_a_done_run_ends_now() -> None:
+    p = project([_report("a", [64] * 10)], at=NOW, total=10, results=10, tokens_per_s=0.0, live_servers=0,
+                started_at=None)  # fmt: skip
+    assert p is not None and (p.output_tokens.low, p.output_tokens.value, p.output_tokens.high) == (
+        640,
+        640,
+        640,
+    )
+    assert p.finish_at is not None and p.finish_at.value == NOW and p.gpu_hours is None
+    assert project([_report("a", [])], at=NOW, total=10, results=0, tokens_per_s=1.0, live_servers=1,
+                   started_at=None) is None  # fmt: skip
+    # no rate yet: tokens projected, no finish
+    p = project([_report("a", [5, 7])], at=NOW, total=10, results=2, tokens_per_s=0.0, live_servers=1,
+                started_at=None)  # fmt: skip
+    assert p is not None and p.finish_at is None and p.gpu_hours is None
+
+
+def test_the_interval_covers_the_truth_of_a_replayed_run() -> None:
+    """A past run replayed: 20,000 completions' token counts drawn from a long-tailed law; the
+    projection from its first 1% (200) holds the real total within its interval."""
+    rng = random.Random(7)
+    tokens = [min(4096, int(rng.lognormvariate(6.0, 0.8))) for _ in range(20_000)]
+    first = tokens[:200]
+    p = project([_report("a", first)], at=NOW, total=len(tokens), results=len(first), tokens_per_s=1.0,
+                live_servers=1, started_at=NOW)  # fmt: skip
+    assert p is not None
+    truth = sum(tokens)
+    assert p.output_tokens.low <= truth <= p.output_tokens.high, (p.output_tokens, truth)
+    assert abs(p.output_tokens.value - truth) / truth < 0.15
+
+
+def test_the_status_document_and_view_carry_the_projection() -> None:
+    control = ControlState(
+        members={"a": _report("a", [100] * 40, tokens_per_s=20.0, started_at=NOW - 100)},
+        run=RunRecord(
+            run_id="r", created_at=NOW - 3600, updated_at=NOW, by="t", prompts_topic="p", partitions=1
+        ),
+    )
+    obs = Observation(
+        run_id="r",
+        at=NOW,
+        prompts_topic_exists=True,
+        completions_topic_exists=True,
+        prompts_topic="p",
+        completions_topic="c",
+        errors_topic="e",
+        prompts_end={0: 100},
+        generate_committed={0: 40},
+        completions_end={0: 40},
+        published=100,
+        control=control,
+    )
+    status = shape(obs)
+    p = status.projection
+    assert p is not None and p.total == 100 and p.output_tokens.value == 10_000
+    assert p.started_at == NOW - 3600 and p.servers == 1
+    assert p.finish_at is not None and p.finish_at.value == NOW + 6000 / 20.0
+    doc = status.to_dict()["projection"]
+    assert doc["output_tokens"] == {"value": 10_000, "low": 10_000, "high": 10_000}
+    line = projection_text(p)
+    assert line.startswith("output tokens 10,000 [10,000-10,000], GPU-hours 1.08 [") and "finish " in line
