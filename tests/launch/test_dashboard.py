@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -98,6 +99,19 @@ def _status(
         },
         "rates": {"completions_per_s": 3.0, "tokens_per_s": 210.0 + 2 * n},
         "eta_s": (100 - n) * eta_per_prompt,
+        "eta_range_s": [0.8 * (100 - n) * eta_per_prompt, 1.25 * (100 - n) * eta_per_prompt],
+        "projection": {
+            "at": at,
+            "results": n,
+            "total": 100,
+            "completions": n - 1,
+            "output_tokens": {"value": 41_000.0, "low": 38_500.0, "high": 43_600.0},
+            "gpu_hours": {"value": 1.5, "low": 1.2, "high": 1.8},
+            "finish_at": {"value": at + 600, "low": at + 500, "high": at + 700},
+            "servers": 2,
+            "started_at": at - 60,
+            "classes": {},
+        },
         "lag": {"total": 100 - n, "partitions": [], "consumers": [], "sink": {"lag": 5, "members": 1}},
         "servers": servers,
         "quality": {"results": n, "classes": {"truncated": n // 2, "error": 1}},
@@ -363,6 +377,30 @@ async def test_a_halted_run_shows_a_red_banner_with_reason_and_fix(
     with Image.open(tmp_path / "halted.png") as shot:  # the banner's red (#c62828) fills its box
         red = _pixels(shot, None, (0xC6, 0x28, 0x28))
     assert red > 20_000, f"{red} red pixels: the banner is not drawn"
+    assert not errors, errors
+
+
+async def test_the_eta_and_the_projection_show_their_intervals(browser: BrowserContext) -> None:
+    """The ETA card shows the status' ``eta_range_s`` under the ETA, and the projection card the
+    projected output tokens, GPU-hours and finish, each with its 95% interval (issues 29 and 30)."""
+    errors: list[str] = []
+    async with serving(Source(eta_per_prompt=20.0)) as url:
+        page = await open_dashboard(browser, url, errors)
+        await page.wait_for_function(
+            "() => document.querySelector('[data-field=\"eta_range_s\"]').textContent.includes('–')",
+            timeout=30_000,
+        )
+        fields = (await _page_data(page))["fields"]
+    # after n results: ETA (100 - n) * 20 s, its interval 0.8x - 1.25x
+    eta = float(fields["eta_s"]["value"])
+    low, high = json.loads(fields["eta_range_s"]["value"])
+    assert (low, high) == pytest.approx((0.8 * eta, 1.25 * eta))
+    assert re.fullmatch(r"\d+m \d\ds – \d+m \d\ds", fields["eta_range_s"]["text"]), fields["eta_range_s"]
+    assert fields["projection.output_tokens"]["text"] == "41,000 (38,500 – 43,600)"
+    assert fields["projection.gpu_hours"]["text"] == "1.5 (1.2 – 1.8)"
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d \(\d\d:\d\d:\d\d – \d\d:\d\d:\d\d\)", fields["projection.finish_at"]["text"]
+    )
     assert not errors, errors
 
 

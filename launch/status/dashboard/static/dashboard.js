@@ -40,6 +40,15 @@
       return parts.join(" ");
     },
     time: (v) => (none(v) ? "never" : new Date(v * 1000).toLocaleTimeString("en-GB")),
+    // the ETA's interval [low, high] in seconds (high null: no upper bound yet)
+    duration_range: (v) =>
+      none(v) ? "" : none(v[1]) ? `over ${FORMAT.duration(v[0])}` : `${FORMAT.duration(v[0])} – ${FORMAT.duration(v[1])}`,
+    // a projection's estimate {value, low, high} (launch/status/projection.py, 95% interval)
+    estimate_int: (v) => (none(v) ? "—" : `${FORMAT.int(v.value)} (${FORMAT.int(v.low)} – ${FORMAT.int(v.high)})`),
+    estimate_hours: (v) =>
+      none(v) ? "—" : `${Number(v.value).toFixed(1)} (${Number(v.low).toFixed(1)} – ${Number(v.high).toFixed(1)})`,
+    estimate_time: (v) =>
+      none(v) ? "—" : `${FORMAT.time(v.value)} (${FORMAT.time(v.low)} – ${FORMAT.time(v.high)})`,
     text: (v) => (none(v) ? "" : String(v)),
   };
 
@@ -149,7 +158,7 @@
     for (const el of document.querySelectorAll("[data-field]")) {
       const v = get(latest, el.dataset.field);
       el.textContent = FORMAT[el.dataset.format || "text"](v);
-      el.dataset.value = none(v) ? "" : String(v);
+      el.dataset.value = none(v) ? "" : typeof v === "object" ? JSON.stringify(v) : String(v);
     }
   }
 
