@@ -14,12 +14,13 @@ tokens at the fleet's tokens/s.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from streams.control import MemberReport
 
-__all__ = ["Z_95", "Estimate", "Projection", "project"]
+__all__ = ["Z_95", "Budgets", "Estimate", "Projection", "against", "budgets_of", "project"]
 
 Z_95 = 1.96
 """the normal quantile of a two-sided 95% interval."""
@@ -54,6 +55,33 @@ class Projection:
     servers: int
     started_at: float | None
     classes: dict[str, Estimate]
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The run's budgets as its run record holds them (``gate.max_output_tokens``: tokens;
+    ``gate.deadline``: Unix seconds); None where it has none (docs/budgets.md)."""
+
+    max_output_tokens: int | None = None
+    deadline: float | None = None
+
+
+def budgets_of(gate: Mapping[str, object]) -> Budgets | None:
+    """The budgets in a run record's ``gate`` settings (``deadline`` an ISO 8601 time with its
+    zone, as pydantic writes it); None when it sets neither."""
+    tokens, deadline = gate.get("max_output_tokens"), gate.get("deadline")
+    at = datetime.fromisoformat(deadline).timestamp() if isinstance(deadline, str) else None
+    if not isinstance(tokens, int) and at is None:
+        return None
+    return Budgets(tokens if isinstance(tokens, int) else None, at)
+
+
+def against(estimate: Estimate, limit: float) -> str:
+    """Where a projection falls against its budget ``limit``: ``within`` (all of its 95% interval
+    at or below it), ``over`` (all of it above), else ``may cross``."""
+    if estimate.high <= limit:
+        return "within"
+    return "over" if estimate.low > limit else "may cross"
 
 
 def _draws(done: float, mean: float, var: float, n: int, remaining: int) -> Estimate:

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from launch.status.projection import Projection, project
+from launch.status.projection import Budgets, Projection, budgets_of, project
 from streams.control import RATE_WINDOW_S, ClassCounts, ControlState, ExportReport, MemberReport
 from streams.quality import counted_classes
 
@@ -246,6 +246,8 @@ class RunStatus:
     """the ETA's interval (:func:`eta_range`): low and high seconds, high None when unbounded."""
     projection: Projection | None = None
     """the run at its end, projected (:mod:`launch.status.projection`); None before a completion."""
+    budgets: Budgets | None = None
+    """the run's output token budget and deadline (its run record's); None when it has neither."""
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -465,4 +467,5 @@ def shape(obs: Observation) -> RunStatus:
             live_servers=len(live),
             started_at=control.run.created_at if control.run is not None else None,
         ),
+        budgets=budgets_of(control.run.gate) if control.run is not None else None,
     )

@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from launch.status.projection import Projection
+from launch.status.projection import Budgets, Projection, against
 from launch.status.shape import RunStatus, ServerView
 from streams.quality import classes_text
 
@@ -174,6 +174,20 @@ def projection_text(p: Projection) -> str:
     return f"{', '.join(parts)} (95%, from {p.completions} completions)"
 
 
+def budgets_text(b: Budgets, p: Projection | None) -> str:
+    """The run's budgets, each with where the projection puts the run against it
+    (:func:`launch.status.projection.against`)."""
+    parts = []
+    if b.max_output_tokens is not None:
+        verdict = f" (projected: {against(p.output_tokens, b.max_output_tokens)})" if p is not None else ""
+        parts.append(f"output tokens {b.max_output_tokens:,}{verdict}")
+    if b.deadline is not None:
+        finish = p.finish_at if p is not None else None
+        verdict = f" (projected finish: {against(finish, b.deadline)})" if finish is not None else ""
+        parts.append(f"deadline {time.strftime('%Y-%m-%d %H:%M', time.localtime(b.deadline))}{verdict}")
+    return "; ".join(parts)
+
+
 def status_view(status: RunStatus) -> RenderableType:
     """The terminal view: aligned summary lines, then the servers and the consumers."""
     p = status.prompts
@@ -201,6 +215,8 @@ def status_view(status: RunStatus) -> RenderableType:
     lines.append(Text(f"quality    {classes_text(q.classes, q.results)}"))
     if status.projection is not None:
         lines.append(Text(f"projected  {projection_text(status.projection)}"))
+    if status.budgets is not None:
+        lines.append(Text(f"budgets    {budgets_text(status.budgets, status.projection)}"))
     g = status.gate
     if g.state == "halted":
         lines.append(Text(f"gate       HALTED (epoch {g.epoch}): {g.reason}", style="bold red"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import UTC, datetime
 
-from launch.status.projection import Z_95, project
+from launch.status.projection import Z_95, Budgets, Estimate, Projection, against, budgets_of, project
 from launch.status.shape import Observation, shape
-from launch.status.view import projection_text
+from launch.status.view import budgets_text, projection_text
 from streams.control import ClassCounts, ControlState, MemberReport, RunRecord
 
 NOW = 1_800_000_000.0
@@ -114,3 +115,24 @@ def test_the_status_document_and_view_carry_the_projection() -> None:
     assert doc["output_tokens"] == {"value": 10_000, "low": 10_000, "high": 10_000}
     line = projection_text(p)
     assert line.startswith("output tokens 10,000 [10,000-10,000], GPU-hours 1.08 [") and "finish " in line
+
+
+def test_the_budgets_come_from_the_run_record_and_are_judged_against_the_projection() -> None:
+    """``gate.max_output_tokens`` and ``gate.deadline`` as a run record holds them (pydantic's JSON:
+    an ISO time with its zone), each judged against the projection's 95% interval."""
+    assert budgets_of({"max_output_tokens": None, "deadline": None}) is None
+    b = budgets_of({"max_output_tokens": 50_000, "deadline": "2026-12-07T10:00:00Z"})
+    assert b == Budgets(50_000, datetime(2026, 12, 7, 10, tzinfo=UTC).timestamp())
+    assert against(Estimate(40_000, 38_000, 42_000), 50_000) == "within"
+    assert against(Estimate(49_000, 47_000, 51_000), 50_000) == "may cross"
+    assert against(Estimate(60_000, 55_000, 65_000), 50_000) == "over"
+    finish = Estimate(NOW + 300, NOW + 200, NOW + 400)
+    text = budgets_text(Budgets(50_000, NOW + 100), _projection(finish))
+    assert text.startswith("output tokens 50,000 (projected: within); deadline ")
+    assert text.endswith("(projected finish: over)")
+    assert budgets_text(Budgets(None, NOW), None).startswith("deadline ")
+
+
+def _projection(finish: Estimate) -> Projection:
+    tokens = Estimate(40_000, 38_000, 42_000)
+    return Projection(NOW, 10, 100, 10, tokens, None, finish, 1, NOW - 60, {})

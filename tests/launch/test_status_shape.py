@@ -215,7 +215,7 @@ def test_occupancy_rule() -> None:
 
 SCHEMA_KEYS = {
     "": {"schema_version", "run_id", "at", "state", "prompts", "rates", "eta_s", "lag", "servers",
-         "quality", "gate", "export", "eta_range_s", "projection"},
+         "quality", "gate", "export", "eta_range_s", "projection", "budgets"},
     "prompts": {"published", "published_exact", "regenerated", "results", "completions", "errors", "in_s3",
                 "exported", "remaining"},
     "rates": {"completions_per_s", "tokens_per_s"},
