@@ -38,6 +38,8 @@ pytestmark = pytest.mark.timeout(900)
 PROMPTS = 200
 TIME_SCALE = "50"
 """Fast: a request of the simulator's median 1,800 tokens (thinking on) takes ~0.2 s of wall time."""
+PACED = {"slow_factor": 10.0}
+"""Paced: a request takes ~2 s, so 2 servers of 8 slots finish ~8 a second."""
 SLOW = {"slow_factor": 5000.0}
 """Slowed: a request then takes ~15 min, past every phase of the test (the consumer's hang timeout
 is 10 min of requests in flight with none finishing, its collapse watchdog 5 min), while the
@@ -127,6 +129,10 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
     args += ["--prompt-field", "question", "--server", first, "--server", second, "--no-preflight"]
     args += ["--server-timeout", "60", "--to", str(dataset), "--no-progress", "--timeout", "780"]
     log = tmp_path / "main-job.log"
+    # Paced while the test waits for the first 30 completions, which it sees only in the members'
+    # reports (seconds apart): unpaced, 2 servers finish ~80 a second, and CI once saw 157 of the
+    # 200 done when the scale-up came, leaving an added server a partition with nothing left in it.
+    _faults([first, second], PACED)
     job = subprocess.Popen(args, cwd=REPO_ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
     supervisor = Supervisor(Path(base_settings.home) / "runs" / run_id)
     try:
