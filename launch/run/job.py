@@ -298,8 +298,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
     done = _finished_already(settings, options, stack.home, say=say) if early is not None else None
     if done is not None:
         stack.up(["kafka", "s3"], echo=say)
-        elapsed = time.monotonic() - started
-        return _export_and_report(settings, options, done, elapsed, resumed=True, after_halt=False, say=say)
+        return _export_and_report(settings, options, done, started, resumed=True, after_halt=False, say=say)
     # The preflight names a fleet's servers gpu-<i>, any other server by its URL.
     names: dict[str, str] | list[str] = settings.servers
     if options.serve is not None:
@@ -387,14 +386,9 @@ def run(plan: RunPlan, options: RunOptions) -> int:
                 + (" (--prompts ignored)" if options.prompts else "")
             )
         else:
-            publish = subprocess.run(
-                _python("-m", "producers.prompts", *producer_argv(options, bad_lines)),
-                env={**os.environ, **env},
-                cwd=root,
-                check=False,
-            )
-            if publish.returncode not in (0, 1):
-                say(f"error: publishing failed (exit {publish.returncode}); see the messages above")
+            published = _publish(settings, options, bad_lines)
+            if published not in (0, 1):
+                say(f"error: publishing failed (exit {published}); see the messages above")
                 return 1
         if not sum(asyncio.run(end_offsets(settings.kafka, settings.topics.prompts)).values()):
             # Progress waits for the prompts topic's end: with nothing in it, it would wait forever.
@@ -417,7 +411,7 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             settings,
             options,
             progress,
-            time.monotonic() - started,
+            started,
             resumed=generated_before > 0,
             after_halt=resumed is not None,
             say=say,
@@ -438,6 +432,14 @@ def run(plan: RunPlan, options: RunOptions) -> int:
             )
 
 
+def _publish(settings: Settings, options: RunOptions, bad_lines: Path) -> int:
+    """Run the producer on the job's input (:func:`producer_argv`); returns its exit status
+    (0 or 1: published, 1 with bad lines; else it failed and said why)."""
+    argv = _python("-m", "producers.prompts", *producer_argv(options, bad_lines))
+    env = {**os.environ, **settings_to_env(settings)}
+    return subprocess.run(argv, env=env, cwd=REPO_ROOT, check=False).returncode
+
+
 def _finished_already(
     settings: Settings, options: RunOptions, home: Path, *, say: Callable[[str], None]
 ) -> Progress | None:
@@ -455,13 +457,7 @@ def _finished_already(
         say(f"run {settings.run_id}: complete before; checking its input for rows added since")
         bad_lines = home / "runs" / settings.run_id / "bad-lines.jsonl"
         bad_lines.parent.mkdir(parents=True, exist_ok=True)
-        publish = subprocess.run(
-            _python("-m", "producers.prompts", *producer_argv(options, bad_lines)),
-            env={**os.environ, **settings_to_env(settings)},
-            cwd=REPO_ROOT,
-            check=False,
-        )
-        if publish.returncode not in (0, 1):
+        if _publish(settings, options, bad_lines) not in (0, 1):
             return None  # the normal path publishes again and reports the failure
         after = asyncio.run(progress_now(settings))
         if not after.done or after.prompts_end != before.prompts_end:
@@ -475,16 +471,15 @@ def _export_and_report(
     settings: Settings,
     options: RunOptions,
     progress: Progress,
-    elapsed_s: float,
+    started: float,
     *,
     resumed: bool,
     after_halt: bool,
     say: Callable[[str], None],
 ) -> int:
     """Export the done run to its dataset, print the summary and judge the whole run by its gate;
-    returns the exit status (0, or 1: the export failed or the gate fails the run). ``elapsed_s``:
-    seconds this invocation ran before the export."""
-    started = time.monotonic() - elapsed_s
+    returns the exit status (0, or 1: the export failed or the gate fails the run). ``started``:
+    when this invocation started (``time.monotonic()``), for the summary's wall time."""
     dataset = options.to or str(naming.dataset_folder(settings.home, settings.run_id))
     export = subprocess.run(
         _python("-m", "sinks.export", *export_argv(options, settings.run_id, dataset)),
