@@ -12,8 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -271,6 +271,27 @@ def start_simulator(log: Path, *args: str, port: int = 0) -> tuple[subprocess.Po
         proc.kill()
         raise AssertionError(f"the simulator printed {line!r}; see {log}")
     return proc, match.group(0)
+
+
+@contextmanager
+def simulators(
+    logs: Path, count: int, *args: str, ports: Sequence[int] = (), name: str = "sim"
+) -> Iterator[list[str]]:
+    """``count`` simulators (:func:`start_simulator` with ``args``; logs ``<logs>/<name>-<i>.log``; the
+    i-th on ``ports[i]`` when given, else any free port); yields their URLs, terminates them after."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        urls = []
+        for i in range(count):
+            proc, url = start_simulator(logs / f"{name}-{i}.log", *args, port=ports[i] if ports else 0)
+            procs.append(proc)
+            urls.append(url)
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
 
 
 @asynccontextmanager

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import start_simulator
+from tests.helpers import simulators
 
-
-def _simulator(port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
-    """A simulator at 50 times real time with 8 slots on ``port`` (0: any free one)."""
-    args = ("--time-scale", "50", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
-    return start_simulator(log, *args, port=port)
+SIMULATOR_ARGS = ("--time-scale", "50", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+"""A simulator at 50 times real time with 8 slots."""
 
 
 @pytest.fixture
@@ -24,16 +20,5 @@ def user_servers(tmp_path: Path) -> Iterator[list[str]]:
     ones, or ``KAFKAGEN_TEST_SERVER_PORT`` and the next one when set (a machine shared with other
     test runs that must keep to its own ports)."""
     base = int(os.environ.get("KAFKAGEN_TEST_SERVER_PORT", "0"))
-    procs: list[subprocess.Popen[str]] = []
-    urls = []
-    try:
-        for i in range(2):
-            proc, url = _simulator(base + i if base else 0, tmp_path / f"sim-{i}.log")
-            procs.append(proc)
-            urls.append(url)
+    with simulators(tmp_path, 2, *SIMULATOR_ARGS, ports=(base, base + 1) if base else ()) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(20)

@@ -18,7 +18,7 @@ import pytest
 
 from launch.stack import LocalStack
 from tests.e2e.test_main_job_servers import _dataset, _rows
-from tests.helpers import REPO_ROOT, start_simulator
+from tests.helpers import REPO_ROOT, simulators
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -26,20 +26,9 @@ ROWS = 30
 
 
 def _personas(tmp_path: Path, persona: str, count: int) -> Iterator[list[str]]:
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        urls = []
-        for i in range(count):
-            args = ("--persona", persona, "--time-scale", "50", "--served-model-name", "sim-qwen3")
-            proc, url = start_simulator(tmp_path / f"{persona}-{i}.log", *args)
-            procs.append(proc)
-            urls.append(url)
+    args = ("--persona", persona, "--time-scale", "50", "--served-model-name", "sim-qwen3")
+    with simulators(tmp_path, count, *args, name=persona) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(20)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from streams.config import Settings
 from streams.control import ControlState, read_control
 from streams.runs import naming
 from tests.e2e.test_main_job_servers import GSM8K, _dataset
-from tests.helpers import REPO_ROOT, start_simulator
+from tests.helpers import REPO_ROOT, simulators
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -48,27 +48,9 @@ server still answers health checks at once."""
 
 @pytest.fixture
 def four_servers(tmp_path: Path) -> Iterator[list[str]]:
-    procs = []
-    urls = []
-    try:
-        for i in range(4):
-            args = (
-                "--time-scale",
-                TIME_SCALE,
-                "--max-running-requests",
-                "8",
-                "--served-model-name",
-                "sim-qwen3",
-            )
-            proc, url = start_simulator(tmp_path / f"sim-{i}.log", *args)
-            procs.append(proc)
-            urls.append(url)
+    args = ("--time-scale", TIME_SCALE, "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+    with simulators(tmp_path, 4, *args) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(20)
 
 
 def _faults(urls: list[str] | tuple[str, ...], faults: dict[str, float] | None) -> None:

@@ -27,7 +27,7 @@ from launch.scale.policy import instance_id
 from launch.stack import LocalStack
 from launch.supervise import Supervisor
 from producers.sample import DEMO_FILE
-from tests.helpers import REPO_ROOT, start_simulator, unused_port
+from tests.helpers import REPO_ROOT, simulators, unused_port
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -35,20 +35,10 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[str]]:
     """Two simulators (8 slots each, 20x real time) on free ports: a user's servers."""
-    procs: list[subprocess.Popen[str]] = []
-    urls = []
-    try:
-        for i in range(2):
-            args = ("--time-scale", "20", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
-            proc, url = start_simulator(tmp_path / f"sim-{i}.log", *args, port=unused_port())
-            procs.append(proc)
-            urls.append(url)
+    args = ("--time-scale", "20", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
+    base = unused_port(2)
+    with simulators(tmp_path, 2, *args, ports=(base, base + 1)) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(20)
 
 
 def _on_a_terminal(argv: list[str], *, until: Callable[[str], bool], timeout_s: float) -> str:
