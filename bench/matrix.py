@@ -81,10 +81,13 @@ class Cell:
     broker_cores: float | None
     machine_cores: float
     over_strong: float | None = None
+    repeat: int = 0
 
 
-def cell_of(rate: RateProfile, r: PhaseReport, ideal_s: float, planned_rate: float, servers: int) -> Cell:
-    """The figures of one phase's report (``ideal_s`` simulated seconds)."""
+def cell_of(
+    rate: RateProfile, r: PhaseReport, ideal_s: float, planned_rate: float, servers: int, *, repeat: int = 0
+) -> Cell:
+    """The figures of one phase's report (``ideal_s`` simulated seconds) in repeat ``repeat``."""
     o, cpu = r.outcome, r.outcome.cpu
     done = len(o.first_finish)
     return Cell(
@@ -106,6 +109,7 @@ def cell_of(rate: RateProfile, r: PhaseReport, ideal_s: float, planned_rate: flo
         client_cores=cpu.clients_s / cpu.wall_s,
         broker_cores=None if cpu.broker_s is None else cpu.broker_s / cpu.wall_s,
         machine_cores=cpu.machine_busy_cores,
+        repeat=repeat,
     )
 
 
@@ -143,7 +147,7 @@ def markdown_table(cells: Sequence[Cell]) -> list[str]:
         broker = "?" if c.broker_cores is None else f"{c.broker_cores:.2f}"
         ratio = "n/a" if c.over_strong is None else f"{c.over_strong:.3f}"
         lines.append(
-            f"| {c.rate} | {c.phase} | {c.completed}/{c.prompts} "
+            f"| {c.rate}{f' ({c.repeat + 1})' if c.repeat else ''} | {c.phase} | {c.completed}/{c.prompts} "
             f"| {c.planned_rate:.1f} / {c.achieved_rate:.1f} "
             f"| {percent(c.steady)} | {c.makespan_over_ideal:.3f} | {ratio} "
             f"| {c.cpu_ms_per_completion:.2f} ms "
@@ -151,6 +155,27 @@ def markdown_table(cells: Sequence[Cell]) -> list[str]:
             f"| {c.sim_cores:.2f} / {c.client_cores:.2f} / {broker} | {c.machine_cores:.2f} |"
         )
     return lines
+
+
+def summary_table(cells: Sequence[Cell]) -> list[str]:
+    """Per (rate, client) over the repeats: makespan / strong and / ideal, mean (min–max)."""
+    lines = [
+        "| rate | client | repeats | makespan / strong, mean (min–max) | makespan / ideal, mean (min–max) |",
+        "|---|---|---|---|---|",
+    ]
+    keys = list(dict.fromkeys((c.rate, c.phase) for c in cells))
+    for rate, phase in keys:
+        group = [c for c in cells if (c.rate, c.phase) == (rate, phase)]
+        strong = [c.over_strong for c in group if c.over_strong is not None]
+        ideal = [c.makespan_over_ideal for c in group]
+        lines.append(f"| {rate} | {phase} | {len(group)} | {_spread(strong)} | {_spread(ideal)} |")
+    return lines
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.fmean(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
 def _commit() -> str:
@@ -174,47 +199,55 @@ def _load() -> str:
 async def run_row(
     args: argparse.Namespace, rate: RateProfile, children: Children, logdir: Path
 ) -> tuple[list[Cell], list[str]]:
-    """Every phase of one row; returns its cells and the topics it created."""
+    """Every phase of one row, ``--repeat`` times (repeat k > 0 under run id ``…-k``: other
+    ``rid``s, so other output lengths); returns its cells and the topics it created."""
     base = Settings()
     base = base.model_copy(update={"generation": rate.generation(base.generation)})
     probe = make_prompts(500)
     prompt_tokens = statistics.fmean(estimate_prompt_tokens(p.messages) for p in probe)
     n = rate.prompts_for(args.servers, prompt_tokens, rate.cell_s * args.cell_scale)
     prompts = make_prompts(n)
-    run_id = f"bench-rates-{rate.name}"
-    work = plan_work(prompts, rate.profile, base.generation, run_id)
     slots = rate.profile.max_running_requests
-    planned = rate.time_scale * slots / statistics.fmean(w.service_s for w in work)
-    ideal = ideal_makespan(work, args.servers, slots)
     ns = argparse.Namespace(**vars(args), warmup_s=rate.warmup_s(prompt_tokens))
     fleet = SimFleet(args.servers, rate.profile, rate.time_scale)
     row_dir = logdir / f"rate-{rate.name}"
-    row_dir.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(ns, fleet, prompts, work, run_id, base, row_dir, children)
-    ctx.broker = find_broker(base.kafka.bootstrap_servers)
-    print(
-        f"[rate {rate.name}] {rate.description}: {n} prompts on {args.servers} servers, planned "
-        f"{planned:.2f} completions/s/server, ideal {ideal / rate.time_scale:.0f} s wall",
-        file=sys.stderr,
-        flush=True,
-    )
     cells: list[Cell] = []
+    topics: list[str] = []
     try:
         await fleet.start()
-        for phase in args.phase_list:
-            r = report(ctx, await run_phase(ctx, phase))
-            cells.append(cell_of(rate, r, ideal, planned, args.servers))
-            c = cells[-1]
+        for k in range(args.repeat):
+            run_id = f"bench-rates-{rate.name}" + (f"-{k}" if k else "")
+            work = plan_work(prompts, rate.profile, base.generation, run_id)
+            planned = rate.time_scale * slots / statistics.fmean(w.service_s for w in work)
+            ideal = ideal_makespan(work, args.servers, slots)
+            repeat_dir = row_dir / f"repeat-{k}" if args.repeat > 1 else row_dir
+            repeat_dir.mkdir(parents=True, exist_ok=True)
+            ctx = BenchContext(ns, fleet, prompts, work, run_id, base, repeat_dir, children)
+            ctx.broker = find_broker(base.kafka.bootstrap_servers)
             print(
-                f"[rate {rate.name}] {phase}: steady {percent(c.steady)}, makespan "
-                f"{c.makespan_over_ideal:.3f} × ideal, {c.cpu_ms_per_completion:.2f} ms CPU/completion, "
-                f"machine {c.machine_cores:.2f} cores",
+                f"[rate {rate.name}] {rate.description}: {n} prompts on {args.servers} servers, planned "
+                f"{planned:.2f} completions/s/server, ideal {ideal / rate.time_scale:.0f} s wall"
+                + (f" (repeat {k + 1}/{args.repeat})" if args.repeat > 1 else ""),
                 file=sys.stderr,
                 flush=True,
             )
+            repeat: list[Cell] = []
+            for phase in args.phase_list:
+                r = report(ctx, await run_phase(ctx, phase))
+                repeat.append(cell_of(rate, r, ideal, planned, args.servers, repeat=k))
+                c = repeat[-1]
+                print(
+                    f"[rate {rate.name}] {phase}: steady {percent(c.steady)}, makespan "
+                    f"{c.makespan_over_ideal:.3f} × ideal, {c.cpu_ms_per_completion:.2f} ms CPU/completion, "
+                    f"machine {c.machine_cores:.2f} cores",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            cells += with_strong_ratio(repeat)
+            topics += ctx.created_topics
     finally:
         await fleet.stop()
-    return with_strong_ratio(cells), ctx.created_topics
+    return cells, topics
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -249,6 +282,7 @@ async def amain(args: argparse.Namespace) -> int:
         "",
         *markdown_table(cells),
         "",
+        *([*summary_table(cells), ""] if args.repeat > 1 else []),
         f"Highest rate the machine drives (strong baseline ≥ {100 * STEADY_GOAL:.0f} % steady occupancy): "
         + (f"{best} completions/s per server." if best else "none of the rows run."),
     ]
@@ -278,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiplies every row's cell length (default %(default)s)",
     )
     add_phase_arguments(parser)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of every row's phases, each with other request ids (default %(default)s)",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report (markdown) to this file")
     parser.add_argument("--json", type=Path, help="also write the cells to this JSON file")
     return parser

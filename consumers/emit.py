@@ -153,9 +153,11 @@ class Emitter:
         sent_at: float,
         *,
         invalid_retries: int = 0,
+        server: str | None = None,
     ) -> None:
         """Write ``prompt``'s completion (:func:`completion_record`), or its dead letter when the
-        completion does not fit a Kafka record."""
+        completion does not fit a Kafka record. ``server``: the server that answered, when not
+        this consumer's (a lent prompt: :mod:`consumers.lending`)."""
         completion = completion_record(
             job,
             prompt,
@@ -163,7 +165,7 @@ class Emitter:
             result,
             sent_at,
             run_id=self.settings.run_id,
-            server=self.server_url,
+            server=server or self.server_url,
             consumer=self.instance_id,
             invalid_retries=invalid_retries,
         )

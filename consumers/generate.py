@@ -29,6 +29,7 @@ from consumers.group.assignor import stable_sticky_assignor
 from consumers.group.membership import default_instance_id, group_consumer, group_id, stop_member
 from consumers.group.ownership import check_topic_owner
 from consumers.group.rebalance import RebalanceListener
+from consumers.lending import Lending
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.commits import Committer
 from consumers.positions.jobs import Job, JobBook
@@ -137,6 +138,14 @@ class GenerationConsumer:
             stats=self.stats,
             answered=self._answered,
         )
+        self.lending = Lending(
+            settings,
+            own=self.client,
+            instance_id=self.instance_id,
+            members=lambda: self.gate.control.state.members,
+            waiting=lambda: self.book.startable(),
+            wake=self._start_buffered,
+        )
         self._consumer: AIOKafkaConsumer | None = None
         self._stopping = asyncio.Event()
         self._generation = 0
@@ -231,6 +240,7 @@ class GenerationConsumer:
             asyncio.create_task(self._report()),
             asyncio.create_task(self.kafka.watch(lambda: self._consumer)),
             asyncio.create_task(self.gate.run()),
+            *([asyncio.create_task(self.lending.watch())] if self.cfg.lend else []),
         ]
         try:
             # committed offsets lost (expired) on a run with results: skip what is answered
@@ -399,6 +409,7 @@ class GenerationConsumer:
             self.window.size
             + self._credit()
             + self.cfg.prefetch
+            + self.book.lent
             - len(self.book.jobs)
             - self.book.startable()
         )
@@ -473,6 +484,8 @@ class GenerationConsumer:
         self.book.start_buffered(
             self._room(), self._start, together=together, family=lambda r: sample_family(r, default_max)
         )
+        if self.lending.room() > 0 and self._room() <= 0:
+            self.book.start_buffered(self.lending.room(), self._lend)
 
     def _room(self) -> int:
         """Prompts that may start now: the window, plus :meth:`_credit`, less those in flight."""
@@ -499,6 +512,12 @@ class GenerationConsumer:
         if len(self._starts) > _STARTS_KEPT:
             self._starts.popleft()
         return asyncio.create_task(self.prompts.run(job), name=f"prompt-{job.key[0]}-{job.key[1]}")
+
+    def _lend(self, job: Job) -> asyncio.Task[None]:
+        """The task that processes ``job`` on an idle member's server (:mod:`consumers.lending`)."""
+        peer = self.lending.take()
+        job.lent_to = peer.url
+        return asyncio.create_task(self.prompts.run(job, peer), name=f"lent-{job.key[0]}-{job.key[1]}")
 
     def _answered(self, job: Job) -> None:
         """The server answered ``job``: its slot is free, so start the next buffered prompt now,
@@ -555,6 +574,7 @@ class GenerationConsumer:
             with contextlib.suppress(Exception):
                 await within(KAFKA_STEP_S, self.emitter.producer.stop())
         await self.gate.stop()
+        await self.lending.aclose()
         if self.prompts.reuse is not None:
             with contextlib.suppress(Exception):
                 await within(KAFKA_STEP_S, self.prompts.reuse.close())

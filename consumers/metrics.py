@@ -31,6 +31,10 @@ class ConsumerStats:
     """answers asked for again for breaking their structured output (``consumer.retry_invalid``)."""
     shared_requests: int = 0
     """requests that answered several samples of one prompt at once (``consumer.parallel_samples``)."""
+    lent: int = 0
+    """prompts answered by other members' idle servers (:mod:`consumers.lending`)."""
+    lent_back: int = 0
+    """lent prompts whose send failed there and went to this consumer's own server."""
     started: float = field(default_factory=time.monotonic)
 
     def status_line(self, *, in_flight: int, window: int, waiting: int, server_up: bool, kafka: str) -> str:
@@ -44,6 +48,7 @@ class ConsumerStats:
             + (f", reused {self.reused}" if self.reused else "")
             + (f", invalid answers asked again {self.invalid_retries}" if self.invalid_retries else "")
             + (f", requests shared by samples {self.shared_requests}" if self.shared_requests else "")
+            + (f", lent to idle servers {self.lent}" if self.lent else "")
             + f", in flight {in_flight}/{window}, "
             f"waiting {waiting}, server {'up' if server_up else 'down'}, kafka {kafka}"
         )

@@ -23,6 +23,7 @@ from typing import Any
 from consumers.dead_letters import DeadLetters
 from consumers.emit import Emitter
 from consumers.group.ownership import foreign_prompt_reason
+from consumers.lending import Peer
 from consumers.metrics import ConsumerMetrics, ConsumerStats
 from consumers.positions.jobs import Job
 from consumers.quality.structured import structured_flags
@@ -98,19 +99,21 @@ class PromptRunner:
         self.sharing_refused: str | None = None
         """why the server refused a request with ``n`` (samples are then sent one request each)."""
 
-    async def run(self, job: Job) -> None:
+    async def run(self, job: Job, peer: Peer | None = None) -> None:
         """Process ``job``, and if anything escapes the processing, a dead letter saying what: a
         prompt's task never ends without a completion or error record, or its partition would
-        be pinned. Cancellation (a revoke, a leave, the shutdown) is let through."""
+        be pinned. Cancellation (a revoke, a leave, the shutdown) is let through. ``peer``: the
+        other member's server the job is lent to (:mod:`consumers.lending`): sent there first,
+        to this consumer's own server if that send fails."""
         try:
-            await self._process(job)
+            await self._process(job, peer)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("prompt at partition %s offset %s failed unexpectedly", *job.key)
             await self.emitter.error(job, self.dead_letters.unexpected(job.record, exc))
 
-    async def _process(self, job: Job) -> None:
+    async def _process(self, job: Job, peer: Peer | None) -> None:
         record = job.record
         try:
             prompt = decode(record.value or b"", PromptRecord)
@@ -128,6 +131,9 @@ class PromptRunner:
             return
         # a regenerated prompt (attempt > 0) asks for a new generation: never a copy
         if self.reuse is not None and prompt.attempt == 0 and await self._reused(job, prompt):
+            return
+        if peer is not None:
+            await self._generate(job, prompt, peer=peer)
             return
         if prompt.sample is not None and self.shares_samples():
             shared = await self._shared(prompt)
@@ -156,12 +162,13 @@ class PromptRunner:
         invalid: int = 0,
         kept: _Answer | None = None,
         failed: ServerError | None = None,
+        peer: Peer | None = None,
     ) -> bool:
         """Send ``prompt`` until it ends in a completion (True) or a dead letter (False).
         ``invalid``: answers already refused for their structured output, ``kept`` the last of
         them (written, flagged, if no valid answer comes); ``failed``: the shared request this
         sample was part of failed so, counted as its first send (a retriable failure waits out a
-        backoff first)."""
+        backoff first); ``peer``: sent to that server while it answers (:meth:`run`)."""
         sends = failures = 0
         if failed is not None:
             sends = 1
@@ -169,7 +176,8 @@ class PromptRunner:
                 failures = 1
                 await self._pause_to_retry(failures)
         while True:
-            await self.server.ok.wait()
+            if peer is None:
+                await self.server.ok.wait()
             sends += 1
             rid = request_id(self.settings.run_id, prompt.id, prompt.attempt, sends)
             body = self.client.request_body(prompt, rid)
@@ -178,8 +186,13 @@ class PromptRunner:
             sent_at = time.time()
             sent_mono = time.monotonic()
             try:
-                result = await self._send(body)
+                result = await (self._send(body) if peer is None else self._send_lent(peer, body))
             except ServerError as exc:
+                if peer is not None:  # the other server failed it: back to this consumer's own
+                    log.info("lent prompt %s back from %s: %s", prompt.id, peer.url, exc)
+                    peer = job.lent_to = None
+                    self.stats.lent_back += 1
+                    continue
                 if retriable(exc):
                     last = exc
                 elif DUPLICATE_RID.search(str(exc)):  # our earlier send of this rid still runs there
@@ -188,14 +201,18 @@ class PromptRunner:
                     self.server.record_success(time.monotonic())
                     return await self._kept_or_failure(job, prompt, kept, invalid, exc, sends)
             else:
-                self._observe_answer(result.latency_s, result.usage.completion_tokens)
+                if peer is None:
+                    self._observe_answer(result.latency_s, result.usage.completion_tokens)
                 if self._asks_again(body, result, invalid):
                     invalid += 1
                     failures = 0  # a re-ask has the whole max_attempts for its failures
                     kept = (body, result, sent_at)
                     continue
                 self.answered(job)
-                await self.emitter.completion(job, prompt, body, result, sent_at, invalid_retries=invalid)
+                server = None if peer is None else peer.url
+                await self.emitter.completion(
+                    job, prompt, body, result, sent_at, invalid_retries=invalid, server=server
+                )
                 return True
             # a retriable failure
             failures += 1
@@ -328,6 +345,24 @@ class PromptRunner:
             return False
         self.answered(job)
         return True
+
+    async def _send_lent(self, peer: Peer, body: dict[str, Any]) -> ChatResult:
+        """One request to another member's server, abandoned (as a retriable failure) once that
+        member reports its server down (:attr:`consumers.lending.Peer.down`)."""
+        request = asyncio.ensure_future(peer.client.chat(body))
+        waiter = asyncio.ensure_future(peer.down.wait())
+        try:
+            done, _ = await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not request.done():
+                request.cancel()
+        if request in done:
+            self.stats.lent += 1
+            return request.result()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        raise RetriableServerError(f"{peer.url}: its member reports the server down")
 
     async def _send(self, body: dict[str, Any]) -> ChatResult:
         """One request for one answer (:meth:`_send_choices`)."""

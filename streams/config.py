@@ -290,10 +290,10 @@ class ConsumerSettings(GroupMemberSettings):
     )
     parallel_samples: bool = Field(
         True,
-        description="send a long prompt's samples (--samples) that start together as one request "
-        "with the server's own n, the prompt prefilled once, on SGLang without deterministic "
-        "inference (docs/inputs.md, Samples)",
+        description="send a long prompt's samples (--samples) that start together as one request with "
+        "the server's own n, prefilled once, on SGLang without deterministic inference (docs/inputs.md)",
     )
+    lend: bool = Field(True, description="send waiting prompts to idle members' servers (docs/consumer.md)")
     retry_initial_s: float = Field(1.0, gt=0, description="seconds before a first retry")
     retry_max_s: float = Field(60.0, gt=0, description="cap on one retry wait, seconds")
     request_timeout_s: float = Field(3600.0, gt=0, description="seconds for one whole generation")

@@ -19,8 +19,9 @@ from streams.records import PromptRecord
 
 __all__ = ["PHASES", "BenchContext", "PhaseOutcome", "print_progress"]
 
-PHASES = ("ours", "baseline", "strong")
-"""The phases a run may have: ours, the fixed-concurrency baseline, the strong baseline."""
+PHASES = ("ours", "unlent", "baseline", "strong")
+"""The phases a run may have: ours, ours with tail lending off (``consumer.lend``), the
+fixed-concurrency baseline, the strong baseline."""
 
 
 @dataclass

@@ -67,8 +67,10 @@ async def wait_group_ready(
         await asyncio.sleep(0.5)
 
 
-async def run_ours(ctx: BenchContext) -> PhaseOutcome:
-    """Phase (a): one generation consumer process per server, one group, a fresh topic."""
+async def run_ours(ctx: BenchContext, *, lend: bool = True) -> PhaseOutcome:
+    """Phase (a): one generation consumer process per server, one group, a fresh topic; with
+    ``lend`` False, tail lending off (phase "unlent": docs/consumer.md, "Tail lending")."""
+    phase = "ours" if lend else "unlent"
     args, fleet = ctx.args, ctx.fleet
     uid = uuid.uuid4().hex[:10]
     group = f"bench-{uid}"
@@ -81,7 +83,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
             "partitions": args.servers,
         }
     )
-    consumer = ctx.base.consumer.model_copy(update={"group": group})
+    consumer = ctx.base.consumer.model_copy(update={"group": group, "lend": lend})
     settings = ctx.base.model_copy(update={"topics": topics, "consumer": consumer, "run_id": ctx.run_id})
     specs = topic_specs(settings)
     ctx.created_topics += [topics.prompts, topics.completions, topics.errors]
@@ -93,7 +95,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
     for k, (name, url) in enumerate(zip(names, fleet.urls, strict=True)):
         cmd = ["-m", "consumers.generate", "--server", url, "--group", group, "--instance-id", f"{group}-{k}"]
         ctx.children.spawn(name, [*cmd, *extra], env, ctx.logdir / f"{name}.log")
-    print(f"  [ours] {args.servers} consumers starting (group {group})", file=sys.stderr, flush=True)
+    print(f"  [{phase}] {args.servers} consumers starting (group {group})", file=sys.stderr, flush=True)
     await wait_group_ready(ctx, settings, group, names, timeout_s=180)
 
     sampler = Sampler(fleet, args.sample_interval)
@@ -103,7 +105,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
     t0_epoch, t0_mono = time.time(), time.monotonic()
     sampler.mark()
     await publish_prompts(settings, ctx.prompts, args.key_by)
-    print(f"  [ours] published {len(ctx.prompts)} prompts", file=sys.stderr, flush=True)
+    print(f"  [{phase}] published {len(ctx.prompts)} prompts", file=sys.stderr, flush=True)
 
     n = len(ctx.prompts)
     expected_wall = ideal_makespan(ctx.work, args.servers, fleet.profile.max_running_requests) / (
@@ -121,7 +123,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
         idle = all(x.running == 0 and x.queued == 0 for x in s.stats)
         if time.monotonic() - last_print >= 10:
             last_print = time.monotonic()
-            print_progress(ctx, "ours", s, t0_mono, finished)
+            print_progress(ctx, phase, s, t0_mono, finished)
         if finished >= n and idle:
             if usage is None:  # the fleet went idle: stop the CPU clock before reading back
                 usage = cpu.since(ctx.children.cpu_seconds(names) - clients0)
@@ -168,7 +170,7 @@ async def run_ours(ctx: BenchContext) -> PhaseOutcome:
     if args.keep_topics:
         ctx.created_topics = [t for t in ctx.created_topics if t not in (topics.prompts, topics.completions)]
     return PhaseOutcome(
-        "ours",
+        phase,
         t0_epoch,
         t0_mono,
         first,

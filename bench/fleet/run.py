@@ -54,8 +54,8 @@ def run_main(
 
 async def run_phase(ctx: BenchContext, phase: str) -> PhaseOutcome:
     """Run the phase named (one of :data:`PHASES`) on a restarted fleet."""
-    if phase == "ours":
-        return await run_ours(ctx)
+    if phase in ("ours", "unlent"):
+        return await run_ours(ctx, lend=phase == "ours")
     return await run_baseline(ctx, strong=phase == "strong")
 
 

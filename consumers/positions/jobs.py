@@ -39,6 +39,8 @@ class Job:
     task: asyncio.Task[None] | None = None
     answered: bool = False
     """the server's answer is in (its result is being written to Kafka): it holds no server slot."""
+    lent_to: str | None = None
+    """the other member's server it was sent to (:mod:`consumers.lending`); None: this consumer's."""
 
     @property
     def key(self) -> JobKey:
@@ -73,8 +75,14 @@ class JobBook:
     @property
     def in_flight(self) -> int:
         """Prompts started on assigned partitions whose server answer is not in yet: what holds
-        a place in the window (a prompt whose result is being written to Kafka does not)."""
-        return sum(1 for job in self.jobs.values() if not job.answered)
+        a place in the window (a prompt whose result is being written to Kafka, or one lent to
+        another member's server, does not)."""
+        return sum(1 for job in self.jobs.values() if not job.answered and job.lent_to is None)
+
+    @property
+    def lent(self) -> int:
+        """Prompts of assigned partitions lent to other members' servers, answer not in yet."""
+        return sum(1 for job in self.jobs.values() if not job.answered and job.lent_to is not None)
 
     @property
     def waiting(self) -> int:

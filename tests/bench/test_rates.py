@@ -13,7 +13,7 @@ import pytest
 from bench.analysis import plan_work
 from bench.baseline import LeastOutstanding, learn_running_limit
 from bench.fleet.prompts import make_prompts
-from bench.matrix import Cell, highest_driven_rate, with_strong_ratio
+from bench.matrix import Cell, highest_driven_rate, summary_table, with_strong_ratio
 from bench.rates import RATES, capped_lognormal_mean, full_batch_service_s, rate_by_name
 from simulator import DEFAULT_PROFILE
 from streams.config import GenerationSettings
@@ -142,3 +142,13 @@ def test_the_highest_driven_rate_is_the_last_row_whose_strong_baseline_holds_98_
     ]
     assert highest_driven_rate(cells) == "10"
     assert highest_driven_rate(cells[3:]) is None
+
+
+def test_the_summary_gives_each_clients_mean_and_range_over_the_repeats() -> None:
+    cells = [
+        *with_strong_ratio([_cell("1", "ours", 1.0, 103.0), _cell("1", "strong", 1.0, 100.0)]),
+        *with_strong_ratio([_cell("1", "ours", 1.0, 99.0), _cell("1", "strong", 1.0, 100.0)]),
+    ]
+    lines = summary_table(cells)
+    assert lines[2] == "| 1 | ours | 2 | 1.010 (0.990–1.030) | 1.000 (1.000–1.000) |"
+    assert lines[3].startswith("| 1 | strong | 2 | 1.000 (1.000–1.000) |")

@@ -1,0 +1,137 @@
+"""Tail lending (consumers/lending.py, docs/consumer.md "Tail lending"): a member whose partitions are
+done lends its idle server to a member with a backlog. Real Kafka, real consumer processes,
+SGLang-API simulators (real processes) over real sockets. Every prompt is published to partition
+0, so one member owns all the work and the other's server would sit idle without lending."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from consumers.generate import group_id
+from streams.config import Settings
+from tests.consumers.support import Fleet, completions, errors, wait_all_done
+from tests.helpers import committed, make_prompt, publish, start_simulator, wait_for
+
+SLOW = "2"
+"""simulator time scale: a 300-token answer takes ~0.6 s, so 16 slots drain 400 prompts in ~15 s."""
+
+
+@pytest.fixture
+def sims(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[str], str]]]:
+    procs = [start_simulator(tmp_path / f"sim-{i}.log", "--time-scale", SLOW) for i in range(2)]
+    try:
+        yield procs
+    finally:
+        for proc, _ in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+def received(url: str) -> int:
+    """Generation requests the simulator at ``url`` accepted (``/simulator/stats``)."""
+    return int(httpx.get(f"{url}/simulator/stats", timeout=5).json()["requests_received"])
+
+
+async def _owner(s: Settings) -> str:
+    """The instance id whose completions carry partition 0's prompts (the owner of the backlog)."""
+    owners: Counter[str] = Counter()
+
+    async def seen() -> bool:
+        owners.update(c.consumer for c in await completions(s) if c.consumer is not None)
+        return bool(owners)
+
+    await wait_for(seen, timeout_s=60, what="the first completions")
+    return owners.most_common(1)[0][0]
+
+
+async def test_an_idle_members_server_answers_a_backlogged_members_prompts_each_once(
+    cs: Settings, fleet: Fleet, sims: list[tuple[subprocess.Popen[str], str]]
+) -> None:
+    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
+    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
+    await publish(cs, prompts, partition=0)
+    for name, url in urls.items():
+        fleet.start(name, url)
+    owner = await _owner(cs)
+    idle_url = next(url for name, url in urls.items() if name != owner)
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+    assert not failed and set(done.values()) == {1}, "a prompt was lost or generated twice"
+    records = await completions(cs)
+    assert {r.consumer for r in records} == {owner}, "only the partition's owner writes its results"
+    lent = [r for r in records if r.server == idle_url]
+    assert len(lent) >= 40, f"the idle server answered only {len(lent)} of 400 prompts"
+    assert received(idle_url) >= len(lent)
+    for proc in fleet.procs.values():
+        proc.terminate()
+        assert proc.wait(30) == 0
+    offsets = await committed(cs, group_id(cs), cs.topics.prompts)
+    assert offsets.get(0) == 400, offsets
+
+
+async def test_a_lending_server_killed_mid_request_loses_nothing(
+    cs: Settings, fleet: Fleet, sims: list[tuple[subprocess.Popen[str], str]]
+) -> None:
+    """SIGKILL the idle member's server while it holds lent prompts: they go back to the owner's
+    server; none is lost, none dead-lettered, none written twice."""
+    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
+    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
+    await publish(cs, prompts, partition=0)
+    for name, url in urls.items():
+        fleet.start(name, url)
+    owner = await _owner(cs)
+    idle = next(i for i, name in enumerate(urls) if name != owner)
+    proc, idle_url = sims[idle]
+
+    async def lending() -> bool:  # lent requests are running there now
+        return any(r.server == idle_url for r in await completions(cs)) and received(idle_url) > 0
+
+    await wait_for(lending, timeout_s=90, what="the idle server to answer lent prompts")
+    proc.kill()
+    proc.wait(10)
+    fleet.procs.pop(next(name for name in urls if name != owner)).kill()  # its server is gone
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+    assert not failed, f"dead letters: {sorted(failed)[:5]}"
+    assert set(done.values()) == {1}, "a prompt was generated twice"
+    assert not await errors(cs)
+
+
+async def test_sigkill_of_a_lending_owner_costs_at_most_its_uncommitted_span(
+    cs: Settings, fleet: Fleet, sims: list[tuple[subprocess.Popen[str], str]]
+) -> None:
+    """SIGKILL the owner while some of its prompts run on the other member's server: the other member
+    takes the partition over; what is generated twice lies past the committed offset, at most
+    ``max_uncommitted`` prompts, as without lending (tests/consumers/test_generate.py)."""
+    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
+    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
+    await publish(cs, prompts, partition=0)
+    for name, url in urls.items():
+        fleet.start(name, url)
+    owner = await _owner(cs)
+    idle_url = next(url for name, url in urls.items() if name != owner)
+
+    async def lending() -> bool:
+        return sum(r.server == idle_url for r in await completions(cs)) >= 10
+
+    await wait_for(lending, timeout_s=90, what="lent prompts answered")
+    fleet.kill(owner)
+    counts: list[int] = []
+
+    async def settled() -> bool:  # what the killed owner wrote is readable: two reads agree
+        counts.append(len(await completions(cs)))
+        return len(counts) > 1 and counts[-1] == counts[-2]
+
+    await wait_for(settled, timeout_s=30, what="the killed owner's results to be readable", interval_s=0.5)
+    commits = await committed(cs, group_id(cs), cs.topics.prompts)
+    written = await completions(cs)
+    uncommitted = {c.id for c in written if c.source is not None and c.source.offset >= (commits.get(0) or 0)}
+    done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
+    assert not failed
+    twice = {i for i, n in done.items() if n > 1}
+    assert twice <= uncommitted, f"committed prompts generated again: {sorted(twice - uncommitted)[:5]}"
+    assert len(twice) <= cs.consumer.max_uncommitted

@@ -1,0 +1,118 @@
+"""Which members count as idle and how many prompts this consumer may lend them
+(consumers/lending.py): member reports built here, servers are in-process SGLang-API simulators
+over real sockets."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from consumers.lending import Lending
+from consumers.servers import ServerClient
+from simulator import SimulatedServer
+from streams.config import Settings
+from streams.control import MemberReport
+
+MODEL = "Qwen/Qwen3-8B"
+
+
+def report(instance: str, server: str, **fields: Any) -> MemberReport:
+    base: dict[str, Any] = {
+        "run_id": "r",
+        "instance": instance,
+        "incarnation": "x",
+        "host": "h",
+        "pid": 1,
+        "server": server,
+        "model": MODEL,
+        "at": time.time(),
+        "waiting": 0,
+    }
+    return MemberReport(**(base | fields))
+
+
+async def lending(settings: Settings, own: SimulatedServer, members: dict[str, MemberReport]) -> Lending:
+    client = ServerClient(own.url, settings.generation)
+    await client.discover(wait_s=10)
+    return Lending(
+        settings.model_copy(update={"run_id": "r"}),
+        own=client,
+        instance_id="me",
+        members=lambda: members,
+        waiting=lambda: 5,
+        wake=lambda: None,
+    )
+
+
+@pytest.fixture
+async def two() -> Any:
+    async with SimulatedServer() as a, SimulatedServer() as b:
+        yield a, b
+
+
+async def test_only_fresh_running_up_members_with_nothing_waiting_on_the_same_model_are_idle(
+    settings: Settings, two: tuple[SimulatedServer, SimulatedServer]
+) -> None:
+    own, other = two
+    now = time.time()
+    members = {
+        "me": report("me", own.url),
+        "idle": report("idle", other.url),
+        "busy": report("busy", "http://127.0.0.1:1", waiting=3),
+        "stale": report("stale", "http://127.0.0.1:2", at=now - 60),
+        "down": report("down", "http://127.0.0.1:3", server_up=False),
+        "halted": report("halted", "http://127.0.0.1:4", state="halted"),
+        "other-model": report("other-model", "http://127.0.0.1:5", model="gemma"),
+        "other-run": report("other-run", "http://127.0.0.1:6", run_id="another"),
+        "same-server": report("same-server", own.url + "/"),
+    }
+    lend = await lending(settings, own, members)
+    try:
+        assert [r.instance for r in lend.idle_members(now)] == ["idle"]
+        assert lend.borrowers(now) == 2  # "busy" waits too; the stale and halted ones do not count
+    finally:
+        await lend.own.aclose()
+
+
+async def test_free_places_are_slots_plus_standing_queue_less_load_shared_by_borrowers(
+    settings: Settings, two: tuple[SimulatedServer, SimulatedServer]
+) -> None:
+    own, other = two
+    members: dict[str, MemberReport] = {}
+    lend = await lending(settings, own, members)  # discovery first: the reports are fresh below
+    members |= {"idle": report("idle", other.url), "busy": report("busy", "http://127.0.0.1:1", waiting=3)}
+    try:
+        await lend.read_once()
+        places = other.profile.max_running_requests + settings.consumer.standing_queue
+        assert lend.room() == -(-places // 2)  # two borrowers: this one and "busy"
+        peer = lend.take()
+        assert peer.url == other.url and lend.room() == -(-places // 2) - 1
+        members["idle"] = report("idle", other.url, waiting=1)  # it has work again
+        await lend.read_once()
+        assert lend.room() == 0
+        with pytest.raises(LookupError):
+            lend.take()
+    finally:
+        await lend.aclose()
+        await lend.own.aclose()
+
+
+async def test_a_member_reporting_its_server_down_takes_back_what_is_lent_there(
+    settings: Settings, two: tuple[SimulatedServer, SimulatedServer]
+) -> None:
+    own, other = two
+    members: dict[str, MemberReport] = {}
+    lend = await lending(settings, own, members)
+    members["idle"] = report("idle", other.url)
+    try:
+        await lend.read_once()
+        peer = lend.peers[other.url]
+        assert not peer.down.is_set()
+        members["idle"] = report("idle", other.url, server_up=False, state="server_down")
+        await lend.read_once()
+        assert peer.down.is_set() and lend.room() == 0
+    finally:
+        await lend.aclose()
+        await lend.own.aclose()
