@@ -4,14 +4,16 @@ projected after 1, 2, 5, 10 and 25% of them by the same :func:`~launch.status.pr
 that ``kafkagen status`` calls, against what the run really produced in the end.
 
 Each checkpoint hands ``project`` one member report per consumer of the run (the records'
-``consumer``), as the consumer would have reported at the ``k``-th finish: its completions so far
-(count, completion tokens, their sum of squares, quality classes), its start (its first request's),
+``consumer``), as that consumer would have reported at the ``k``-th finish: its completions so far
+(count, completion tokens, their sum of squares, quality classes), its start (its first request's)
 and its rates as a consumer measures them (:func:`streams.control.window_rates`: the last
 :data:`~streams.control.RATE_WINDOW_S` seconds, from its first result on when shorter, the finish
-times standing for the acknowledgements). It reports, per projected total: the value, its 95%
-interval, the real value, the error and whether the interval held it. The real GPU-hours are each
-consumer's first start to its last finish. Reads the dataset's ``completions-*.jsonl.zst`` shards
-(an export's folder, ``kafkagen export --to``). No Kafka needed. Run::
+times standing for the acknowledgements); and each one's backlog, as status reads it from the lag:
+the results still to come of the partitions (the records' ``source.partition``) it wrote the latest
+result of. It reports, per projected total: the value, its 95% interval, the real value, the error
+and whether the interval held it. The real GPU-hours are each consumer's first request to the
+run's last finish (its server held, idle or not). Reads the dataset's ``completions-*.jsonl.zst``
+shards (an export's folder, ``kafkagen export --to``). No Kafka needed. Run::
 
     .venv/bin/python -m bench.projection DATASET [--markdown projection.md]
         [--calibration launch/status/calibration.json --label "GSM8K 1,319 prompts x 2" --past-run TEXT]
@@ -45,14 +47,15 @@ CHECKPOINTS = (0.01, 0.02, 0.05, 0.10, 0.25)
 
 @dataclass(frozen=True)
 class Done:
-    """One finished completion of the past run: when (Unix seconds), its tokens and classes, and
-    the consumer that wrote it."""
+    """One finished completion of the past run: when (Unix seconds), its tokens and classes, the
+    consumer that wrote it and the prompts topic's partition it came from (-1: not known)."""
 
     started_at: float
     finished_at: float
     tokens: int
     classes: tuple[str, ...]
     member: str = "replay"
+    partition: int = -1
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,8 @@ def read_dataset(folder: Path) -> list[Done]:
                     tokens = int(r["usage"]["completion_tokens"])
                     member = str(r.get("consumer") or r.get("server") or "replay")
                     started, finished = timings["started_at"], timings["finished_at"]
-                    done.append(Done(started, finished, tokens, classes, member))
+                    partition = int((r.get("source") or {}).get("partition", -1))
+                    done.append(Done(started, finished, tokens, classes, member, partition))
     return sorted(done, key=lambda d: d.finished_at)
 
 
@@ -134,6 +138,24 @@ def _report(member: str, seen: Sequence[Done], started_at: float, at: float) -> 
     )
 
 
+def _drain(
+    done: Sequence[Done], seen: Sequence[Done], reports: Sequence[MemberReport]
+) -> dict[str, tuple[int, float]] | None:
+    """Each member's backlog when ``seen`` are done, as status reads it from the partitions' lag:
+    the results still to come of the partitions it wrote the latest result of; with its rate. None
+    when the records do not name their partitions."""
+    if any(d.partition < 0 for d in done):
+        return None
+    owner = {d.partition: d.member for d in seen}  # in finish order: the latest writer holds it
+    left = Counter(d.partition for d in done)
+    left.subtract(d.partition for d in seen)
+    lag: Counter[str] = Counter()
+    for partition, n in left.items():
+        if partition in owner:
+            lag[owner[partition]] += n
+    return {r.instance: (lag[r.instance], r.tokens_per_s) for r in reports}
+
+
 def replay(done: Sequence[Done], checkpoints: Sequence[float] = CHECKPOINTS) -> list[Row]:
     """The projection of ``done`` (in finish order) at each checkpoint, against its real totals."""
     total = len(done)
@@ -142,11 +164,10 @@ def replay(done: Sequence[Done], checkpoints: Sequence[float] = CHECKPOINTS) -> 
     real_finish = done[-1].finished_at
     start = min(d.started_at for d in done)
     first_start: dict[str, float] = {}
-    last_finish: dict[str, float] = {}
     for d in done:
         first_start[d.member] = min(first_start.get(d.member, d.started_at), d.started_at)
-        last_finish[d.member] = max(last_finish.get(d.member, d.finished_at), d.finished_at)
-    real_gpu = sum(last_finish[m] - first_start[m] for m in first_start) / 3600
+    # each server is held from its first request to the run's end, idle or not
+    real_gpu = sum(real_finish - t for t in first_start.values()) / 3600
     rows: list[Row] = []
     for fraction in checkpoints:
         k = max(2, round(fraction * total))
@@ -165,6 +186,7 @@ def replay(done: Sequence[Done], checkpoints: Sequence[float] = CHECKPOINTS) -> 
             tokens_per_s=sum(r.tokens_per_s for r in reports),
             live_servers=len(reports),
             started_at=start,
+            drain=_drain(done, seen, reports),
         )
         assert p is not None
         rows.append(Row(k, total, TOKENS, p.output_tokens, real_tokens))

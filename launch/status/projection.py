@@ -7,8 +7,9 @@ The interval of the output tokens treats the remaining completions as independen
 per-completion token counts seen so far (their mean and spread, from the reports' sums of tokens
 and of squared tokens): ``remaining × mean ± z·sqrt(remaining·var + remaining²·var/n)``, the second
 term being the uncertainty of the mean itself. A class's count at the end is the same for a
-0/1 draw (its share ``p``, ``var = p(1-p)``). The finish scales with the remaining tokens at the
-fleet's tokens/s (each member's rate from its first result on: :func:`streams.control.window_rates`);
+0/1 draw (its share ``p``, ``var = p(1-p)``). The finish is when the last member is done with its
+own partitions' backlog at its own tokens/s (:func:`drain_finish`; each member's rate from its first
+result on: :func:`streams.control.window_rates`), else the remaining tokens at the fleet's tokens/s;
 the GPU-hours are the server-hours the members held so far (each process's ``started_at`` to its last
 report) plus the live servers until the finish.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "Projection",
     "against",
     "budgets_of",
+    "drain_finish",
     "project",
     "server_seconds",
 ]
@@ -100,7 +102,7 @@ def against(estimate: Estimate, limit: float) -> str:
     return "over" if estimate.low > limit else "may cross"
 
 
-def _draws(done: float, mean: float, var: float, n: int, remaining: int) -> Estimate:
+def _draws(done: float, mean: float, var: float, n: int, remaining: float) -> Estimate:
     """``done`` plus ``remaining`` independent draws of mean ``mean`` and variance ``var``
     (estimated from ``n``), with its 95% interval (never below ``done``)."""
     value = done + remaining * mean
@@ -117,6 +119,27 @@ def server_seconds(report: MemberReport) -> float:
     return report.earlier_s + max(0.0, report.at - report.started_at)
 
 
+def drain_finish(
+    drain: Mapping[str, tuple[int, float]], *, at: float, remaining: int, mean: float, var: float, n: int
+) -> Estimate | None:
+    """When the last member is done with its own backlog: each member of ``drain`` (lag in offsets,
+    completion tokens/s) gets its lag's share of the ``remaining`` results, as draws of ``mean`` and
+    ``var`` tokens (from ``n``), at its own rate; the finish is the latest of them (value, low and
+    high each). Partitions stay with their members until a rebalance, so a member with one
+    partition more, or a slower server, sets the end while the others idle. None when no member
+    has lag, or one with lag has no rate (starting, or its server down): then the fleet's rate."""
+    lagged = {m: (lag, rate) for m, (lag, rate) in drain.items() if lag > 0}
+    backlog = sum(lag for lag, _ in lagged.values())
+    if not backlog or any(rate <= 0 for _, rate in lagged.values()):
+        return None
+    ends = []
+    for lag, rate in lagged.values():
+        share = remaining * lag / backlog
+        e = _draws(0, mean, var, n, share)
+        ends.append((at + e.value / rate, at + e.low / rate, at + e.high / rate))
+    return Estimate(*(max(end[i] for end in ends) for i in range(3)))
+
+
 def project(
     members: Iterable[MemberReport],
     *,
@@ -127,6 +150,7 @@ def project(
     live_servers: int,
     started_at: float | None,
     calibration: Calibration | None = None,
+    drain: Mapping[str, tuple[int, float]] | None = None,
 ) -> Projection | None:
     """The projection of a run of ``total`` results with ``results`` written, from the members'
     latest ``members`` reports (every epoch's: their counts are cumulative per instance, and every
@@ -134,7 +158,9 @@ def project(
     reported. ``tokens_per_s``: the live members' completion tokens/s; ``live_servers``: how many
     they are. ``started_at``: the run's start (Unix seconds; None: the earliest report's
     ``started_at``); it counts ``live_servers`` from there for GPU-hours only when no report has a
-    ``started_at``. ``calibration``: the replayed past run whose accuracy to attach."""
+    ``started_at``. ``calibration``: the replayed past run whose accuracy to attach. ``drain``: per
+    live member, its partitions' lag (offsets) and its tokens/s; given, the finish is the last
+    member's drain of its own backlog (:func:`drain_finish`), else the fleet's rate over all."""
     reports = list(members)
     n = sum(r.completions for r in reports)
     if n == 0:
@@ -156,8 +182,11 @@ def project(
     start = started_at if started_at is not None else min((r.started_at for r in reports), default=None)
     finish: Estimate | None = None
     gpu: Estimate | None = None
+    drained = drain_finish(drain, at=at, remaining=remaining, mean=mean, var=var, n=n) if drain else None
     if remaining == 0:
         finish = Estimate(at, at, at)
+    elif drained is not None:
+        finish = drained
     elif tokens_per_s > 0:
         left = (out.value - tokens, out.low - tokens, out.high - tokens)
         finish = Estimate(*(at + t / tokens_per_s for t in left))

@@ -297,6 +297,15 @@ def rate_span(report: MemberReport) -> float:
     return min(RATE_WINDOW_S, max(0.0, report.at - report.started_at))
 
 
+def _drain(
+    consumers: Sequence[ConsumerLag], live: Sequence[MemberReport]
+) -> dict[str, tuple[int, float]] | None:
+    """Per member of the generation group: its partitions' lag and its live report's tokens/s (0
+    without one); None when the group has no member (the projection then takes the fleet's rate)."""
+    rates = {r.instance: r.tokens_per_s for r in live}
+    return {c.member: (c.lag, rates.get(c.member, 0.0)) for c in consumers} or None
+
+
 def report_is_live(report: MemberReport, at: float, stale_s: float) -> bool:
     """Whether ``report`` is from a consumer that runs now: recent (``stale_s`` seconds) and not
     ``stopped``."""
@@ -477,6 +486,7 @@ def shape(obs: Observation) -> RunStatus:
             live_servers=len(live),
             started_at=control.run.created_at if control.run is not None else None,
             calibration=load_calibration(),
+            drain=_drain(consumers, live),
         ),
         budgets=budgets_of(control.run.gate) if control.run is not None else None,
     )

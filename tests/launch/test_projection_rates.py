@@ -14,8 +14,8 @@ import pytest
 
 from consumers.quality import fleet_gate
 from consumers.quality.fleet_gate import FleetGate
-from launch.status.projection import project, server_seconds
-from launch.status.shape import rate_span
+from launch.status.projection import drain_finish, project, server_seconds
+from launch.status.shape import GroupMember, Observation, rate_span, shape
 from streams.config import Settings
 from streams.control import (
     RATE_WINDOW_S,
@@ -153,3 +153,36 @@ async def test_a_restarted_consumer_carries_its_earlier_processes_held_time(cloc
     gate.control.start = start  # type: ignore[method-assign]
     await gate.start()
     assert gate.report().earlier_s == 50.0 + 400.0
+
+
+def _run(b_at: float) -> Observation:
+    """7 partitions of 100 prompts: member a holds 0-3 (80 left each: 320), b holds 4-6 (60 left
+    each: 180); 200 results of 700, each 100 tokens; both at 100 tokens/s; b's report at ``b_at``."""
+    group = [
+        GroupMember("a", "/127.0.0.1", {"p": [0, 1, 2, 3]}),
+        GroupMember("b", "/127.0.0.1", {"p": [4, 5, 6]}),
+    ]
+    reports = {
+        "a": _member("a", NOW - 100, NOW - 1, 10_000, tokens_per_s=100.0),
+        "b": _member("b", NOW - 100, b_at, 10_000, tokens_per_s=100.0),
+    }
+    return Observation(
+        run_id="r", at=NOW, prompts_topic_exists=True, completions_topic_exists=True, prompts_topic="p",
+        completions_topic="c", errors_topic="e", prompts_end=dict.fromkeys(range(7), 100),
+        generate_committed={p: 20 if p < 4 else 40 for p in range(7)}, completions_end={0: 200},
+        published=700, generate_members=group, control=ControlState(members=reports),
+    )  # fmt: skip
+
+
+def test_the_finish_is_the_last_members_drain_of_its_own_partitions() -> None:
+    """a has 320 results to come, b 180, 100 tokens each at 100 tokens/s a member: b idles after
+    180 s while a works to 320 s; the fleet's rate over all (200 tokens/s for 50,000 tokens) said
+    250 s."""
+    p = shape(_run(b_at=NOW - 1)).projection
+    assert p is not None and p.finish_at is not None
+    assert math.isclose(p.finish_at.value, NOW + 320)
+    assert drain_finish({"a": (0, 0.0)}, at=NOW, remaining=5, mean=1.0, var=0.0, n=1) is None
+    # b's report is stale (its server or process gone): no rate for its backlog, the fleet's rate
+    stale = shape(_run(b_at=NOW - 60)).projection
+    assert stale is not None and stale.finish_at is not None
+    assert math.isclose(stale.finish_at.value, NOW + 500)  # 50,000 tokens at a's 100 tokens/s
