@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -210,7 +211,7 @@ def calibration(
         at = {r.what: Check(round(r.error, 4), r.held) for r in rows if r.seen == seen}
         total = next(r.total for r in rows if r.seen == seen)
         points.append(
-            Checkpoint(round(seen / total, 4), seen, total, at[TOKENS], at.get(FINISH), at.get(GPU_HOURS))
+            Checkpoint(round(seen / total, 3), seen, total, at[TOKENS], at.get(FINISH), at.get(GPU_HOURS))
         )
     try:
         commit = subprocess.run(
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.markdown.write_text(text + "\n")
     if args.calibration:
         label = args.label or f"{len(done):,} completions of {args.dataset.name}"
-        command = "python -m bench.projection " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = shlex.join(["python", "-m", "bench.projection", *(sys.argv[1:] if argv is None else argv)])
         cal = calibration(rows, label=label, past_run=args.past_run or label, command=command, note=args.note)
         args.calibration.write_bytes(cal.encode())
     return 0
