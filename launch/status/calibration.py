@@ -40,6 +40,11 @@ class Checkpoint:
     gpu_hours: Check | None = None
 
 
+def _percent(error: float) -> str:
+    """``error`` (a fraction) as a signed whole percent; ``0%`` within half a percent."""
+    return "0%" if abs(error) < 0.005 else f"{error:+.0%}"
+
+
 @dataclass(frozen=True)
 class Replayed:
     """How close the projection came at ``checkpoint.fraction`` of the past run ``label``, as
@@ -60,7 +65,7 @@ class Replayed:
         c = self.checkpoint
         checks = [("finish", c.finish), ("tokens", c.output_tokens), ("GPU-hours", c.gpu_hours)]
         shown = [(name, check) for name, check in checks if check is not None]
-        parts = [f"{name} {check.error:+.0%}" + ("" if check.held else " (outside its interval)")
+        parts = [f"{name} {_percent(check.error)}" + ("" if check.held else " (outside its interval)")
                  for name, check in shown]  # fmt: skip
         held = all(check.held for _, check in shown)
         tail = ", each inside its interval" if held else ""

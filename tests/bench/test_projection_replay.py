@@ -134,3 +134,12 @@ def test_the_replay_projects_the_finish_of_the_member_with_the_most_left() -> No
     finish = [r for r in replay(done, (0.10, 0.25)) if r.what == FINISH]
     assert [r.real for r in finish] == [600.0, 600.0]
     assert all(abs(r.error) < 0.01 for r in finish), finish
+
+
+def test_the_committed_calibration_file_is_the_benchs_and_loads() -> None:
+    """launch/status/calibration.json (what status shows after 1% of a run) decodes, starts at 1%,
+    and names the bench that wrote it and the past run."""
+    calibration = load_calibration()
+    assert calibration is not None and calibration.source == "bench/projection.py"
+    assert calibration.checkpoints[0].fraction == 0.01 and calibration.commit and calibration.past_run
+    assert "bench.projection" in calibration.command
