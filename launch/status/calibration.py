@@ -41,8 +41,9 @@ class Checkpoint:
 
 
 def _percent(error: float) -> str:
-    """``error`` (a fraction) as a signed whole percent; ``0%`` within half a percent."""
-    return "0%" if abs(error) < 0.005 else f"{error:+.0%}"
+    """``error`` (a fraction) as a signed whole percent, ``0%`` when it rounds to 0."""
+    percent = round(error * 100)
+    return f"{percent:+d}%" if percent else "0%"
 
 
 @dataclass(frozen=True)

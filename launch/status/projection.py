@@ -59,7 +59,8 @@ class Projection:
     reports) plus the live ``servers`` until the finish; ``finish_at``: Unix seconds, None without
     a rate; ``classes``: per quality class, results with it at the end; ``started_at``: the run's
     start (Unix seconds); ``replayed``: how close the projection came at about this share of a
-    replayed past run (:mod:`launch.status.calibration`), None before its first checkpoint (1%)."""
+    replayed past run (:mod:`launch.status.calibration`), None before its first checkpoint (1%)
+    and once nothing is left to project."""
 
     at: float
     results: int
@@ -196,7 +197,7 @@ def project(
         gpu = Estimate(*((held + live_servers * max(0.0, f - at)) / 3600 for f in ends))
     elif ends and start is not None and live_servers > 0:  # reports without a start: the live ones
         gpu = Estimate(*(live_servers * max(0.0, f - start) / 3600 for f in ends))
-    replayed = calibration.at(results / total) if calibration is not None and total > 0 else None
+    replayed = calibration.at(results / total) if calibration is not None and remaining > 0 else None
     return Projection(
         at, results, total, n, out, gpu, finish, live_servers, start, classes,
         held / 3600 if held > 0 else None, replayed,

@@ -183,6 +183,8 @@ def test_after_the_first_checkpoint_the_status_says_how_close_a_replayed_run_cam
     later = at(1000)
     assert later is not None and later.replayed is not None
     assert later.replayed.text().endswith(": finish +30% (outside its interval), tokens -3%")
+    done = at(4000)  # nothing left to project: nothing to say how close it comes
+    assert done is not None and done.replayed is None
     status = dataclasses.replace(shape(_observation(a)), projection=first)
     out = io.StringIO()
     Console(file=out, width=300).print(status_view(status))
