@@ -3,30 +3,43 @@ comes, replayed on a past run's dataset: its completion records in the order the
 projected after 1, 2, 5, 10 and 25% of them by the same :func:`~launch.status.projection.project`
 that ``kafkagen status`` calls, against what the run really produced in the end.
 
-Each checkpoint hands ``project`` one member report holding the first ``k`` completions (count,
-completion tokens, their sum of squares, quality classes) and the rate they were produced at
-(completion tokens over the wall seconds from the first record's start to the ``k``-th's finish),
-and reports, per projected total: the value, its 95% interval, the real value, the error and
-whether the interval held it. Reads the dataset's ``completions-*.jsonl.zst`` shards (an export's
-folder, ``kafkagen export --to``); error records count as results without tokens. Run::
+Each checkpoint hands ``project`` one member report per consumer of the run (the records'
+``consumer``), as that consumer would have reported at the ``k``-th finish: its completions so far
+(count, completion tokens, their sum of squares, quality classes), its start (its first request's)
+and its rates as a consumer measures them (:func:`streams.control.window_rates`: the last
+:data:`~streams.control.RATE_WINDOW_S` seconds, from its first result on when shorter, the finish
+times standing for the acknowledgements); and each one's backlog, as status reads it from the lag:
+the results still to come of the partitions (the records' ``source.partition``) it wrote the latest
+result of. It reports, per projected total: the value, its 95% interval, the real value, the error
+and whether the interval held it. The real GPU-hours are each consumer's first request to the
+run's last finish (its server held, idle or not). Reads the dataset's ``completions-*.jsonl.zst``
+shards (an export's folder, ``kafkagen export --to``). No Kafka needed. Run::
 
     .venv/bin/python -m bench.projection DATASET [--markdown projection.md]
+        [--calibration launch/status/calibration.json --label "GSM8K 1,319 prompts x 2" --past-run TEXT]
+
+``--calibration`` writes what ``kafkagen status`` shows once a run is past 1%
+(:mod:`launch.status.calibration`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import subprocess
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import zstandard
 
+from launch.status.calibration import Calibration, Check, Checkpoint
 from launch.status.projection import Estimate, project
-from streams.control import ClassCounts, MemberReport
+from streams.control import ClassCounts, MemberReport, window_rates
 from streams.quality import result_classes
 
 CHECKPOINTS = (0.01, 0.02, 0.05, 0.10, 0.25)
@@ -35,12 +48,15 @@ CHECKPOINTS = (0.01, 0.02, 0.05, 0.10, 0.25)
 
 @dataclass(frozen=True)
 class Done:
-    """One finished completion of the past run: when (Unix seconds), its tokens and classes."""
+    """One finished completion of the past run: when (Unix seconds), its tokens and classes, the
+    consumer that wrote it and the prompts topic's partition it came from (-1: not known)."""
 
     started_at: float
     finished_at: float
     tokens: int
     classes: tuple[str, ...]
+    member: str = "replay"
+    partition: int = -1
 
 
 @dataclass(frozen=True)
@@ -84,8 +100,61 @@ def read_dataset(folder: Path) -> list[Done]:
                     timings = r["timings"]
                     classes = tuple(result_classes(r.get("quality") or []))
                     tokens = int(r["usage"]["completion_tokens"])
-                    done.append(Done(timings["started_at"], timings["finished_at"], tokens, classes))
+                    member = str(r.get("consumer") or r.get("server") or "replay")
+                    started, finished = timings["started_at"], timings["finished_at"]
+                    partition = int((r.get("source") or {}).get("partition", -1))
+                    done.append(Done(started, finished, tokens, classes, member, partition))
     return sorted(done, key=lambda d: d.finished_at)
+
+
+FINISH = "wall seconds to the finish"
+TOKENS = "output tokens"
+GPU_HOURS = "GPU-hours"
+
+
+def _report(member: str, seen: Sequence[Done], started_at: float, at: float) -> MemberReport:
+    """The report ``member`` would have sent at ``at`` with ``seen`` (its results so far, in
+    finish order) since ``started_at``."""
+    first = seen[0].finished_at if seen else None
+    tokens_per_s, completions_per_s, since = window_rates(
+        ((d.finished_at, d.tokens) for d in seen), first, at
+    )
+    classes = Counter(c for d in seen for c in d.classes)
+    return MemberReport(
+        run_id="replay",
+        instance=member,
+        incarnation="replay",
+        host="replay",
+        pid=0,
+        server=member,
+        at=at,
+        started_at=started_at,
+        completions=len(seen),
+        completion_tokens=sum(d.tokens for d in seen),
+        completion_tokens_sq=sum(d.tokens * d.tokens for d in seen),
+        totals=ClassCounts(results=len(seen), classes=dict(classes)),
+        tokens_per_s=tokens_per_s,
+        completions_per_s=completions_per_s,
+        rate_since=since,
+    )
+
+
+def _drain(
+    done: Sequence[Done], seen: Sequence[Done], reports: Sequence[MemberReport]
+) -> dict[str, tuple[int, float]] | None:
+    """Each member's backlog when ``seen`` are done, as status reads it from the partitions' lag:
+    the results still to come of the partitions it wrote the latest result of; with its rate. None
+    when the records do not name their partitions."""
+    if any(d.partition < 0 for d in done):
+        return None
+    owner = {d.partition: d.member for d in seen}  # in finish order: the latest writer holds it
+    left = Counter(d.partition for d in done)
+    left.subtract(d.partition for d in seen)
+    lag: Counter[str] = Counter()
+    for partition, n in left.items():
+        if partition in owner:
+            lag[owner[partition]] += n
+    return {r.instance: (lag[r.instance], r.tokens_per_s) for r in reports}
 
 
 def replay(done: Sequence[Done], checkpoints: Sequence[float] = CHECKPOINTS) -> list[Row]:
@@ -95,39 +164,63 @@ def replay(done: Sequence[Done], checkpoints: Sequence[float] = CHECKPOINTS) -> 
     real_classes = Counter(c for d in done for c in d.classes)
     real_finish = done[-1].finished_at
     start = min(d.started_at for d in done)
+    first_start: dict[str, float] = {}
+    for d in done:
+        first_start[d.member] = min(first_start.get(d.member, d.started_at), d.started_at)
+    # each server is held from its first request to the run's end, idle or not
+    real_gpu = sum(real_finish - t for t in first_start.values()) / 3600
     rows: list[Row] = []
     for fraction in checkpoints:
         k = max(2, round(fraction * total))
         seen = done[:k]
         at = seen[-1].finished_at
-        tokens = sum(d.tokens for d in seen)
-        classes = Counter(c for d in seen for c in d.classes)
-        report = MemberReport(
-            run_id="replay",
-            instance="replay",
-            incarnation="replay",
-            host="replay",
-            pid=0,
-            server="replay",
-            at=at,
-            started_at=start,
-            completions=k,
-            completion_tokens=tokens,
-            completion_tokens_sq=sum(d.tokens * d.tokens for d in seen),
-            totals=ClassCounts(results=k, classes=dict(classes)),
-        )
-        rate = tokens / max(at - start, 1e-9)
+        by_member: dict[str, list[Done]] = defaultdict(list)
+        for d in seen:
+            by_member[d.member].append(d)
+        live = [m for m, t in first_start.items() if t <= at]
+        reports = [_report(m, by_member.get(m, []), first_start[m], at) for m in live]
         p = project(
-            [report], at=at, total=total, results=k, tokens_per_s=rate, live_servers=1, started_at=start
+            reports,
+            at=at,
+            total=total,
+            results=k,
+            tokens_per_s=sum(r.tokens_per_s for r in reports),
+            live_servers=len(reports),
+            started_at=start,
+            drain=_drain(done, seen, reports),
         )
         assert p is not None
-        rows.append(Row(k, total, "output tokens", p.output_tokens, real_tokens))
+        rows.append(Row(k, total, TOKENS, p.output_tokens, real_tokens))
         if p.finish_at is not None:
             shifted = Estimate(p.finish_at.value - start, p.finish_at.low - start, p.finish_at.high - start)
-            rows.append(Row(k, total, "wall seconds to the finish", shifted, real_finish - start))
+            rows.append(Row(k, total, FINISH, shifted, real_finish - start))
+        if p.gpu_hours is not None:
+            rows.append(Row(k, total, GPU_HOURS, p.gpu_hours, real_gpu))
         for name, estimate in sorted(p.classes.items()):
             rows.append(Row(k, total, f"class {name}", estimate, real_classes[name]))
     return rows
+
+
+def calibration(
+    rows: Sequence[Row], *, label: str, past_run: str, command: str, note: str = ""
+) -> Calibration:
+    """The calibration file of ``rows`` (:mod:`launch.status.calibration`): per checkpoint, the
+    output tokens', finish's and GPU-hours' errors and whether their intervals held the truth."""
+    points: list[Checkpoint] = []
+    for seen in sorted({r.seen for r in rows}):
+        at = {r.what: Check(round(r.error, 4), r.held) for r in rows if r.seen == seen}
+        total = next(r.total for r in rows if r.seen == seen)
+        points.append(
+            Checkpoint(round(seen / total, 3), seen, total, at[TOKENS], at.get(FINISH), at.get(GPU_HOURS))
+        )
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    written = datetime.now(UTC).isoformat(timespec="seconds")
+    return Calibration(label, past_run, command, commit, written, points, note=note)
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -137,10 +230,11 @@ def table(rows: Sequence[Row]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        e = r.projected
+        e, d = r.projected, 3 if r.what == GPU_HOURS else 0
+        held = "yes" if r.held else "no"
         lines.append(
-            f"| {r.seen:,} of {r.total:,} ({r.seen / r.total:.0%}) | {r.what} | {e.value:,.0f} "
-            f"[{e.low:,.0f}-{e.high:,.0f}] | {r.real:,.0f} | {r.error:+.1%} | {'yes' if r.held else 'no'} |"
+            f"| {r.seen:,} of {r.total:,} ({r.seen / r.total:.0%}) | {r.what} | {e.value:,.{d}f} "
+            f"[{e.low:,.{d}f}-{e.high:,.{d}f}] | {r.real:,.{d}f} | {r.error:+.1%} | {held} |"
         )
     return "\n".join(lines)
 
@@ -149,6 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.projection", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", type=Path, help="a past run's exported dataset folder")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--calibration", type=Path, help="also write the calibration file here (JSON)")
+    parser.add_argument("--label", default="", help="the past run in a few words (the calibration's)")
+    parser.add_argument("--past-run", default="", help="the past run in full (the calibration's)")
+    parser.add_argument("--note", default="", help="anything else the calibration's reader needs")
     args = parser.parse_args(argv)
     try:
         done = read_dataset(args.dataset)
@@ -160,10 +258,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"error: {args.dataset}: {len(done)} completions; 1% of a run needs at least 200", file=sys.stderr
         )
         return 2
-    text = f"{len(done):,} completions of {args.dataset}\n\n{table(replay(done))}"
+    rows = replay(done)
+    text = f"{len(done):,} completions of {args.dataset}\n\n{table(rows)}"
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
+    if args.calibration:
+        label = args.label or f"{len(done):,} completions of {args.dataset.name}"
+        command = shlex.join(["python", "-m", "bench.projection", *(sys.argv[1:] if argv is None else argv)])
+        cal = calibration(rows, label=label, past_run=args.past_run or label, command=command, note=args.note)
+        args.calibration.write_bytes(cal.encode())
     return 0
 
 

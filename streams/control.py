@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -42,14 +43,37 @@ __all__ = [
     "encode_control",
     "key_of_control",
     "read_control",
+    "window_rates",
 ]
 
 log = logging.getLogger("kafkagen.control")
 
 RATE_WINDOW_S = 120.0
 """Seconds over which a :class:`MemberReport`'s ``tokens_per_s`` and ``completions_per_s`` are
-measured (since its start, when shorter), and over which a status reader measures the results rate
-itself while no member reports one."""
+measured (since its first result, when shorter: :func:`window_rates`), and over which a status
+reader measures the results rate itself while no member reports one."""
+
+
+def window_rates(
+    acks: Iterable[tuple[float, int]], first: float | None, now: float, window_s: float = RATE_WINDOW_S
+) -> tuple[float, float, float]:
+    """``(completion tokens/s, results/s, since)`` of the results acknowledged at ``acks``
+    (``(seconds, completion tokens)``, any clock), measured from ``since``, the later of
+    ``now - window_s`` and ``first`` (the time of the process's first result), to ``now``.
+
+    Only results after ``since`` count: the first result is the window's start, not in it (it and
+    the ramp-up before it, server discovery and a whole request lifetime with nothing answered, are
+    not the steady state the rest of the run goes at; docs/budgets.md, "Projection"). ``(0, 0,
+    now)`` before the first result; ``(0, 0, since)`` at ``since``."""
+    if first is None:
+        return 0.0, 0.0, now
+    since = max(now - window_s, first)
+    span = now - since
+    if span <= 0:
+        return 0.0, 0.0, since
+    counted = [tokens for t, tokens in acks if since < t <= now]
+    return sum(counted) / span, len(counted) / span, since
+
 
 GATE_KEY = b"gate"
 EXPORT_KEY = b"export"
@@ -146,9 +170,17 @@ class MemberReport(MemberLoad, frozen=True, kw_only=True, tag="member", tag_fiel
     projection's interval (:mod:`launch.status.projection`)."""
     reasoning_tokens: int = 0
     tokens_per_s: float = 0.0
-    """over the last :data:`RATE_WINDOW_S` seconds (since ``started_at``, when shorter)."""
+    """from ``rate_since`` to ``at`` (:func:`window_rates`)."""
     completions_per_s: float = 0.0
     """results (completions and dead letters) per second, likewise."""
+    rate_since: float = 0.0
+    """where the rates' window starts (Unix seconds): the later of :data:`RATE_WINDOW_S` before
+    ``at`` and this process's first result. 0 in a report of an older consumer, whose rates are
+    over the last :data:`RATE_WINDOW_S` since ``started_at``, when shorter."""
+    earlier_s: float = 0.0
+    """seconds this instance's earlier processes ran (each one's ``started_at`` to its last
+    report's ``at``, summed): with ``at - started_at``, the time this member held its server, for
+    the projection's GPU-hours (:mod:`launch.status.projection`)."""
     max_tokens: int | None = None
     thinking: bool | None = None
 

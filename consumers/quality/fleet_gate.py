@@ -36,6 +36,7 @@ from streams.control import (
     GateRecord,
     MemberLoad,
     MemberReport,
+    window_rates,
 )
 from streams.kafka import KafkaOutage
 from streams.quality import result_classes
@@ -91,7 +92,6 @@ class FleetGate:
         self.control = ControlLog(settings)
         self.incarnation = uuid.uuid4().hex[:12]
         self.started_at = time.time()
-        self._started_mono = time.monotonic()
         self.epoch = 0
         self.counts = ClassCounts()
         """this instance's counts of gate epoch :attr:`epoch`."""
@@ -112,6 +112,10 @@ class FleetGate:
         """fleet results at the last judgement: the gate is fed only when the counts changed."""
         self._recent: deque[tuple[float, int]] = deque()
         """(monotonic seconds, completion tokens) of the results of the last :data:`RATE_WINDOW_S`."""
+        self._first_result: float | None = None
+        """monotonic seconds of this process's first result: where its rates' window starts."""
+        self.earlier_s = 0.0
+        """seconds this instance's earlier processes ran (:attr:`MemberReport.earlier_s`)."""
         self._announced: tuple[int, str] | None = None
         """(epoch, state) last logged, so a halt is one error line."""
         self._stopped = False
@@ -195,6 +199,8 @@ class FleetGate:
             self.completions, self.errors = own.completions, own.errors
             self.completion_tokens, self.reasoning_tokens = own.completion_tokens, own.reasoning_tokens
             self.completion_tokens_sq = own.completion_tokens_sq
+            if own.started_at > 0:  # the process that wrote it held its server until its last report
+                self.earlier_s = own.earlier_s + max(0.0, own.at - own.started_at)
             if own.epoch == self.epoch:
                 self.counts = own.gate
             log.info(
@@ -227,6 +233,8 @@ class FleetGate:
             self.completion_tokens_sq += tokens * tokens
             self.reasoning_tokens += usage.reasoning_tokens if usage is not None else 0
         now = time.monotonic()
+        if self._first_result is None:
+            self._first_result = now
         self._recent.append((now, tokens))
         self._check_budgets()
         self._judge()
@@ -246,15 +254,14 @@ class FleetGate:
             self._trip_counts = fleet
             self._announce()
 
-    def rates(self, now: float | None = None) -> tuple[float, float]:
-        """(completion tokens per second, results per second) over the last :data:`RATE_WINDOW_S`
-        seconds (or since start, when shorter)."""
+    def rates(self, now: float | None = None) -> tuple[float, float, float]:
+        """(completion tokens per second, results per second, the window's start in monotonic
+        seconds) over the last :data:`RATE_WINDOW_S` seconds, or since this process's first result
+        when shorter (:func:`streams.control.window_rates`: the ramp-up before it is not counted)."""
         now = time.monotonic() if now is None else now
         while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
             self._recent.popleft()
-        span = min(RATE_WINDOW_S, max(1e-9, now - self._started_mono))
-        tokens = sum(t for _, t in self._recent)
-        return tokens / span, len(self._recent) / span
+        return window_rates(self._recent, self._first_result, now)
 
     # -- the control loop --------------------------------------------------------------------------
     def report(self, state: MemberState | None = None) -> MemberReport:
@@ -262,7 +269,8 @@ class FleetGate:
         load = self.load()
         if state is None:
             state = "halted" if self.halted else ("running" if load.server_up else "server_down")
-        tokens_per_s, completions_per_s = self.rates()
+        mono, wall = time.monotonic(), time.time()
+        tokens_per_s, completions_per_s, since = self.rates(mono)
         generation = self.settings.generation
         return MemberReport(
             **msgspec.structs.asdict(load),
@@ -274,7 +282,7 @@ class FleetGate:
             server=self.server_url,
             state=state,
             started_at=self.started_at,
-            at=time.time(),
+            at=wall,
             epoch=self.epoch,
             gate=self.counts,
             totals=self.totals,
@@ -285,6 +293,8 @@ class FleetGate:
             reasoning_tokens=self.reasoning_tokens,
             tokens_per_s=tokens_per_s,
             completions_per_s=completions_per_s,
+            rate_since=wall - (mono - since),
+            earlier_s=self.earlier_s,
             max_tokens=generation.max_tokens,
             thinking=bool(generation.chat_template_kwargs.get("enable_thinking")),
         )

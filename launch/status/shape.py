@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from launch.status.calibration import load_calibration
 from launch.status.projection import Budgets, Projection, budgets_of, project
 from streams.control import RATE_WINDOW_S, ClassCounts, ControlState, ExportReport, MemberReport
 from streams.quality import counted_classes
@@ -41,6 +42,7 @@ __all__ = [
     "export_view",
     "gate_view",
     "occupancy",
+    "rate_span",
     "report_is_live",
     "shape",
 ]
@@ -287,6 +289,23 @@ def eta_range(remaining: int, rate: float, counted: float) -> tuple[float, float
     return low, high
 
 
+def rate_span(report: MemberReport) -> float:
+    """Seconds ``report``'s rates were measured over: from its ``rate_since`` to its ``at``, or
+    for a report without one (an older consumer's) the last :data:`RATE_WINDOW_S` since its start."""
+    if report.rate_since > 0:
+        return max(0.0, report.at - report.rate_since)
+    return min(RATE_WINDOW_S, max(0.0, report.at - report.started_at))
+
+
+def _drain(
+    consumers: Sequence[ConsumerLag], live: Sequence[MemberReport]
+) -> dict[str, tuple[int, float]] | None:
+    """Per member of the generation group: its partitions' lag and its live report's tokens/s (0
+    without one); None when the group has no member (the projection then takes the fleet's rate)."""
+    rates = {r.instance: r.tokens_per_s for r in live}
+    return {c.member: (c.lag, rates.get(c.member, 0.0)) for c in consumers} or None
+
+
 def report_is_live(report: MemberReport, at: float, stale_s: float) -> bool:
     """Whether ``report`` is from a consumer that runs now: recent (``stale_s`` seconds) and not
     ``stopped``."""
@@ -419,8 +438,8 @@ def shape(obs: Observation) -> RunStatus:
             views.append(_server_view(None, url, obs.probes.get(url), obs.at, obs.report_stale_s))
     live = [r for r in control.members.values() if report_is_live(r, obs.at, obs.report_stale_s)]
     rate = sum(r.completions_per_s for r in live)
-    # results each rate was counted from: its rate times its window (shorter after a start)
-    counted = sum(r.completions_per_s * min(RATE_WINDOW_S, max(0.0, r.at - r.started_at)) for r in live)
+    # results each rate was counted from: its rate times its window (shorter after a first result)
+    counted = sum(r.completions_per_s * rate_span(r) for r in live)
     if not live and obs.observed_rate is not None:
         rate = obs.observed_rate
         counted = rate * obs.observed_span_s
@@ -466,6 +485,8 @@ def shape(obs: Observation) -> RunStatus:
             tokens_per_s=rates.tokens_per_s,
             live_servers=len(live),
             started_at=control.run.created_at if control.run is not None else None,
+            calibration=load_calibration(),
+            drain=_drain(consumers, live),
         ),
         budgets=budgets_of(control.run.gate) if control.run is not None else None,
     )

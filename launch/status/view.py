@@ -167,7 +167,9 @@ def projection_text(p: Projection) -> str:
     parts = [f"output tokens {o.value:,.0f} [{o.low:,.0f}-{o.high:,.0f}]"]
     if p.gpu_hours is not None:
         g = p.gpu_hours
-        parts.append(f"GPU-hours {g.value:.2f} [{g.low:.2f}-{g.high:.2f}] ({p.servers} servers)")
+        held = f", {p.gpu_hours_so_far:.2f} so far" if p.gpu_hours_so_far is not None else ""
+        servers = f"{p.servers} server{'s' if p.servers != 1 else ''} now{held}"
+        parts.append(f"GPU-hours {g.value:.2f} [{g.low:.2f}-{g.high:.2f}] ({servers})")
     if p.finish_at is not None:
         f = p.finish_at
         parts.append(f"finish {when(f.value)} [{when(f.low)} - {when(f.high)}]")
@@ -215,6 +217,8 @@ def status_view(status: RunStatus) -> RenderableType:
     lines.append(Text(f"quality    {classes_text(q.classes, q.results)}"))
     if status.projection is not None:
         lines.append(Text(f"projected  {projection_text(status.projection)}"))
+        if status.projection.replayed is not None:
+            lines.append(Text(f"           {status.projection.replayed.text()}", style="dim"))
     if status.budgets is not None:
         lines.append(Text(f"budgets    {budgets_text(status.budgets, status.projection)}"))
     g = status.gate

@@ -111,6 +111,8 @@ def _status(
             "servers": 2,
             "started_at": at - 60,
             "classes": {},
+            "gpu_hours_so_far": 0.1,
+            "replayed": {"summary": "projection at 1% of a replayed past run (P): finish +5%"},
         },
         "lag": {"total": 100 - n, "partitions": [], "consumers": [], "sink": {"lag": 5, "members": 1}},
         "servers": servers,
@@ -398,6 +400,9 @@ async def test_the_eta_and_the_projection_show_their_intervals(browser: BrowserC
     assert re.fullmatch(r"\d+m \d\ds – \d+m \d\ds", fields["eta_range_s"]["text"]), fields["eta_range_s"]
     assert fields["projection.output_tokens"]["text"] == "41,000 (38,500 – 43,600)"
     assert fields["projection.gpu_hours"]["text"] == "1.5 (1.2 – 1.8)"
+    # and how close the projection came on a replayed past run (launch/status/calibration.py)
+    replayed = fields["projection.replayed.summary"]["text"]
+    assert replayed == "projection at 1% of a replayed past run (P): finish +5%"
     assert re.fullmatch(
         r"\d\d:\d\d:\d\d \(\d\d:\d\d:\d\d – \d\d:\d\d:\d\d\)", fields["projection.finish_at"]["text"]
     )

@@ -3,13 +3,18 @@ end with 95% intervals from the members' reports, in the status document and the
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import math
 import random
 from datetime import UTC, datetime
 
+from rich.console import Console
+
+from launch.status.calibration import Calibration, Check, Checkpoint
 from launch.status.projection import Z_95, Budgets, Estimate, Projection, against, budgets_of, project
 from launch.status.shape import Observation, shape
-from launch.status.view import budgets_text, projection_text
+from launch.status.view import budgets_text, projection_text, status_view
 from streams.control import ClassCounts, ControlState, MemberReport, RunRecord
 
 NOW = 1_800_000_000.0
@@ -85,14 +90,15 @@ def test_the_interval_covers_the_truth_of_a_replayed_run() -> None:
     assert abs(p.output_tokens.value - truth) / truth < 0.15
 
 
-def test_the_status_document_and_view_carry_the_projection() -> None:
+def _observation(report: MemberReport) -> Observation:
+    """A run of 100 prompts created an hour ago, 40 results, ``report`` its one member's."""
     control = ControlState(
-        members={"a": _report("a", [100] * 40, tokens_per_s=20.0, started_at=NOW - 100)},
+        members={"a": report},
         run=RunRecord(
             run_id="r", created_at=NOW - 3600, updated_at=NOW, by="t", prompts_topic="p", partitions=1
         ),
     )
-    obs = Observation(
+    return Observation(
         run_id="r",
         at=NOW,
         prompts_topic_exists=True,
@@ -106,15 +112,22 @@ def test_the_status_document_and_view_carry_the_projection() -> None:
         published=100,
         control=control,
     )
-    status = shape(obs)
+
+
+def test_the_status_document_and_view_carry_the_projection() -> None:
+    status = shape(_observation(_report("a", [100] * 40, tokens_per_s=20.0, started_at=NOW - 100)))
     p = status.projection
     assert p is not None and p.total == 100 and p.output_tokens.value == 10_000
     assert p.started_at == NOW - 3600 and p.servers == 1
     assert p.finish_at is not None and p.finish_at.value == NOW + 6000 / 20.0
     doc = status.to_dict()["projection"]
     assert doc["output_tokens"] == {"value": 10_000, "low": 10_000, "high": 10_000}
+    # GPU-hours: the member held its server 99 s so far (started_at to its report), 300 s to come
+    assert p.gpu_hours_so_far == 99 / 3600 and p.gpu_hours is not None
+    assert math.isclose(p.gpu_hours.value, (99 + 300) / 3600)
     line = projection_text(p)
-    assert line.startswith("output tokens 10,000 [10,000-10,000], GPU-hours 1.08 [") and "finish " in line
+    assert line.startswith("output tokens 10,000 [10,000-10,000], GPU-hours 0.11 [0.11-0.11] (1 server now, "
+                           "0.03 so far), finish ")  # fmt: skip
 
 
 def test_the_budgets_come_from_the_run_record_and_are_judged_against_the_projection() -> None:
@@ -136,3 +149,43 @@ def test_the_budgets_come_from_the_run_record_and_are_judged_against_the_project
 def _projection(finish: Estimate) -> Projection:
     tokens = Estimate(40_000, 38_000, 42_000)
     return Projection(NOW, 10, 100, 10, tokens, None, finish, 1, NOW - 60, {})
+
+
+def test_after_the_first_checkpoint_the_status_says_how_close_a_replayed_run_came() -> None:
+    """The calibration's accuracy at the last checkpoint the run passed (results / total), none
+    before the first (1%); the view prints it under the projection, each total outside its
+    interval said so."""
+    cal = Calibration(
+        label="GSM8K 1,319 prompts x 2",
+        past_run="p",
+        command="python -m bench.projection /tmp/p",
+        commit="abc1234",
+        written_at="2026-12-07T11:00:00+00:00",
+        checkpoints=[
+            Checkpoint(0.01, 26, 2638, Check(0.035, True), Check(-0.04, True), Check(0.07, True)),
+            Checkpoint(0.05, 132, 2638, Check(-0.032, True), Check(0.3, False), None),
+        ],
+    )
+    a = _report("a", [100] * 40, tokens_per_s=20.0, started_at=NOW - 100)
+
+    def at(results: int) -> Projection | None:
+        return project([a], at=NOW, total=4000, results=results, tokens_per_s=20.0, live_servers=1,
+                       started_at=None, calibration=cal)  # fmt: skip
+
+    before = at(39)
+    assert before is not None and before.replayed is None
+    first = at(40)
+    assert first is not None and first.replayed is not None
+    assert first.replayed.text() == (
+        "projection at 1% of a replayed past run (GSM8K 1,319 prompts x 2, bench/projection.py): "
+        "finish -4%, tokens +4%, GPU-hours +7%, each inside its interval"
+    )
+    later = at(1000)
+    assert later is not None and later.replayed is not None
+    assert later.replayed.text().endswith(": finish +30% (outside its interval), tokens -3%")
+    done = at(4000)  # nothing left to project: nothing to say how close it comes
+    assert done is not None and done.replayed is None
+    status = dataclasses.replace(shape(_observation(a)), projection=first)
+    out = io.StringIO()
+    Console(file=out, width=300).print(status_view(status))
+    assert "projection at 1% of a replayed past run (GSM8K" in out.getvalue()

@@ -229,7 +229,10 @@ SCHEMA_KEYS = {
     "quality": {"results", "classes"},
     "gate": {"state", "epoch", "reason", "fix", "at", "breaches"},
     "projection": {"at", "results", "total", "completions", "output_tokens", "gpu_hours", "finish_at",
-                   "servers", "started_at", "classes"},
+                   "servers", "started_at", "classes", "gpu_hours_so_far", "replayed"},
+    "replayed": {"label", "source", "checkpoint", "summary"},
+    "checkpoint": {"fraction", "seen", "total", "output_tokens", "finish", "gpu_hours"},
+    "check": {"error", "held"},
     "estimate": {"value", "low", "high"},
 }  # fmt: skip
 """The keys of the schema_version 1 document (the dashboard reads them)."""
