@@ -82,6 +82,10 @@ class Cell:
     machine_cores: float
     over_strong: float | None = None
     repeat: int = 0
+    duplicates: int = 0
+    """completion records past the first of their prompt."""
+    lent: int = 0
+    """completions an idle member's server answered for another member (ours: tail lending)."""
 
 
 def cell_of(
@@ -110,6 +114,8 @@ def cell_of(
         broker_cores=None if cpu.broker_s is None else cpu.broker_s / cpu.wall_s,
         machine_cores=cpu.machine_busy_cores,
         repeat=repeat,
+        duplicates=o.answers - done,
+        lent=o.lent,
     )
 
 
@@ -140,8 +146,8 @@ def markdown_table(cells: Sequence[Cell]) -> list[str]:
     lines = [
         "| rate | client | prompts | completions/s/server planned / achieved | steady occupancy "
         "| makespan / ideal | makespan / strong | client CPU per completion | loop lag p50 / p99 / max "
-        "| CPU cores: simulators / clients / broker | machine busy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| CPU cores: simulators / clients / broker | machine busy | duplicates / lent |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         broker = "?" if c.broker_cores is None else f"{c.broker_cores:.2f}"
@@ -152,7 +158,8 @@ def markdown_table(cells: Sequence[Cell]) -> list[str]:
             f"| {percent(c.steady)} | {c.makespan_over_ideal:.3f} | {ratio} "
             f"| {c.cpu_ms_per_completion:.2f} ms "
             f"| {c.lag_p50_ms:.0f} / {c.lag_p99_ms:.0f} / {c.lag_max_ms:.0f} ms "
-            f"| {c.sim_cores:.2f} / {c.client_cores:.2f} / {broker} | {c.machine_cores:.2f} |"
+            f"| {c.sim_cores:.2f} / {c.client_cores:.2f} / {broker} | {c.machine_cores:.2f} "
+            f"| {c.duplicates} / {c.lent} |"
         )
     return lines
 

@@ -83,6 +83,7 @@ class Lending:
         self.waiting = waiting
         self.wake = wake
         self.peers: dict[str, Peer] = {}
+        self._idle_seen: set[str] = set()
 
     def idle_members(self, now: float | None = None) -> list[MemberReport]:
         """The fresh reports of other members of this run, running the same model on another
@@ -154,8 +155,12 @@ class Lending:
             if url not in idle:
                 peer.free = 0
         if not idle:
+            self._idle_seen = set()
             return
         share = self.borrowers()
+        if set(idle) != self._idle_seen:
+            self._idle_seen = set(idle)
+            log.info("lending: %d idle servers, shared by %d members with prompts waiting", len(idle), share)
         for url in idle:
             if url not in self.peers:
                 self.peers[url] = Peer(url, self._client(url))

@@ -43,6 +43,8 @@ class PhaseOutcome:
     notes: list[str] = field(default_factory=list)
     refill: dict[int, tuple[int, list[float]]] = field(default_factory=dict)
     """server → (window, refill delays in wall seconds); ours only (see :func:`refill_latencies`)."""
+    lent: int = 0
+    """completions answered by another consumer's server than their writer's (ours: tail lending)."""
 
 
 @dataclass

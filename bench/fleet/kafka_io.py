@@ -44,6 +44,7 @@ class CompletionView(msgspec.Struct):
     server: str
     timings: CompletionTimings
     source: CompletionSource | None = None
+    consumer: str | None = None
 
 
 async def publish_prompts(settings: Settings, prompts: Sequence[PromptRecord], key_by: KeyBy) -> None:

@@ -91,7 +91,7 @@ async def run_ours(ctx: BenchContext, *, lend: bool = True) -> PhaseOutcome:
     await fleet.restart()
     env = settings_to_env(settings)
     extra = shlex.split(args.consumer_args)
-    names = [f"consumer-{k}" for k in range(args.servers)]
+    names = [f"{'consumer' if lend else 'unlent'}-{k}" for k in range(args.servers)]
     for k, (name, url) in enumerate(zip(names, fleet.urls, strict=True)):
         cmd = ["-m", "consumers.generate", "--server", url, "--group", group, "--instance-id", f"{group}-{k}"]
         ctx.children.spawn(name, [*cmd, *extra], env, ctx.logdir / f"{name}.log")
@@ -154,6 +154,7 @@ async def run_ours(ctx: BenchContext, *, lend: bool = True) -> PhaseOutcome:
         )
         for k in range(args.servers)
     }
+    lent = sum(1 for v in views if v.consumer is not None and v.consumer != f"{group}-{index[v.server]}")
     notes = [f"consumer exit statuses: {sorted(set(statuses.values()), key=str)}"]
     retries = warnings = revokes = 0
     for name in names:
@@ -182,4 +183,5 @@ async def run_ours(ctx: BenchContext, *, lend: bool = True) -> PhaseOutcome:
         usage,
         notes,
         refill,
+        lent,
     )
