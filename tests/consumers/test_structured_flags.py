@@ -112,7 +112,12 @@ class _Runner:
 
         class Emitter:
             async def completion(
-                self, job: Job, p: PromptRecord, *a: object, invalid_retries: int = 0
+                self,
+                job: Job,
+                p: PromptRecord,
+                *a: object,
+                invalid_retries: int = 0,
+                server: str | None = None,
             ) -> None:
                 runner.out.append(("completion", invalid_retries))
 
