@@ -164,11 +164,7 @@ class Lending:
         for url in idle:
             if url not in self.peers:
                 self.peers[url] = Peer(url, self._client(url))
-            peer = self.peers[url]
-            if peer.matches is None:
-                peer.matches = await self._matches(peer)
-            if peer.matches:
-                peer.free = await self._free(peer, share)
+        await asyncio.gather(*(self._refresh(self.peers[url], share) for url in idle))
         if self.room() > 0:
             self.wake()
 
@@ -184,6 +180,13 @@ class Lending:
                 peer.down.set()
             else:
                 peer.down.clear()
+
+    async def _refresh(self, peer: Peer, share: int) -> None:
+        """Ask a new peer what it serves; read its free places."""
+        if peer.matches is None:
+            peer.matches = await self._matches(peer)
+        if peer.matches:
+            peer.free = await self._free(peer, share)
 
     async def _matches(self, peer: Peer) -> bool:
         """Whether the peer's server is of this server's kind and serves its model."""
