@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import sys
@@ -169,8 +170,7 @@ class GenerationConsumer:
 
     @property
     def in_flight(self) -> int:
-        """Prompts started on assigned partitions whose server answer is not in yet: what holds
-        a place in the window (a prompt whose result is being written to Kafka does not)."""
+        """What holds a place in the window (:attr:`consumers.positions.jobs.JobBook.in_flight`)."""
         return self.book.in_flight
 
     @property
@@ -423,9 +423,8 @@ class GenerationConsumer:
             for record in records:
                 self.book.accept(record)
         self._start_buffered()
-        # The fetch position moves past transaction markers (the prompt producer is transactional),
-        # which are never returned as records: declare it so commits can reach the log end. A
-        # position read across a rebalance callback may belong to the previous assignment: skip it.
+        # The fetch position moves past transaction markers (never returned as records): declare it
+        # so commits reach the log end; one read across a rebalance callback is stale: skip it.
         for tp in list(consumer.assignment()):
             if tp.partition not in self.book.tracker.assigned or tp.topic != self.prompts_topic:
                 continue
@@ -481,11 +480,13 @@ class GenerationConsumer:
             return
         together = self.window.size if self.prompts.shares_samples() else 0
         default_max = self.settings.generation.max_tokens
-        self.book.start_buffered(
-            self._room(), self._start, together=together, family=lambda r: sample_family(r, default_max)
+        start = functools.partial(
+            self.book.start_buffered, together=together, family=lambda r: sample_family(r, default_max)
         )
-        if self.lending.room() > 0 and self._room() <= 0:
-            self.book.start_buffered(self.lending.room(), self._lend)
+        if self.lending.room() > 0:  # idle members' free places come before this server's queue
+            start(self._room() - self.cfg.standing_queue, self._start)
+            self.book.start_buffered(self.lending.room(), lambda j: self.lending.lend(j, self.prompts.run))
+        start(self._room(), self._start)
 
     def _room(self) -> int:
         """Prompts that may start now: the window, plus :meth:`_credit`, less those in flight."""
@@ -512,12 +513,6 @@ class GenerationConsumer:
         if len(self._starts) > _STARTS_KEPT:
             self._starts.popleft()
         return asyncio.create_task(self.prompts.run(job), name=f"prompt-{job.key[0]}-{job.key[1]}")
-
-    def _lend(self, job: Job) -> asyncio.Task[None]:
-        """The task that processes ``job`` on an idle member's server (:mod:`consumers.lending`)."""
-        peer = self.lending.take()
-        job.lent_to = peer.url
-        return asyncio.create_task(self.prompts.run(job, peer), name=f"lent-{job.key[0]}-{job.key[1]}")
 
     def _answered(self, job: Job) -> None:
         """The server answered ``job``: its slot is free, so start the next buffered prompt now,

@@ -18,9 +18,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from consumers.positions.jobs import Job
 from consumers.servers import ServerClient
 from streams.config import Settings
 from streams.control import MemberReport
@@ -136,6 +138,17 @@ class Lending:
         peer.free -= 1
         peer.lent += 1
         return peer
+
+    def lend(self, job: Job, run: Callable[[Job, Peer], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
+        """The task that runs ``job`` on the idle server with the most free places (``run(job,
+        peer)``: :meth:`consumers.process.PromptRunner.run`); marks the job lent.
+
+        Raises:
+            LookupError: no place is free (:meth:`room` is 0).
+        """
+        peer = self.take()
+        job.lent_to = peer.url
+        return asyncio.create_task(run(job, peer), name=f"lent-{job.key[0]}-{job.key[1]}")
 
     async def watch(self) -> None:
         """Read the idle members' servers while prompts wait here; never raises."""
