@@ -216,7 +216,7 @@ async def run_row(
     prompts = make_prompts(n)
     slots = rate.profile.max_running_requests
     ns = argparse.Namespace(**vars(args), warmup_s=rate.warmup_s(prompt_tokens))
-    fleet = SimFleet(args.servers, rate.profile, rate.time_scale)
+    fleet = SimFleet(args.servers, rate.profile, rate.time_scale, processes=args.sim_processes)
     row_dir = logdir / f"rate-{rate.name}"
     cells: list[Cell] = []
     topics: list[str] = []

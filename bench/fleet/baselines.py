@@ -42,8 +42,8 @@ async def run_baseline(ctx: BenchContext, *, strong: bool = False) -> PhaseOutco
     inp.write_text(json.dumps(spec))
 
     sampler = Sampler(fleet, args.sample_interval)
-    sampler.start()
-    cpu = CpuClock(ctx.broker)
+    await sampler.start()
+    cpu = CpuClock(ctx.broker, ctx.fleet.cpu_seconds)
     proc = ctx.children.spawn(
         name,
         ["-m", "bench.baseline", "--input", str(inp), "--output", str(out)],

@@ -30,6 +30,11 @@ def add_phase_arguments(parser: argparse.ArgumentParser) -> None:
         help="strong baseline: requests queued per server beyond its running limit (default: the "
         "consumer's standing queue, %(default)s)",
     )
+    parser.add_argument(
+        "--sim-processes",
+        action="store_true",
+        help="run each simulator in a process of its own (for fleets one event loop cannot answer)",
+    )
     parser.add_argument("--sample-interval", type=float, default=0.25, help="wall seconds between snapshots")
     parser.add_argument(
         "--consumer-args",

@@ -4,6 +4,7 @@ seconds and the local Kafka broker's (found by its listening port), read with ps
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -28,16 +29,18 @@ class CpuUsage:
 class CpuClock:
     """Machine-wide and own-process CPU counters, read at the start and end of a phase."""
 
-    def __init__(self, broker: psutil.Process | None) -> None:
+    def __init__(self, broker: psutil.Process | None, sims: Callable[[], float] = lambda: 0.0) -> None:
         self.wall = time.monotonic()
         self.machine = psutil.cpu_times()
         own = psutil.Process().cpu_times()
-        self.own = own.user + own.system
+        self.sims = sims
+        self.own = own.user + own.system + sims()
+        """CPU seconds of this process and of the simulator processes (``sims``), if any."""
         self.broker_process = broker
         self.broker = process_cpu_seconds(broker)
 
     def since(self, clients_s: float) -> CpuUsage:
-        now = CpuClock(self.broker_process)
+        now = CpuClock(self.broker_process, self.sims)
         m0, m1 = self.machine, now.machine
 
         def delta(*names: str) -> float:

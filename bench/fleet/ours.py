@@ -99,11 +99,11 @@ async def run_ours(ctx: BenchContext, *, lend: bool = True) -> PhaseOutcome:
     await wait_group_ready(ctx, settings, group, names, timeout_s=180)
 
     sampler = Sampler(fleet, args.sample_interval)
-    sampler.start()
+    await sampler.start()
     clients0 = ctx.children.cpu_seconds(names)
-    cpu = CpuClock(ctx.broker)
+    cpu = CpuClock(ctx.broker, ctx.fleet.cpu_seconds)
     t0_epoch, t0_mono = time.time(), time.monotonic()
-    sampler.mark()
+    await sampler.mark()
     await publish_prompts(settings, ctx.prompts, args.key_by)
     print(f"  [{phase}] published {len(ctx.prompts)} prompts", file=sys.stderr, flush=True)
 

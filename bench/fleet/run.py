@@ -74,7 +74,7 @@ async def amain(args: argparse.Namespace) -> int:
     base = Settings()
     print(f"planning the work of {len(prompts)} prompts…", file=sys.stderr, flush=True)
     work = plan_work(prompts, profile, base.generation, run_id)
-    fleet = SimFleet(args.servers, profile, args.time_scale)
+    fleet = SimFleet(args.servers, profile, args.time_scale, processes=args.sim_processes)
     ctx = BenchContext(args, fleet, prompts, work, run_id, base, logdir, Children())
     ctx.broker = find_broker(base.kafka.bootstrap_servers)
     reports: list[PhaseReport] = []

@@ -1,50 +1,137 @@
-"""The simulated fleet: ``n`` SGLang-API simulators in the benchmark's own event loop, and the
-sampler that snapshots their stats and measures the loop's lag while a phase runs."""
+"""The simulated fleet: ``n`` SGLang-API simulators in the benchmark's own event loop, or each in a
+process of its own (:mod:`bench.fleet.sim_worker`: for fleets whose answers one event loop cannot
+keep up with), and the sampler that snapshots their stats and measures the loop's lag while a
+phase runs."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import pickle
+import socket
+import subprocess
 import time
+from dataclasses import fields
+
+import aiohttp
+import psutil
 
 from bench.analysis import Sample
-from simulator import SimulatedServer, SimulatorProfile
+from bench.children import python_argv, start
+from simulator import SimulatedServer, SimulatorProfile, SimulatorStats
 
 __all__ = ["Sampler", "SimFleet"]
 
 
-class SimFleet:
-    """``n`` SGLang-API simulators in this event loop."""
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
-    def __init__(self, n: int, profile: SimulatorProfile, time_scale: float) -> None:
+
+class SimFleet:
+    """``n`` SGLang-API simulators: in this event loop, or with ``processes`` one process each."""
+
+    def __init__(
+        self, n: int, profile: SimulatorProfile, time_scale: float, *, processes: bool = False
+    ) -> None:
         self.profile = profile
         self.time_scale = time_scale
-        self.servers = [SimulatedServer(profile, time_scale=time_scale, port=0) for _ in range(n)]
+        self.processes = processes
+        self.servers = (
+            [] if processes else [SimulatedServer(profile, time_scale=time_scale, port=0) for _ in range(n)]
+        )
+        self._ports = [free_port() for _ in range(n)] if processes else []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._http: aiohttp.ClientSession | None = None
 
     @property
     def urls(self) -> list[str]:
         """Base URLs, in server order."""
+        if self.processes:
+            return [f"http://127.0.0.1:{port}" for port in self._ports]
         return [s.url for s in self.servers]
 
     async def start(self) -> None:
         """Start every server (ports are chosen now and kept across restarts)."""
+        if self.processes:
+            self._http = aiohttp.ClientSession()
+            await self._spawn()
+            return
         for s in self.servers:
             await s.start()
 
     async def restart(self) -> None:
         """Fresh engines on the same ports: counters, clocks and warm-up start again."""
+        if self.processes:
+            self._end_processes()
+            await self._spawn()
+            return
         for s in self.servers:
             await s.restart()
 
     async def stop(self) -> None:
         """Stop every server that runs."""
+        if self.processes:
+            self._end_processes()
+            if self._http is not None:
+                await self._http.close()
+            return
         for s in self.servers:
             if s.running:
                 await s.stop()
 
-    def sample(self) -> Sample:
-        """Every server's stats, now."""
-        return Sample(time.monotonic(), tuple(s.stats() for s in self.servers))
+    async def sample(self) -> Sample:
+        """Every server's stats, now (a process's from its ``/simulator/stats``)."""
+        if not self.processes:
+            return Sample(time.monotonic(), tuple(s.stats() for s in self.servers))
+        stats = await asyncio.gather(*(self._stats(url) for url in self.urls))
+        return Sample(time.monotonic(), tuple(stats))
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the simulator processes so far (0 in this event loop)."""
+        total = 0.0
+        for proc in self._procs:
+            with contextlib.suppress(psutil.Error):
+                t = psutil.Process(proc.pid).cpu_times()
+                total += t.user + t.system
+        return total
+
+    async def _stats(self, url: str) -> SimulatorStats:
+        assert self._http is not None
+        async with self._http.get(f"{url}/simulator/stats") as response:
+            response.raise_for_status()
+            data = await response.json()
+        return SimulatorStats(**{f.name: data[f.name] for f in fields(SimulatorStats)})
+
+    async def _spawn(self) -> None:
+        blob = base64.b64encode(pickle.dumps(self.profile)).decode()
+        self._procs = [
+            start(python_argv(["-m", "bench.fleet.sim_worker", str(port), str(self.time_scale), blob]))
+            for port in self._ports
+        ]
+        deadline = time.monotonic() + 60
+        for url in self.urls:
+            while True:
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    await self._stats(url)
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"simulator process at {url} did not answer in 60 s")
+                await asyncio.sleep(0.1)
+
+    def _end_processes(self) -> None:
+        for proc in self._procs:
+            proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self._procs = []
 
 
 class Sampler:
@@ -59,14 +146,14 @@ class Sampler:
         """(monotonic time, lag in seconds) pairs."""
         self._tasks: list[asyncio.Task[None]] = []
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start sampling (call from the running loop)."""
-        self.samples.append(self.fleet.sample())
+        self.samples.append(await self.fleet.sample())
         self._tasks = [asyncio.create_task(self._sample()), asyncio.create_task(self._lag())]
 
-    def mark(self) -> Sample:
+    async def mark(self) -> Sample:
         """Take a snapshot now (e.g. exactly at t0) and keep it."""
-        s = self.fleet.sample()
+        s = await self.fleet.sample()
         self.samples.append(s)
         return s
 
@@ -77,12 +164,12 @@ class Sampler:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.mark()
+        await self.mark()
 
     async def _sample(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            self.mark()
+            await self.mark()
 
     async def _lag(self) -> None:
         period = 0.02
