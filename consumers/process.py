@@ -17,7 +17,7 @@ import random
 import re
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from consumers.dead_letters import DeadLetters
@@ -349,20 +349,10 @@ class PromptRunner:
     async def _send_lent(self, peer: Peer, body: dict[str, Any]) -> ChatResult:
         """One request to another member's server, abandoned (as a retriable failure) once that
         member reports its server down (:attr:`consumers.lending.Peer.down`)."""
-        request = asyncio.ensure_future(peer.client.chat(body))
-        waiter = asyncio.ensure_future(peer.down.wait())
-        try:
-            done, _ = await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not request.done():
-                request.cancel()
-        if request in done:
-            self.stats.lent += 1
-            return request.result()
-        with contextlib.suppress(asyncio.CancelledError):
-            await request
-        raise RetriableServerError(f"{peer.url}: its member reports the server down")
+        why = f"{peer.url}: its member reports the server down"
+        result = (await _unless(peer.client.chat_choices(body), peer.down, why))[0]
+        self.stats.lent += 1
+        return result
 
     async def _send(self, body: dict[str, Any]) -> ChatResult:
         """One request for one answer (:meth:`_send_choices`)."""
@@ -371,17 +361,25 @@ class PromptRunner:
     async def _send_choices(self, body: dict[str, Any]) -> list[ChatResult]:
         """One request (for ``body["n"]`` answers), abandoned (as a retriable failure) if the server
         is declared hung."""
-        abandon = self.server.abandon
-        request = asyncio.ensure_future(self.client.chat_choices(body))
-        waiter = asyncio.ensure_future(abandon.wait())
-        try:
-            done, _ = await asyncio.wait({request, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            if not request.done():
-                request.cancel()
-        if request in done:
-            return request.result()
-        with contextlib.suppress(asyncio.CancelledError):
-            await request
-        raise RetriableServerError(f"{self.server.server_url}: request abandoned: server hung")
+        why = f"{self.server.server_url}: request abandoned: server hung"
+        return await _unless(self.client.chat_choices(body), self.server.abandon, why)
+
+
+async def _unless(
+    request: Coroutine[Any, Any, list[ChatResult]], abandon: asyncio.Event, why: str
+) -> list[ChatResult]:
+    """``request``'s answers, or, once ``abandon`` is set first, the request cancelled and a
+    :class:`~streams.errors.RetriableServerError` saying ``why``."""
+    sent = asyncio.ensure_future(request)
+    waiter = asyncio.ensure_future(abandon.wait())
+    try:
+        done, _ = await asyncio.wait({sent, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not sent.done():
+            sent.cancel()
+    if sent in done:
+        return sent.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sent
+    raise RetriableServerError(why)

@@ -77,3 +77,14 @@ async def wait_all_done(
 
     await wait_for(check, timeout_s=timeout_s, what=f"{len(ids)} prompts to finish", interval_s=0.5)
     return counts[-1]
+
+
+async def wait_settled(s: Settings) -> None:
+    """Wait until what a killed consumer wrote is readable: two reads of the completions agree."""
+    counts: list[int] = []
+
+    async def settled() -> bool:
+        counts.append(len(await completions(s)))
+        return len(counts) > 1 and counts[-1] == counts[-2]
+
+    await wait_for(settled, timeout_s=30, what="the killed consumer's results to be readable", interval_s=0.5)

@@ -20,7 +20,7 @@ from simulator import FaultConfig, SimulatedServer
 from streams.config import Settings
 from streams.kafka import client_kwargs
 from streams.records import PromptRecord
-from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done
+from tests.consumers.support import TIME_SCALE, Fleet, completions, errors, wait_all_done, wait_settled
 from tests.helpers import (
     broker_shapes,
     committed,
@@ -196,13 +196,7 @@ async def test_sigkill_and_restart_loses_nothing_duplicates_bounded_by_window(
     cs: Settings, sim: SimulatedServer, fleet: Fleet
 ) -> None:
     prompts = await _sigkilled_mid_run(cs, sim, fleet)
-    counts: list[int] = []
-
-    async def settled() -> bool:  # what the killed consumer wrote is readable: two reads agree
-        counts.append(len(await completions(cs)))
-        return len(counts) > 1 and counts[-1] == counts[-2]
-
-    await wait_for(settled, timeout_s=30, what="the killed consumer's results to be readable", interval_s=0.5)
+    await wait_settled(cs)
     # what the SIGKILL may cost: the results written past the group's committed offsets (at most
     # the last commit interval's, never more than max_uncommitted per partition)
     commits = await committed(cs, group_id(cs), cs.topics.prompts)

@@ -15,7 +15,8 @@ import pytest
 
 from consumers.generate import group_id
 from streams.config import Settings
-from tests.consumers.support import Fleet, completions, errors, wait_all_done
+from streams.records import PromptRecord
+from tests.consumers.support import Fleet, completions, errors, wait_all_done, wait_settled
 from tests.helpers import committed, make_prompt, publish, start_simulator, wait_for
 
 SLOW = "2"
@@ -38,8 +39,16 @@ def received(url: str) -> int:
     return int(httpx.get(f"{url}/simulator/stats", timeout=5).json()["requests_received"])
 
 
-async def _owner(s: Settings) -> str:
-    """The instance id whose completions carry partition 0's prompts (the owner of the backlog)."""
+async def _started(
+    s: Settings, fleet: Fleet, sims: list[tuple[subprocess.Popen[str], str]]
+) -> tuple[list[PromptRecord], dict[str, str], str]:
+    """400 prompts on partition 0 and a consumer per simulator: (the prompts, instance id → server
+    URL, the instance id that owns partition 0, as its completions show)."""
+    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
+    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
+    await publish(s, prompts, partition=0)
+    for name, url in urls.items():
+        fleet.start(name, url)
     owners: Counter[str] = Counter()
 
     async def seen() -> bool:
@@ -47,18 +56,13 @@ async def _owner(s: Settings) -> str:
         return bool(owners)
 
     await wait_for(seen, timeout_s=60, what="the first completions")
-    return owners.most_common(1)[0][0]
+    return prompts, urls, owners.most_common(1)[0][0]
 
 
 async def test_an_idle_members_server_answers_a_backlogged_members_prompts_each_once(
     cs: Settings, fleet: Fleet, sims: list[tuple[subprocess.Popen[str], str]]
 ) -> None:
-    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
-    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
-    await publish(cs, prompts, partition=0)
-    for name, url in urls.items():
-        fleet.start(name, url)
-    owner = await _owner(cs)
+    prompts, urls, owner = await _started(cs, fleet, sims)
     idle_url = next(url for name, url in urls.items() if name != owner)
     done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=180, fleet=fleet)
     assert not failed and set(done.values()) == {1}, "a prompt was lost or generated twice"
@@ -79,12 +83,7 @@ async def test_a_lending_server_killed_mid_request_loses_nothing(
 ) -> None:
     """SIGKILL the idle member's server while it holds lent prompts: they go back to the owner's
     server; none is lost, none dead-lettered, none written twice."""
-    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
-    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
-    await publish(cs, prompts, partition=0)
-    for name, url in urls.items():
-        fleet.start(name, url)
-    owner = await _owner(cs)
+    prompts, urls, owner = await _started(cs, fleet, sims)
     idle = next(i for i, name in enumerate(urls) if name != owner)
     proc, idle_url = sims[idle]
 
@@ -107,12 +106,7 @@ async def test_sigkill_of_a_lending_owner_costs_at_most_its_uncommitted_span(
     """SIGKILL the owner while some of its prompts run on the other member's server: the other member
     takes the partition over; what is generated twice lies past the committed offset, at most
     ``max_uncommitted`` prompts, as without lending (tests/consumers/test_generate.py)."""
-    urls = {f"c{i}": url for i, (_, url) in enumerate(sims)}
-    prompts = [make_prompt(i, max_tokens=300) for i in range(400)]
-    await publish(cs, prompts, partition=0)
-    for name, url in urls.items():
-        fleet.start(name, url)
-    owner = await _owner(cs)
+    prompts, urls, owner = await _started(cs, fleet, sims)
     idle_url = next(url for name, url in urls.items() if name != owner)
 
     async def lending() -> bool:
@@ -120,13 +114,7 @@ async def test_sigkill_of_a_lending_owner_costs_at_most_its_uncommitted_span(
 
     await wait_for(lending, timeout_s=90, what="lent prompts answered")
     fleet.kill(owner)
-    counts: list[int] = []
-
-    async def settled() -> bool:  # what the killed owner wrote is readable: two reads agree
-        counts.append(len(await completions(cs)))
-        return len(counts) > 1 and counts[-1] == counts[-2]
-
-    await wait_for(settled, timeout_s=30, what="the killed owner's results to be readable", interval_s=0.5)
+    await wait_settled(cs)
     commits = await committed(cs, group_id(cs), cs.topics.prompts)
     written = await completions(cs)
     uncommitted = {c.id for c in written if c.source is not None and c.source.offset >= (commits.get(0) or 0)}
