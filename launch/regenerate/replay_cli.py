@@ -111,7 +111,9 @@ class _ReplayCommand(click.Command):
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_options(ctx, formatter)
         own = {name for param in self.get_params(ctx) for name in param.opts} | _SET_BY_REPLAY
-        run_ctx = click.Context(run_command_, info_name="run", parent=ctx.parent)
+        run_ctx = click.Context(
+            run_command_, info_name="run", parent=ctx.parent, help_option_names=ctx.help_option_names
+        )
         rows = [
             record
             for param in run_command_.get_params(run_ctx)

@@ -11,6 +11,7 @@ import click
 import pytest
 
 from launch.cli import kafkagen, main
+from streams.cli import HELP_OPTIONS
 
 READERS = ("run", "produce", "preflight")
 """The commands that read prompt inputs with the producer's mapping options."""
@@ -22,7 +23,11 @@ SOURCE_PATH = re.compile(r"\b(streams|consumers|producers|sinks|launch|simulator
 def _helps(
     command: click.Command, path: list[str], parent: click.Context | None = None
 ) -> Iterator[tuple[str, str]]:
-    ctx = click.Context(command, info_name=" ".join(path), parent=parent, terminal_width=100)
+    # the CLI's help names, as streams.cli.run_command gives them: click caches a command's help
+    # option with the names of the first context that asks (click 8.3 Command.get_help_option)
+    ctx = click.Context(
+        command, info_name=" ".join(path), parent=parent, terminal_width=100, help_option_names=HELP_OPTIONS
+    )
     yield " ".join(path), command.get_help(ctx)
     if isinstance(command, click.Group):
         for name in command.list_commands(ctx):
