@@ -50,8 +50,6 @@ class Peer:
     client: ServerClient
     free: int = 0
     matches: bool | None = None
-    lent: int = 0
-    """prompts of this consumer sent there, in all."""
     down: asyncio.Event = field(default_factory=asyncio.Event)
     """set while its member reports the server down: requests lent there are taken back."""
 
@@ -87,40 +85,37 @@ class Lending:
         self.peers: dict[str, Peer] = {}
         self._idle_seen: set[str] = set()
 
-    def idle_members(self, now: float | None = None) -> list[MemberReport]:
-        """The fresh reports of other members of this run, running the same model on another
-        server, up, with nothing waiting (``now``: Unix seconds)."""
+    def _others(self, now: float | None) -> list[MemberReport]:
+        """The fresh reports of the other running members of this run (``now``: Unix seconds)."""
         now = time.time() if now is None else now
         stale = max(3.0, _STALE_REPORTS * self.settings.gate.report_interval_s)
-        info = self.own.info
         return [
             r
             for instance, r in self.members().items()
             if instance != self.instance_id
             and r.run_id == self.settings.run_id
             and r.state == "running"
-            and r.server_up
+            and now - r.at <= stale
+        ]
+
+    def idle_members(self, now: float | None = None) -> list[MemberReport]:
+        """The fresh reports of other members of this run, running the same model on another
+        server, up, with nothing waiting (``now``: Unix seconds)."""
+        info = self.own.info
+        if info is None:
+            return []
+        return [
+            r
+            for r in self._others(now)
+            if r.server_up
             and r.waiting == 0
             and r.server.rstrip("/") != self.own.base_url
-            and now - r.at <= stale
-            and info is not None
             and r.model == info.model
         ]
 
     def borrowers(self, now: float | None = None) -> int:
         """Members with prompts waiting, this one included: they share an idle server's places."""
-        now = time.time() if now is None else now
-        stale = max(3.0, _STALE_REPORTS * self.settings.gate.report_interval_s)
-        others = sum(
-            1
-            for instance, r in self.members().items()
-            if instance != self.instance_id
-            and r.run_id == self.settings.run_id
-            and r.state == "running"
-            and r.waiting > 0
-            and now - r.at <= stale
-        )
-        return others + 1
+        return 1 + sum(1 for r in self._others(now) if r.waiting > 0)
 
     def room(self) -> int:
         """Prompts this consumer may lend now (requests)."""
@@ -136,7 +131,6 @@ class Lending:
         if peer is None or peer.free <= 0:
             raise LookupError("no idle member's server has a free place")
         peer.free -= 1
-        peer.lent += 1
         return peer
 
     def lend(self, job: Job, run: Callable[[Job, Peer], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:

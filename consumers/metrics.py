@@ -33,8 +33,6 @@ class ConsumerStats:
     """requests that answered several samples of one prompt at once (``consumer.parallel_samples``)."""
     lent: int = 0
     """prompts answered by other members' idle servers (:mod:`consumers.lending`)."""
-    lent_back: int = 0
-    """lent prompts whose send failed there and went to this consumer's own server."""
     started: float = field(default_factory=time.monotonic)
 
     def status_line(self, *, in_flight: int, window: int, waiting: int, server_up: bool, kafka: str) -> str:

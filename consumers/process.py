@@ -191,7 +191,6 @@ class PromptRunner:
                 if peer is not None:  # the other server failed it: back to this consumer's own
                     log.info("lent prompt %s back from %s: %s", prompt.id, peer.url, exc)
                     peer = job.lent_to = None
-                    self.stats.lent_back += 1
                     continue
                 if retriable(exc):
                     last = exc
