@@ -8,17 +8,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import pickle
 import socket
-import subprocess
 import time
 from dataclasses import fields
+from pathlib import Path
 
 import aiohttp
-import psutil
 
 from bench.analysis import Sample
-from bench.children import python_argv, start
+from bench.children import Children
 from simulator import SimulatedServer, SimulatorProfile, SimulatorStats
 
 __all__ = ["Sampler", "SimFleet"]
@@ -44,7 +44,8 @@ class SimFleet:
             [] if processes else [SimulatedServer(profile, time_scale=time_scale, port=0) for _ in range(n)]
         )
         self._ports = [free_port() for _ in range(n)] if processes else []
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._children = Children()
+        self._names = [f"sim-{k}" for k in range(n)] if processes else []
         self._http: aiohttp.ClientSession | None = None
 
     @property
@@ -66,7 +67,7 @@ class SimFleet:
     async def restart(self) -> None:
         """Fresh engines on the same ports: counters, clocks and warm-up start again."""
         if self.processes:
-            self._end_processes()
+            self._children.terminate(self._names, grace_s=20)
             await self._spawn()
             return
         for s in self.servers:
@@ -75,7 +76,7 @@ class SimFleet:
     async def stop(self) -> None:
         """Stop every server that runs."""
         if self.processes:
-            self._end_processes()
+            self._children.terminate_all(grace_s=20)
             if self._http is not None:
                 await self._http.close()
             return
@@ -92,12 +93,7 @@ class SimFleet:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds of the simulator processes so far (0 in this event loop)."""
-        total = 0.0
-        for proc in self._procs:
-            with contextlib.suppress(psutil.Error):
-                t = psutil.Process(proc.pid).cpu_times()
-                total += t.user + t.system
-        return total
+        return self._children.cpu_seconds(self._names)
 
     async def _stats(self, url: str) -> SimulatorStats:
         assert self._http is not None
@@ -108,10 +104,9 @@ class SimFleet:
 
     async def _spawn(self) -> None:
         blob = base64.b64encode(pickle.dumps(self.profile)).decode()
-        self._procs = [
-            start(python_argv(["-m", "bench.fleet.sim_worker", str(port), str(self.time_scale), blob]))
-            for port in self._ports
-        ]
+        for name, port in zip(self._names, self._ports, strict=True):
+            argv = ["-m", "bench.fleet.sim_worker", str(port), str(self.time_scale), blob]
+            self._children.spawn(name, argv, {}, Path(os.devnull))
         deadline = time.monotonic() + 60
         for url in self.urls:
             while True:
@@ -121,17 +116,6 @@ class SimFleet:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"simulator process at {url} did not answer in 60 s")
                 await asyncio.sleep(0.1)
-
-    def _end_processes(self) -> None:
-        for proc in self._procs:
-            proc.terminate()
-        for proc in self._procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        self._procs = []
 
 
 class Sampler:
