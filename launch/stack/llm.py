@@ -77,7 +77,10 @@ def llm_spec(port: int, stack: StackSettings) -> ServiceSpec:
     """Describe one llama-server on 127.0.0.1:``port``.
 
     Its ``--parallel`` slots share ``--ctx-size`` tokens of context (llama.cpp splits the
-    context evenly between slots), so each slot holds ``llm_context / llm_parallel`` tokens.
+    context evenly between slots), so each slot holds ``llm_context / llm_parallel`` tokens. Its
+    ``--threads-http`` pool (``llm_http_threads``) gives each open request a thread, requests
+    waiting for a slot included (llama.cpp tools/server/server.cpp hands cpp-httplib a
+    ``ThreadPool(n_threads_http)``): with 2, eight requests left ``/metrics`` unanswered.
     """
     argv = (
         llama_server_binary(),
@@ -99,7 +102,7 @@ def llm_spec(port: int, stack: StackSettings) -> ServiceSpec:
         "--threads",
         str(stack.llm_threads),
         "--threads-http",
-        "2",
+        str(stack.llm_http_threads),
         "--metrics",
         "--no-webui",
         "--offline",

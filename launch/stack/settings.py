@@ -35,6 +35,14 @@ class StackSettings(BaseSettings):
     llm_parallel: int = Field(4, gt=0, description="llama-server --parallel: slots per server")
     llm_context: int = Field(8192, gt=0, description="llama-server -c: tokens, shared by its slots")
     llm_threads: int = Field(1, gt=0, description="llama-server -t: CPU threads per server")
+    llm_http_threads: int = Field(
+        32,
+        gt=0,
+        description="llama-server --threads-http: its fixed pool of HTTP worker threads; every open "
+        "request holds one, those waiting for a slot included, so a pool smaller than the requests "
+        "sent at once (slots + a consumer's standing queue + probes) leaves /metrics and /health "
+        "unanswered until one finishes",
+    )
     ready_timeout_s: float = Field(120.0, gt=0, description="seconds to wait for each service")
 
     def pinned_to(self, root: Path) -> StackSettings:
