@@ -27,9 +27,24 @@ import psutil
 
 from launch.spawn import Stream, spawn
 
-__all__ = ["REPO_ROOT", "Children", "python_argv", "run_captured", "start", "wait_with_usage"]
+__all__ = ["REPO_ROOT", "Children", "python_argv", "repo_commit", "run_captured", "start", "wait_with_usage"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_commit() -> str:
+    """The commit the children run from, for a result's label: the short ``HEAD`` of
+    :data:`REPO_ROOT`, ``-dirty`` with uncommitted changes; ``unknown`` without git. Take it when
+    the children start: a commit made while they run is not what they run."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = ["git", "status", "--porcelain"]
+        dirty = subprocess.run(status, cwd=REPO_ROOT, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def python_argv(args: Sequence[str]) -> list[str]:

@@ -29,7 +29,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from bench.analysis import ideal_makespan, plan_work
-from bench.children import REPO_ROOT, Children
+from bench.children import Children, repo_commit
 from bench.fleet.cli import add_phase_arguments
 from bench.fleet.context import PHASES, BenchContext
 from bench.fleet.cpu import find_broker
@@ -185,19 +184,6 @@ def _spread(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
-def _commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True
-        )
-        return head + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} / {five:.2f}"
@@ -266,6 +252,7 @@ async def amain(args: argparse.Namespace) -> int:
         raise SystemExit(f"--phases: expected some of {', '.join(PHASES)}, got {args.phases!r}")
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="kafkagen-matrix-"))
     started, date, load_before = time.monotonic(), datetime.datetime.now().astimezone(), _load()
+    commit = repo_commit()
     children = Children()
     cells: list[Cell] = []
     topics: list[str] = []
@@ -283,7 +270,7 @@ async def amain(args: argparse.Namespace) -> int:
     best = highest_driven_rate(cells)
     command = "python -m bench.matrix " + shlex.join(sys.argv[1:] if args.argv is None else args.argv)
     lines = [
-        f"Command: `{command.strip()}`; {date:%Y-%m-%d %H:%M %Z}, repository at `{_commit()}`; "
+        f"Command: `{command.strip()}`; {date:%Y-%m-%d %H:%M %Z}, repository at `{commit}` (at the start); "
         f"{args.servers} servers per row; machine: {psutil.cpu_count()} cores, load average (1 / 5 min) "
         f"{load_before} before, {_load()} after; matrix wall time {wall:.0f} s; logs in {logdir}.",
         "",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import zstandard
 
+from bench.children import repo_commit
 from launch.status.calibration import Calibration, Check, Checkpoint
 from launch.status.projection import Estimate, project
 from streams.control import ClassCounts, MemberReport, window_rates
@@ -213,12 +213,7 @@ def calibration(
         points.append(
             Checkpoint(round(seen / total, 3), seen, total, at[TOKENS], at.get(FINISH), at.get(GPU_HOURS))
         )
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = repo_commit()
     written = datetime.now(UTC).isoformat(timespec="seconds")
     return Calibration(label, past_run, command, commit, written, points, note=note)
 
