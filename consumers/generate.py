@@ -83,12 +83,7 @@ class GenerationConsumer:
         self.instance_id = instance_id or default_instance_id(self.server_url)
         self.topics = topic_specs(settings)
         self.prompts_topic = self.topics["prompts"].name
-        self.client = ServerClient(
-            self.server_url,
-            settings.generation,
-            pool_size=self.cfg.max_in_flight,
-            request_timeout_s=self.cfg.request_timeout_s,
-        )
+        self.client = ServerClient.for_consumer(self.server_url, settings)
         self.window = WindowPolicy(self._window_config(None))
         self.backoff = Backoff(self.cfg.retry_initial_s, self.cfg.retry_max_s)
         self.metrics = ConsumerMetrics(settings.run_id, self.server_url, self.instance_id)

@@ -170,7 +170,7 @@ class Lending:
             log.info("lending: %d idle servers, shared by %d members with prompts waiting", len(idle), share)
         for url in idle:
             if url not in self.peers:
-                self.peers[url] = Peer(url, self._client(url))
+                self.peers[url] = Peer(url, ServerClient.for_consumer(url, self.settings))
         await asyncio.gather(*(self._refresh(self.peers[url], share) for url in idle))
         if self.room() > 0:
             self.wake()
@@ -224,12 +224,3 @@ class Lending:
         for peer in self.peers.values():
             with contextlib.suppress(Exception):
                 await peer.client.aclose()
-
-    def _client(self, url: str) -> ServerClient:
-        cfg = self.settings.consumer
-        return ServerClient(
-            url,
-            self.settings.generation,
-            pool_size=cfg.max_in_flight,
-            request_timeout_s=cfg.request_timeout_s,
-        )

@@ -20,7 +20,7 @@ import msgspec
 from consumers.servers.answers import ChatResult
 from consumers.servers.base import ServerInfo, ServerKind, ServerLoad, model_cards, parse_load
 from consumers.servers.registry import FALLBACK, KINDS, LOAD_SERIES
-from streams.config import GenerationSettings
+from streams.config import GenerationSettings, Settings
 from streams.errors import RetriableServerError
 from streams.records import PromptRecord
 
@@ -62,6 +62,19 @@ class ServerClient:
         # connection of the pool, which must not fail a request the server never saw.
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
+
+    @classmethod
+    def for_consumer(cls, base_url: str, settings: Settings) -> ServerClient:
+        """A client for a generation consumer's requests to ``base_url`` (its own server, or an
+        idle member's it lends to): pool ``consumer.max_in_flight``, one generation bounded by
+        ``consumer.request_timeout_s`` seconds, ``settings.generation`` as its defaults."""
+        cfg = settings.consumer
+        return cls(
+            base_url,
+            settings.generation,
+            pool_size=cfg.max_in_flight,
+            request_timeout_s=cfg.request_timeout_s,
+        )
 
     def _http(self, *, control: bool) -> aiohttp.ClientSession:
         """The connection pool for chat completions, or with ``control`` the small one for
