@@ -183,6 +183,10 @@ class MemberReport(MemberLoad, frozen=True, kw_only=True, tag="member", tag_fiel
     the projection's GPU-hours (:mod:`launch.status.projection`)."""
     max_tokens: int | None = None
     thinking: bool | None = None
+    lends: bool = False
+    """whether this consumer sends the prompts it cannot start to idle members' servers
+    (``consumer.lend``, docs/consumer.md "Tail lending"): then no server idles while another has a
+    backlog, and the projection's finish takes the fleet's rate. False in an older consumer's report."""
 
 
 class GateRecord(msgspec.Struct, frozen=True, kw_only=True, tag="gate", tag_field="kind"):

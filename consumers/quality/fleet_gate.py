@@ -297,6 +297,7 @@ class FleetGate:
             earlier_s=self.earlier_s,
             max_tokens=generation.max_tokens,
             thinking=bool(generation.chat_template_kwargs.get("enable_thinking")),
+            lends=self.settings.consumer.lend,
         )
 
     async def run(self) -> None:

@@ -9,7 +9,8 @@ and of squared tokens): ``remaining × mean ± z·sqrt(remaining·var + remainin
 term being the uncertainty of the mean itself. A class's count at the end is the same for a
 0/1 draw (its share ``p``, ``var = p(1-p)``). The finish is when the last member is done with its
 own partitions' backlog at its own tokens/s (:func:`drain_finish`; each member's rate from its first
-result on: :func:`streams.control.window_rates`), else the remaining tokens at the fleet's tokens/s;
+result on: :func:`streams.control.window_rates`), else (every member lending to idle servers, or a
+member with lag but no rate) the remaining tokens at the fleet's tokens/s;
 the GPU-hours are the server-hours the members held so far (each process's ``started_at`` to its last
 report) plus the live servers until the finish.
 """

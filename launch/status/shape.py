@@ -301,7 +301,11 @@ def _drain(
     consumers: Sequence[ConsumerLag], live: Sequence[MemberReport]
 ) -> dict[str, tuple[int, float]] | None:
     """Per member of the generation group: its partitions' lag and its live report's tokens/s (0
-    without one); None when the group has no member (the projection then takes the fleet's rate)."""
+    without one); None when the group has no member, or every live member lends (``lends``: an
+    idle server takes the others' backlog, so none waits for its own partitions alone): the
+    projection then takes the fleet's rate."""
+    if live and all(r.lends for r in live):
+        return None
     rates = {r.instance: r.tokens_per_s for r in live}
     return {c.member: (c.lag, rates.get(c.member, 0.0)) for c in consumers} or None
 

@@ -52,10 +52,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return c
 
 
-def _gate() -> FleetGate:
+def _gate(settings: Settings | None = None) -> FleetGate:
     outage = KafkaOutage("k", logging.getLogger("t"))
     return FleetGate(
-        Settings(run_id="r"), instance_id="a", server_url="http://a", kafka=outage, load=MemberLoad
+        settings or Settings(run_id="r"),
+        instance_id="a",
+        server_url="http://a",
+        kafka=outage,
+        load=MemberLoad,
     )
 
 
@@ -155,16 +159,17 @@ async def test_a_restarted_consumer_carries_its_earlier_processes_held_time(cloc
     assert gate.report().earlier_s == 50.0 + 400.0
 
 
-def _run(b_at: float) -> Observation:
+def _run(b_at: float, *, lends: bool = False) -> Observation:
     """7 partitions of 100 prompts: member a holds 0-3 (80 left each: 320), b holds 4-6 (60 left
-    each: 180); 200 results of 700, each 100 tokens; both at 100 tokens/s; b's report at ``b_at``."""
+    each: 180); 200 results of 700, each 100 tokens; both at 100 tokens/s; b's report at ``b_at``;
+    both reports say ``lends``."""
     group = [
         GroupMember("a", "/127.0.0.1", {"p": [0, 1, 2, 3]}),
         GroupMember("b", "/127.0.0.1", {"p": [4, 5, 6]}),
     ]
     reports = {
-        "a": _member("a", NOW - 100, NOW - 1, 10_000, tokens_per_s=100.0),
-        "b": _member("b", NOW - 100, b_at, 10_000, tokens_per_s=100.0),
+        "a": _member("a", NOW - 100, NOW - 1, 10_000, tokens_per_s=100.0, lends=lends),
+        "b": _member("b", NOW - 100, b_at, 10_000, tokens_per_s=100.0, lends=lends),
     }
     return Observation(
         run_id="r", at=NOW, prompts_topic_exists=True, completions_topic_exists=True, prompts_topic="p",
@@ -186,3 +191,14 @@ def test_the_finish_is_the_last_members_drain_of_its_own_partitions() -> None:
     stale = shape(_run(b_at=NOW - 60)).projection
     assert stale is not None and stale.finish_at is not None
     assert math.isclose(stale.finish_at.value, NOW + 500)  # 50,000 tokens at a's 100 tokens/s
+
+
+def test_members_that_lend_drain_as_one_fleet() -> None:
+    """The same uneven run with lending on (the default): b's server takes a's backlog once its
+    own partitions are done, so the finish is the fleet's 200 tokens/s over the 50,000 tokens to
+    come, 250 s, where a's own drain said 320 s; the report carries each consumer's ``lend``."""
+    p = shape(_run(b_at=NOW - 1, lends=True)).projection
+    assert p is not None and p.finish_at is not None
+    assert math.isclose(p.finish_at.value, NOW + 250)
+    assert _gate().report().lends is Settings().consumer.lend is True
+    assert _gate(Settings(run_id="r", consumer={"lend": False})).report().lends is False
