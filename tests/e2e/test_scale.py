@@ -40,6 +40,11 @@ TIME_SCALE = "50"
 """Fast: a request of the simulator's median 1,800 tokens (thinking on) takes ~0.2 s of wall time."""
 PACED = {"slow_factor": 10.0}
 """Paced: a request takes ~2 s, so 2 servers of 8 slots finish ~8 a second."""
+LENT = {"slow_factor": 100.0}
+"""The added servers' pace: a request takes ~20 s. Until their consumers join and take partitions
+they are idle, so the slowed servers' consumers lend them their waiting prompts (tail lending,
+docs/consumer.md); unpaced, they drained the whole backlog before the test could slow them, and
+the run ended before the scale-down (a CI failure)."""
 SLOW = {"slow_factor": 5000.0}
 """Slowed: a request then takes ~15 min, past every phase of the test (the consumer's hang timeout
 is 10 min of requests in flight with none finishing, its collapse watchdog 5 min), while the
@@ -131,6 +136,7 @@ def test_scale_2_to_4_to_1_mid_run_and_the_export_is_exact(
         added_before = {u: _received(u) for u in (third, fourth)}
 
         # Up to 4: the added servers' consumers join the group and take partitions.
+        _faults([third, fourth], LENT)
         out = _scale(run_id, "--add-server", third, "--add-server", fourth)
         assert f"+ {third}" in out and f"+ {fourth}" in out and "fleet version 1, 4 servers" in out, out
         scaled_up_at = time.monotonic()
