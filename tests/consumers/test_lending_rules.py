@@ -4,7 +4,9 @@ over real sockets."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,10 +35,15 @@ def report(instance: str, server: str, **fields: Any) -> MemberReport:
     return MemberReport(**(base | fields))
 
 
-async def lending(settings: Settings, own: SimulatedServer, members: dict[str, MemberReport]) -> Lending:
+@contextlib.asynccontextmanager
+async def lending(
+    settings: Settings, own: SimulatedServer, members: dict[str, MemberReport]
+) -> AsyncIterator[Lending]:
+    """A :class:`Lending` of member "me" on ``own`` (discovered first), 5 prompts waiting; its own
+    and its peers' clients closed at the end."""
     client = ServerClient(own.url, settings.generation)
     await client.discover(wait_s=10)
-    return Lending(
+    lend = Lending(
         settings.model_copy(update={"run_id": "r"}),
         own=client,
         instance_id="me",
@@ -44,6 +51,11 @@ async def lending(settings: Settings, own: SimulatedServer, members: dict[str, M
         waiting=lambda: 5,
         wake=lambda: None,
     )
+    try:
+        yield lend
+    finally:
+        await lend.aclose()
+        await client.aclose()
 
 
 @pytest.fixture
@@ -68,12 +80,9 @@ async def test_only_fresh_running_up_members_with_nothing_waiting_on_the_same_mo
         "other-run": report("other-run", "http://127.0.0.1:6", run_id="another"),
         "same-server": report("same-server", own.url + "/"),
     }
-    lend = await lending(settings, own, members)
-    try:
+    async with lending(settings, own, members) as lend:
         assert [r.instance for r in lend.idle_members(now)] == ["idle"]
         assert lend.borrowers(now) == 2  # "busy" waits too; the stale and halted ones do not count
-    finally:
-        await lend.own.aclose()
 
 
 async def test_free_places_are_slots_plus_standing_queue_less_load_shared_by_borrowers(
@@ -81,9 +90,11 @@ async def test_free_places_are_slots_plus_standing_queue_less_load_shared_by_bor
 ) -> None:
     own, other = two
     members: dict[str, MemberReport] = {}
-    lend = await lending(settings, own, members)  # discovery first: the reports are fresh below
-    members |= {"idle": report("idle", other.url), "busy": report("busy", "http://127.0.0.1:1", waiting=3)}
-    try:
+    async with lending(settings, own, members) as lend:  # discovery first: the reports are fresh below
+        members |= {
+            "idle": report("idle", other.url),
+            "busy": report("busy", "http://127.0.0.1:1", waiting=3),
+        }
         await lend.read_once()
         places = other.profile.max_running_requests + settings.consumer.standing_queue
         assert lend.room() == -(-places // 2)  # two borrowers: this one and "busy"
@@ -94,9 +105,6 @@ async def test_free_places_are_slots_plus_standing_queue_less_load_shared_by_bor
         assert lend.room() == 0
         with pytest.raises(LookupError):
             lend.take()
-    finally:
-        await lend.aclose()
-        await lend.own.aclose()
 
 
 async def test_a_member_reporting_its_server_down_takes_back_what_is_lent_there(
@@ -104,15 +112,11 @@ async def test_a_member_reporting_its_server_down_takes_back_what_is_lent_there(
 ) -> None:
     own, other = two
     members: dict[str, MemberReport] = {}
-    lend = await lending(settings, own, members)
-    members["idle"] = report("idle", other.url)
-    try:
+    async with lending(settings, own, members) as lend:
+        members["idle"] = report("idle", other.url)
         await lend.read_once()
         peer = lend.peers[other.url]
         assert not peer.down.is_set()
         members["idle"] = report("idle", other.url, server_up=False, state="server_down")
         await lend.read_once()
         assert peer.down.is_set() and lend.room() == 0
-    finally:
-        await lend.aclose()
-        await lend.own.aclose()
