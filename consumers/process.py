@@ -193,9 +193,12 @@ class PromptRunner:
                     peer = job.lent_to = None
                     continue
                 if retriable(exc):
-                    last = exc
-                elif DUPLICATE_RID.search(str(exc)):  # our earlier send of this rid still runs there
-                    last = RetriableServerError(str(exc), status=exc.status)
+                    last, server_failed = exc, True
+                elif DUPLICATE_RID.search(str(exc)):
+                    # our earlier send of this rid still runs there (a predecessor's, or one lent
+                    # there and cancelled at a rebalance): the server answered, so it counts against
+                    # the prompt's attempts, not the server's health; the next send has another rid
+                    last, server_failed = RetriableServerError(str(exc), status=exc.status), False
                 else:
                     self.server.record_success(time.monotonic())
                     return await self._kept_or_failure(job, prompt, kept, invalid, exc, sends)
@@ -215,7 +218,8 @@ class PromptRunner:
                 return True
             # a retriable failure
             failures += 1
-            self._observe_failure(last, sent_mono)
+            if server_failed:
+                self._observe_failure(last, sent_mono)
             if failures >= self.settings.consumer.max_attempts:
                 return await self._kept_or_failure(job, prompt, kept, invalid, last, sends)
             await self._pause_to_retry(failures)

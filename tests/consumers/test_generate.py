@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
 from consumers.generate import group_id
+from consumers.servers.requests import request_id
 from simulator import FaultConfig, SimulatedServer
 from streams.config import Settings
 from streams.kafka import client_kwargs
@@ -125,6 +126,52 @@ async def test_400_is_dead_lettered_and_503_burst_is_retried(
     assert dead.prompt is not None and dead.prompt.id == too_long.id
     assert "context length" in dead.message
     assert sim.stats().requests_rejected >= 12  # the 503s were really served and retried
+
+
+async def test_a_rid_still_running_on_the_server_is_sent_again_without_marking_it_down(
+    cs: Settings, fleet: Fleet, tmp_path: Path
+) -> None:
+    """A prompt's new owner sends the rid its last owner sent (a consumer SIGKILLed and restarted,
+    or a partition moved to the member whose server had the prompt lent: docs/consumer.md, "Tail
+    lending"). While that request still runs there, SGLang refuses it (400 "Duplicate request ID",
+    docs/servers.md, "Request ids"). The refusal says the server answers: the consumer sends again
+    with the next rid and its server stays up; each prompt is written once. (A dashboard run showed
+    the failure: three such refusals counted as server failures and marked a healthy server down.)"""
+    prompts = [make_prompt(i, max_tokens=50) for i in range(6)]
+    # real time: the held requests (30,000 tokens each) run for minutes, the consumer's for 0.2 s
+    async with SimulatedServer() as server, httpx.AsyncClient(timeout=None) as http:
+        held = [
+            asyncio.create_task(
+                http.post(
+                    f"{server.url}/v1/chat/completions",
+                    json={
+                        "model": "Qwen/Qwen3-8B",
+                        "messages": p.messages,
+                        "rid": request_id(cs.run_id, p.id, p.attempt, 1),
+                        "max_tokens": 30_000,
+                        "min_tokens": 30_000,
+                    },
+                )
+            )
+            for p in prompts
+        ]
+        try:
+            await wait_for(
+                lambda: server.stats().running == len(prompts), timeout_s=30, what="the held requests"
+            )
+            await publish(cs, prompts)
+            fleet.start("c0", server.url)
+            done, failed = await wait_all_done(cs, {p.id for p in prompts}, timeout_s=60, fleet=fleet)
+            assert not failed and set(done.values()) == {1}, (done, failed)
+            # the first send of every prompt met its rid still running
+            assert server.stats().requests_rejected == len(prompts)
+            log = (tmp_path / "c0.log").read_text(errors="replace")
+            downs = [line for line in log.splitlines() if re.search(r"server \S+ down", line)]
+            assert not downs, downs
+        finally:
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
 
 
 async def test_aborts_with_a_status_and_failed_reasoning_parses_are_retried_to_completion(
