@@ -6,8 +6,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from launch.supervise import Supervisor
 from tests.helpers import simulators
 
 SIMULATOR_ARGS = ("--time-scale", "50", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
@@ -22,3 +24,34 @@ def user_servers(tmp_path: Path) -> Iterator[list[str]]:
     base = int(os.environ.get("KAFKAGEN_TEST_SERVER_PORT", "0"))
     with simulators(tmp_path, 2, *SIMULATOR_ARGS, ports=(base, base + 1) if base else ()) as urls:
         yield urls
+
+
+def fleets_started_by(nodeid: str) -> list[Path]:
+    """The folders (``<home>/runs/<run id>``) of the runs' supervisords still running that the test
+    ``nodeid`` started: its processes inherit ``PYTEST_CURRENT_TEST`` ("<nodeid> (<phase>)"), so
+    another xdist worker's fleets and the local stack's are not among them."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if not any(Path(arg).name == "supervisord" for arg in cmdline) or "-c" not in cmdline[:-1]:
+            continue
+        conf = Path(cmdline[cmdline.index("-c") + 1])
+        if conf.name != "supervisord.conf" or conf.parent.parent.name != "runs":
+            continue
+        try:
+            test = proc.environ().get("PYTEST_CURRENT_TEST", "")
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            continue
+        if test.rsplit(" ", 1)[0] == nodeid:
+            found.append(conf.parent)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _fleets_stopped(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, the fleets it started are stopped. A run's fleet outlives its main job by
+    design (a re-run adopts it), so a test that failed before stopping its own left consumers
+    running into the tests after it (CI once found four, 35 min later)."""
+    yield
+    for home in fleets_started_by(request.node.nodeid):
+        Supervisor(home).shutdown()
