@@ -282,7 +282,7 @@ class Supervisor:
         """Program name → supervisord state name (``RUNNING``, ``STARTING``, ``BACKOFF``, ``EXITED``...)."""
         return {i["name"]: i["statename"] for i in self._proxy().supervisor.getAllProcessInfo()}
 
-    def _process(self) -> psutil.Process | None:
+    def process(self) -> psutil.Process | None:
         """supervisord's process from its pid file, or None when it no longer runs."""
         try:
             proc = psutil.Process(int((self.home / "supervisord.pid").read_text().strip()))
@@ -299,7 +299,7 @@ class Supervisor:
         supervisord's socket URL, which supervisord sets for each program it spawns
         (``supervisor/process.py`` ``_spawn``, supervisor 4.3.0; from ``[supervisorctl]
         serverurl``). Empty while supervisord runs."""
-        if self.running() or self._process() is not None:
+        if self.running() or self.process() is not None:
             return []
         url = f"unix://{self.socket}"
         found = []
@@ -325,7 +325,7 @@ class Supervisor:
                 self._proxy().supervisor.stopAllProcesses(True)
             with contextlib.suppress(OSError, xmlrpc.client.Fault):
                 self._proxy().supervisor.shutdown()
-        self._wait(lambda: not self.running() and self._process() is None, timeout_s, "supervisord to stop")
+        self._wait(lambda: not self.running() and self.process() is None, timeout_s, "supervisord to stop")
         left = self.orphans()
         for proc in left:
             with contextlib.suppress(psutil.Error):

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from launch.supervise import Supervisor
+from streams.config import Settings
 from tests.helpers import simulators
 
 SIMULATOR_ARGS = ("--time-scale", "50", "--max-running-requests", "8", "--served-model-name", "sim-qwen3")
@@ -26,32 +27,27 @@ def user_servers(tmp_path: Path) -> Iterator[list[str]]:
         yield urls
 
 
-def fleets_started_by(nodeid: str) -> list[Path]:
-    """The folders (``<home>/runs/<run id>``) of the runs' supervisords still running that the test
-    ``nodeid`` started: its processes inherit ``PYTEST_CURRENT_TEST`` ("<nodeid> (<phase>)"), so
-    another xdist worker's fleets and the local stack's are not among them."""
+def fleets_started_by(nodeid: str, runs: Path) -> list[Path]:
+    """The folders (``<runs>/<run id>``) of the runs whose supervisord still runs and was started by
+    the test ``nodeid``: its processes inherit ``PYTEST_CURRENT_TEST`` ("<nodeid> (<phase>)"), so
+    another xdist worker's fleets are not among them."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if not any(Path(arg).name == "supervisord" for arg in cmdline) or "-c" not in cmdline[:-1]:
-            continue
-        conf = Path(cmdline[cmdline.index("-c") + 1])
-        if conf.name != "supervisord.conf" or conf.parent.parent.name != "runs":
-            continue
+    for home in sorted(p for p in runs.glob("*") if p.is_dir()):
+        proc = Supervisor(home).process()
         try:
-            test = proc.environ().get("PYTEST_CURRENT_TEST", "")
-        except psutil.Error:  # gone meanwhile, or not ours to read
+            test = proc.environ().get("PYTEST_CURRENT_TEST", "") if proc is not None else ""
+        except psutil.Error:  # gone meanwhile
             continue
         if test.rsplit(" ", 1)[0] == nodeid:
-            found.append(conf.parent)
+            found.append(home)
     return found
 
 
 @pytest.fixture(autouse=True)
-def _fleets_stopped(request: pytest.FixtureRequest) -> Iterator[None]:
+def _fleets_stopped(request: pytest.FixtureRequest, base_settings: Settings) -> Iterator[None]:
     """After each test, the fleets it started are stopped. A run's fleet outlives its main job by
     design (a re-run adopts it), so a test that failed before stopping its own left consumers
     running into the tests after it (CI once found four, 35 min later)."""
     yield
-    for home in fleets_started_by(request.node.nodeid):
+    for home in fleets_started_by(request.node.nodeid, Path(base_settings.home) / "runs"):
         Supervisor(home).shutdown()
